@@ -1,0 +1,48 @@
+package settings
+
+import "time"
+
+// Core holds the settings every cfgd command shares (DESIGN.md section 5).
+type Core struct {
+	HTTPAddr      string
+	GRPCAddr      string
+	PostgresURL   string
+	ClickHouseURL string
+	RedisURL      string
+
+	KafkaBrokers      []string // empty: run the embedded broker
+	KafkaDataDir      string
+	KafkaEmbeddedAddr string
+	KafkaPartitions   int
+	KafkaTopicPrefix  string
+
+	LogLevel        string
+	ShutdownTimeout time.Duration
+}
+
+// Defaults of the core settings, shared with the README's settings table.
+const (
+	DefaultHTTPAddr      = "127.0.0.1:8080"
+	DefaultGRPCAddr      = "127.0.0.1:50051"
+	DefaultPostgresURL   = "postgres:///cfgd?host=/var/run/postgresql&user=postgres"
+	DefaultClickHouseURL = "clickhouse://127.0.0.1:9000/cfgd"
+	DefaultRedisURL      = "redis://127.0.0.1:6379/0"
+)
+
+// ReadCore reads the core settings; problems are left in r.
+func ReadCore(r *Reader) Core {
+	return Core{
+		HTTPAddr:          r.HostPort("HTTP__ADDR", DefaultHTTPAddr),
+		GRPCAddr:          r.HostPort("GRPC__ADDR", DefaultGRPCAddr),
+		PostgresURL:       r.URL("POSTGRES__URL", DefaultPostgresURL, "postgres", "postgresql"),
+		ClickHouseURL:     r.URL("CLICKHOUSE__URL", DefaultClickHouseURL, "clickhouse", "tcp"),
+		RedisURL:          r.URL("REDIS__URL", DefaultRedisURL, "redis", "rediss"),
+		KafkaBrokers:      r.List("KAFKA__BROKERS", nil),
+		KafkaDataDir:      r.String("KAFKA__DATA_DIR", "./data/kafka"),
+		KafkaEmbeddedAddr: r.HostPort("KAFKA__EMBEDDED_ADDR", "127.0.0.1:19092"),
+		KafkaPartitions:   r.IntRange("KAFKA__PARTITIONS", 8, 1, 1024),
+		KafkaTopicPrefix:  r.String("KAFKA__TOPIC_PREFIX", "cfgd."),
+		LogLevel:          r.OneOf("LOG__LEVEL", "info", "debug", "info", "warn", "error"),
+		ShutdownTimeout:   r.PositiveDuration("HTTP__SHUTDOWN_TIMEOUT", 15*time.Second),
+	}
+}

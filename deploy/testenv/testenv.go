@@ -1,0 +1,199 @@
+// Package testenv gives integration tests their own real resources on the
+// local stack (deploy/local/stack.sh): a fresh Postgres database per test,
+// a private in-process Kafka broker per test, and helpers to read topics.
+// Nothing here is a fake; isolation comes from fresh names, so tests can run
+// in parallel.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cfgd/cfgd/cmd/settings"
+	"github.com/cfgd/cfgd/deploy/migrations"
+	"github.com/cfgd/cfgd/events/bus"
+)
+
+// PostgresAdminURL is the server tests create their databases on; override
+// with CFGD_TEST_POSTGRES_URL.
+func PostgresAdminURL() string {
+	if u := os.Getenv("CFGD_TEST_POSTGRES_URL"); u != "" {
+		return u
+	}
+	return strings.Replace(settings.DefaultPostgresURL, "/cfgd?", "/postgres?", 1)
+}
+
+func withDatabase(raw, db string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		panic(fmt.Sprintf("testenv: bad postgres url %q: %v", raw, err))
+	}
+	u.Path = "/" + db
+	return u.String()
+}
+
+func randomName(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// templateOnce migrates one template database per test binary; each test
+// then clones it, which is far faster than migrating every database.
+var (
+	templateOnce sync.Once
+	templateName string
+	templateErr  error
+)
+
+func template(ctx context.Context) (string, error) {
+	templateOnce.Do(func() {
+		templateName = randomName("cfgd_tpl_")
+		admin, err := pgx.Connect(ctx, PostgresAdminURL())
+		if err != nil {
+			templateErr = fmt.Errorf("testenv: postgres is not reachable (run deploy/local/stack.sh up): %w", err)
+			return
+		}
+		defer admin.Close(ctx)
+		if _, err := admin.Exec(ctx, "CREATE DATABASE "+templateName); err != nil {
+			templateErr = fmt.Errorf("testenv: create template: %w", err)
+			return
+		}
+		pool, err := pgxpool.New(ctx, withDatabase(PostgresAdminURL(), templateName))
+		if err != nil {
+			templateErr = err
+			return
+		}
+		templateErr = migrations.Up(ctx, pool)
+		pool.Close()
+	})
+	return templateName, templateErr
+}
+
+// PostgresURL creates a migrated database for t, dropped when t ends, and
+// returns its URL.
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tpl, err := template(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := randomName("cfgd_test_")
+	admin, err := pgx.Connect(ctx, PostgresAdminURL())
+	if err != nil {
+		t.Fatalf("testenv: postgres: %v", err)
+	}
+	defer admin.Close(ctx)
+	for attempt := 0; ; attempt++ {
+		_, err = admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, tpl))
+		var pg *pgconn.PgError
+		// Two clones of one template at the same instant can collide.
+		if err != nil && errors.As(err, &pg) && pg.Code == "55006" && attempt < 50 {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		break
+	}
+	if err != nil {
+		t.Fatalf("testenv: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, PostgresAdminURL())
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	})
+	return withDatabase(PostgresAdminURL(), name)
+}
+
+// Postgres is PostgresURL with an open pool, closed when t ends.
+func Postgres(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// Kafka starts a private broker for t and returns a bus config for it with
+// the given partition count; the broker stops when t ends.
+func Kafka(t testing.TB, partitions int) bus.Config {
+	t.Helper()
+	e, err := bus.StartEmbedded("", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return bus.Config{Brokers: []string{e.Addr()}, Partitions: partitions, TopicPrefix: randomName("t") + ".", ClientID: "cfgd-test"}
+}
+
+// ReadTopic reads every partition of topic from the oldest offset until want
+// records have arrived or timeout passes, and returns what it got.
+func ReadTopic(t testing.TB, c bus.Config, topic string, want int, timeout time.Duration) []*sarama.ConsumerMessage {
+	t.Helper()
+	cfg := c.ConsumerSarama()
+	consumer, err := sarama.NewConsumer(c.Brokers, cfg)
+	if err != nil {
+		t.Fatalf("testenv: consumer: %v", err)
+	}
+	defer consumer.Close()
+	parts, err := consumer.Partitions(topic)
+	if err != nil {
+		t.Fatalf("testenv: partitions of %s: %v", topic, err)
+	}
+	out := make(chan *sarama.ConsumerMessage, 1024)
+	for _, p := range parts {
+		pc, err := consumer.ConsumePartition(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			t.Fatalf("testenv: consume %s/%d: %v", topic, p, err)
+		}
+		defer pc.Close()
+		go func() {
+			for m := range pc.Messages() {
+				out <- m
+			}
+		}()
+	}
+	var got []*sarama.ConsumerMessage
+	deadline := time.After(timeout)
+	for len(got) < want {
+		select {
+		case m := <-out:
+			got = append(got, m)
+		case <-deadline:
+			return got
+		}
+	}
+	// Give duplicates a moment to show up, since callers count them.
+	settle := time.After(200 * time.Millisecond)
+	for {
+		select {
+		case m := <-out:
+			got = append(got, m)
+		case <-settle:
+			return got
+		}
+	}
+}

@@ -1,0 +1,179 @@
+// Package bus connects cfgd to Kafka: the sarama settings every client uses,
+// topic creation, Watermill publishers and subscribers, and the embedded
+// Kafka-protocol broker used when no brokers are configured.
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Topic names, before Config.TopicPrefix.
+const (
+	// TopicEvents carries every event appended to the event store, keyed by
+	// stream id so each stream stays in order within one partition.
+	TopicEvents = "events"
+)
+
+// Config says where Kafka is and how cfgd lays out its topics.
+type Config struct {
+	Brokers     []string
+	Partitions  int
+	TopicPrefix string
+	ClientID    string
+}
+
+// Validate joins every problem of c.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("bus: no brokers"))
+	}
+	if c.Partitions < 1 {
+		errs = append(errs, errors.New("bus: partitions must be at least 1"))
+	}
+	return errors.Join(errs...)
+}
+
+// Topic returns the full name of a cfgd topic.
+func (c Config) Topic(name string) string { return c.TopicPrefix + name }
+
+func (c Config) clientID() string {
+	if c.ClientID == "" {
+		return "cfgd"
+	}
+	return c.ClientID
+}
+
+// Sarama returns the base client settings: a protocol version that real
+// Kafka 3.x/4.x and the embedded broker both speak.
+func (c Config) Sarama() *sarama.Config {
+	s := sarama.NewConfig()
+	s.Version = sarama.V3_6_0_0
+	s.ClientID = c.clientID()
+	s.Metadata.Retry.Max = 10
+	s.Metadata.Retry.Backoff = 250 * time.Millisecond
+	return s
+}
+
+// ProducerSarama is Sarama for the event relay: acks from all in-sync
+// replicas and an idempotent producer, so a retried send neither loses nor
+// duplicates a record, and one request in flight keeps per-partition order.
+func (c Config) ProducerSarama() *sarama.Config {
+	s := c.Sarama()
+	s.Producer.RequiredAcks = sarama.WaitForAll
+	s.Producer.Idempotent = true
+	s.Net.MaxOpenRequests = 1
+	s.Producer.Retry.Max = 10
+	s.Producer.Retry.Backoff = 200 * time.Millisecond
+	s.Producer.Return.Successes = true
+	s.Producer.Return.Errors = true
+	s.Producer.Partitioner = sarama.NewHashPartitioner
+	return s
+}
+
+// ConsumerSarama is Sarama for a consumer group that starts from the oldest
+// record the first time it runs, so a new projection sees the whole log.
+func (c Config) ConsumerSarama() *sarama.Config {
+	s := c.Sarama()
+	s.Consumer.Return.Errors = true
+	s.Consumer.Offsets.Initial = sarama.OffsetOldest
+	s.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
+	s.Consumer.Group.Session.Timeout = 10 * time.Second
+	s.Consumer.Group.Heartbeat.Interval = time.Second
+	return s
+}
+
+// Marshaler keys every message by its stream id (metadata "stream").
+func Marshaler() kafka.MarshalerUnmarshaler {
+	return kafka.NewWithPartitioningMarshaler(func(_ string, msg *message.Message) (string, error) {
+		if s := msg.Metadata.Get("stream"); s != "" {
+			return s, nil
+		}
+		return msg.UUID, nil
+	})
+}
+
+// NewPublisher returns a Watermill publisher for the event relay.
+func NewPublisher(c Config, log *slog.Logger) (*kafka.Publisher, error) {
+	p, err := kafka.NewPublisher(kafka.PublisherConfig{
+		Brokers:               c.Brokers,
+		Marshaler:             Marshaler(),
+		OverwriteSaramaConfig: c.ProducerSarama(),
+	}, watermill.NewSlogLogger(log))
+	if err != nil {
+		return nil, fmt.Errorf("kafka publisher: %w", err)
+	}
+	return p, nil
+}
+
+// NewSubscriber returns a Watermill subscriber in consumer group group.
+func NewSubscriber(c Config, group string, log *slog.Logger) (*kafka.Subscriber, error) {
+	s, err := kafka.NewSubscriber(kafka.SubscriberConfig{
+		Brokers:               c.Brokers,
+		Unmarshaler:           Marshaler(),
+		OverwriteSaramaConfig: c.ConsumerSarama(),
+		ConsumerGroup:         group,
+		NackResendSleep:       100 * time.Millisecond,
+		ReconnectRetrySleep:   time.Second,
+	}, watermill.NewSlogLogger(log))
+	if err != nil {
+		return nil, fmt.Errorf("kafka subscriber %s: %w", group, err)
+	}
+	return s, nil
+}
+
+// EnsureTopics creates each missing topic with c.Partitions partitions. An
+// existing topic is left as it is.
+func EnsureTopics(ctx context.Context, c Config, names ...string) error {
+	admin, err := sarama.NewClusterAdmin(c.Brokers, c.Sarama())
+	if err != nil {
+		return fmt.Errorf("kafka admin: %w", err)
+	}
+	defer admin.Close()
+	existing, err := admin.ListTopics()
+	if err != nil {
+		return fmt.Errorf("list topics: %w", err)
+	}
+	for _, n := range names {
+		topic := c.Topic(n)
+		if _, ok := existing[topic]; ok {
+			continue
+		}
+		err := admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: int32(c.Partitions), ReplicationFactor: -1}, false)
+		if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
+			return fmt.Errorf("create topic %s: %w", topic, err)
+		}
+		slog.InfoContext(ctx, "kafka topic created", "topic", topic, "partitions", c.Partitions)
+	}
+	return nil
+}
+
+// Ping checks that a broker answers a metadata request.
+func Ping(ctx context.Context, c Config) error {
+	s := c.Sarama()
+	s.Metadata.Retry.Max = 0
+	s.Net.DialTimeout = 2 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		if d := time.Until(dl); d > 0 && d < s.Net.DialTimeout {
+			s.Net.DialTimeout = d
+		}
+	}
+	client, err := sarama.NewClient(c.Brokers, s)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	defer client.Close()
+	if len(client.Brokers()) == 0 {
+		return errors.New("kafka: no brokers in metadata")
+	}
+	return nil
+}

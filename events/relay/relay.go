@@ -1,0 +1,290 @@
+// Package relay moves appended events from the Postgres event store to Kafka
+// (the transactional outbox). Delivery is at least once and in per-stream
+// order. Rows are read in commit order, (tx_id, position), and only below the
+// oldest running transaction (pg_snapshot_xmin), so an event whose
+// transaction took an earlier position but commits later is never skipped.
+// The checkpoint moves only after Kafka acknowledged the batch: a crash in
+// between re-sends the batch, and consumers drop the duplicates by stream
+// version.
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cfgd/cfgd/events"
+)
+
+// Publisher is the part of a Watermill publisher the relay uses.
+type Publisher interface {
+	Publish(topic string, msgs ...*message.Message) error
+}
+
+// Config of a relay.
+type Config struct {
+	Name      string        // checkpoint row and advisory-lock key; default "events"
+	Topic     string        // full Kafka topic name
+	BatchSize int           // rows per publish; default 500
+	Idle      time.Duration // poll interval when no notification arrives; default 250ms
+	Metrics   prometheus.Registerer // optional: registers relay counters and the lag gauge
+}
+
+func (c *Config) setDefaults() {
+	if c.Name == "" {
+		c.Name = "events"
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 500
+	}
+	if c.Idle <= 0 {
+		c.Idle = 250 * time.Millisecond
+	}
+}
+
+// Validate joins every problem of c.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Topic == "" {
+		errs = append(errs, errors.New("relay: topic is required"))
+	}
+	return errors.Join(errs...)
+}
+
+// Relay publishes the event store to Kafka.
+type Relay struct {
+	cfg       Config
+	pool      *pgxpool.Pool
+	pub       Publisher
+	log       *slog.Logger
+	published prometheus.Counter
+	batchTime prometheus.Histogram
+}
+
+// New builds a relay.
+func New(cfg Config, pool *pgxpool.Pool, pub Publisher, log *slog.Logger) (*Relay, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Relay{
+		cfg:  cfg,
+		pool: pool,
+		pub:  pub,
+		log:  log.With("component", "relay", "relay", cfg.Name),
+		published: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cfgd_relay_published_events_total", Help: "Events the relay published to Kafka.",
+			ConstLabels: prometheus.Labels{"relay": cfg.Name},
+		}),
+		batchTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "cfgd_relay_publish_seconds", Help: "Time to publish one relay batch to Kafka.",
+			ConstLabels: prometheus.Labels{"relay": cfg.Name}, Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+	}
+	if cfg.Metrics != nil {
+		lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cfgd_relay_lag_events", Help: "Events appended to the store and not yet published.",
+			ConstLabels: prometheus.Labels{"relay": cfg.Name},
+		}, func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			n, err := r.Lag(ctx)
+			if err != nil {
+				return -1
+			}
+			return float64(n)
+		})
+		for _, c := range []prometheus.Collector{r.published, r.batchTime, lag} {
+			if err := cfg.Metrics.Register(c); err != nil {
+				return nil, fmt.Errorf("relay metrics: %w", err)
+			}
+		}
+	}
+	return r, nil
+}
+
+// NotifyChannel is the Postgres channel an append trigger signals on, so the
+// relay wakes at commit instead of waiting for its poll.
+const NotifyChannel = "cfgd_events"
+
+// Run relays until ctx ends. Only one relay of a name runs at a time across
+// processes (a Postgres advisory lock); the others wait for the lock.
+func (r *Relay) Run(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := r.runLocked(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.log.WarnContext(ctx, "relay interrupted, retrying", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (r *Relay) runLocked(ctx context.Context) error {
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire: %w", err)
+	}
+	// The connection holds a session lock and LISTEN; never hand it back.
+	pc := conn.Hijack()
+	defer pc.Close(context.Background())
+	for {
+		var ok bool
+		if err := pc.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtext('cfgd-relay'), hashtext($1))`, r.cfg.Name).Scan(&ok); err != nil {
+			return fmt.Errorf("advisory lock: %w", err)
+		}
+		if ok {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	if _, err := pc.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	r.log.InfoContext(ctx, "relay started", "topic", r.cfg.Topic)
+	for {
+		n, err := r.Step(ctx)
+		if err != nil {
+			return err
+		}
+		if n == r.cfg.BatchSize {
+			continue // more is waiting
+		}
+		wait, cancel := context.WithTimeout(ctx, r.cfg.Idle)
+		_, err = pc.WaitForNotification(wait)
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+	}
+}
+
+type checkpoint struct {
+	txID     int64
+	position int64
+}
+
+// Step publishes one batch and advances the checkpoint; it returns how many
+// events it published.
+func (r *Relay) Step(ctx context.Context) (int, error) {
+	ck, err := r.checkpoint(ctx)
+	if err != nil {
+		return 0, err
+	}
+	rows, err := r.pool.Query(ctx, `
+		SELECT tx_id::text::bigint, event_id, stream_id, stream_version, position, type, occurred_at, metadata, data
+		FROM events
+		WHERE (tx_id, position) > ($1::bigint::text::xid8, $2)
+		  AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+		ORDER BY tx_id, position
+		LIMIT $3`, ck.txID, ck.position, r.cfg.BatchSize)
+	if err != nil {
+		return 0, fmt.Errorf("relay read: %w", err)
+	}
+	var (
+		msgs []*message.Message
+		last checkpoint
+	)
+	for rows.Next() {
+		var tx int64
+		var e events.Envelope
+		var md []byte
+		if err := rows.Scan(&tx, &e.ID, &e.Stream, &e.Version, &e.Position, &e.Type, &e.OccurredAt, &md, &e.Data); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("relay scan: %w", err)
+		}
+		e.OccurredAt = e.OccurredAt.UTC()
+		if err := json.Unmarshal(md, &e.Metadata); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("relay metadata of %s: %w", e.ID, err)
+		}
+		m, err := ToMessage(e)
+		if err != nil {
+			rows.Close()
+			return 0, err
+		}
+		msgs = append(msgs, m)
+		last = checkpoint{txID: tx, position: e.Position}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("relay read: %w", err)
+	}
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	start := time.Now()
+	if err := r.pub.Publish(r.cfg.Topic, msgs...); err != nil {
+		return 0, fmt.Errorf("relay publish: %w", err)
+	}
+	if _, err := r.pool.Exec(ctx, `
+		INSERT INTO relay_checkpoints (name, tx_id, position, updated_at) VALUES ($1, $2::bigint::text::xid8, $3, now())
+		ON CONFLICT (name) DO UPDATE SET tx_id = excluded.tx_id, position = excluded.position, updated_at = now()`,
+		r.cfg.Name, last.txID, last.position); err != nil {
+		return 0, fmt.Errorf("relay checkpoint: %w", err)
+	}
+	r.published.Add(float64(len(msgs)))
+	r.batchTime.Observe(time.Since(start).Seconds())
+	return len(msgs), nil
+}
+
+func (r *Relay) checkpoint(ctx context.Context) (checkpoint, error) {
+	var ck checkpoint
+	err := r.pool.QueryRow(ctx, `SELECT tx_id::text::bigint, position FROM relay_checkpoints WHERE name = $1`, r.cfg.Name).Scan(&ck.txID, &ck.position)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return checkpoint{}, nil
+	}
+	if err != nil {
+		return ck, fmt.Errorf("relay checkpoint: %w", err)
+	}
+	return ck, nil
+}
+
+// Lag returns how many appended events the relay has not yet published.
+func (r *Relay) Lag(ctx context.Context) (int64, error) {
+	ck, err := r.checkpoint(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var lag int64
+	err = r.pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE (tx_id, position) > ($1::bigint::text::xid8, $2)`,
+		ck.txID, ck.position).Scan(&lag)
+	if err != nil {
+		return 0, fmt.Errorf("relay lag: %w", err)
+	}
+	return lag, nil
+}
+
+// ToMessage turns an envelope into the Watermill message the relay sends.
+func ToMessage(e events.Envelope) (*message.Message, error) {
+	body, err := events.Marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	m := message.NewMessage(e.ID.String(), body)
+	for k, v := range events.Headers(e) {
+		m.Metadata.Set(k, v)
+	}
+	return m, nil
+}

@@ -1,0 +1,355 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cfgd/cfgd/deploy/testenv"
+	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/relay"
+	"github.com/cfgd/cfgd/events/store"
+)
+
+type noted struct {
+	N int `json:"n"`
+}
+
+func (noted) EventType() string { return "test.noted" }
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func appendN(t *testing.T, db store.DB, stream string, from, n int) {
+	t.Helper()
+	var envs []events.Envelope
+	for i := range n {
+		e, err := events.New(stream, noted{N: from + i}, events.Metadata{}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, e)
+	}
+	if _, err := store.Append(context.Background(), db, stream, events.AnyVersion, envs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newRelay(t *testing.T, pool *pgxpool.Pool, c bus.Config, pub relay.Publisher, batch int) *relay.Relay {
+	t.Helper()
+	if pub == nil {
+		p, err := bus.NewPublisher(c, quiet())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		pub = p
+	}
+	r, err := relay.New(relay.Config{Topic: c.Topic(bus.TopicEvents), BatchSize: batch}, pool, pub, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func setup(t *testing.T, partitions int) (*pgxpool.Pool, bus.Config) {
+	t.Helper()
+	pool := testenv.Postgres(t)
+	c := testenv.Kafka(t, partitions)
+	if err := bus.EnsureTopics(context.Background(), c, bus.TopicEvents); err != nil {
+		t.Fatal(err)
+	}
+	return pool, c
+}
+
+// checkDelivered asserts every stored event reached Kafka at least once and
+// that, per stream, the first deliveries come in version order.
+func checkDelivered(t *testing.T, pool *pgxpool.Pool, c bus.Config, want int) (duplicates int) {
+	t.Helper()
+	msgs := testenv.ReadTopic(t, c, c.Topic(bus.TopicEvents), want, 30*time.Second)
+	seen := map[string]bool{}
+	lastVersion := map[string]int64{}
+	for _, m := range msgs {
+		e, err := events.Unmarshal(m.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(m.Key) != e.Stream {
+			t.Fatalf("partition key %q, want stream %q", m.Key, e.Stream)
+		}
+		if seen[e.ID.String()] {
+			duplicates++
+			continue
+		}
+		seen[e.ID.String()] = true
+		if e.Version != lastVersion[e.Stream]+1 {
+			t.Fatalf("stream %s: version %d after %d", e.Stream, e.Version, lastVersion[e.Stream])
+		}
+		lastVersion[e.Stream] = e.Version
+	}
+	var stored int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM events`).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != stored || stored != want {
+		t.Fatalf("delivered %d distinct events, stored %d, want %d", len(seen), stored, want)
+	}
+	return duplicates
+}
+
+// A transaction that takes an earlier position but commits after a later
+// one must still be published; a position-only cursor would skip it.
+func TestOutOfOrderCommitsAreNotSkipped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, c := setup(t, 3)
+	r := newRelay(t, pool, c, nil, 100)
+
+	early, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer early.Rollback(ctx)
+	appendN(t, early, "early", 0, 1) // takes the lower position, commits last
+
+	late, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, late, "late", 0, 1)
+	if err := late.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	n, err := r.Step(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("published %d events while an older transaction was open; want 0", n)
+	}
+	if err := early.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err = stepUntil(t, r, 2); err != nil || n != 2 {
+		t.Fatalf("after commit: published %d (%v), want 2", n, err)
+	}
+	if n, _ = r.Step(ctx); n != 0 {
+		t.Fatalf("re-published %d events", n)
+	}
+	checkDelivered(t, pool, c, 2)
+}
+
+// Many writers committing concurrently while the relay runs: nothing lost,
+// per-stream order kept.
+func TestConcurrentWritersWhileRelaying(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pool, c := setup(t, 4)
+	r := newRelay(t, pool, c, nil, 50)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+
+	const writers, perWriter = 8, 25
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			for i := range perWriter {
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				e, _ := events.New(fmt.Sprintf("w-%d", w), noted{N: i}, events.Metadata{}, time.Now())
+				if _, err := store.Append(ctx, tx, e.Stream, int64(i), e); err != nil {
+					_ = tx.Rollback(ctx)
+					errs <- err
+					return
+				}
+				if err := tx.Commit(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkDelivered(t, pool, c, writers*perWriter)
+	cancel()
+	<-done
+}
+
+// failingPublisher delivers the first `ok` messages, then fails, as a broker
+// that dies mid-batch would.
+type failingPublisher struct {
+	inner relay.Publisher
+	ok    int64
+	sent  atomic.Int64
+}
+
+func (p *failingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		if p.sent.Add(1) > p.ok {
+			return fmt.Errorf("broker gone")
+		}
+		if err := p.inner.Publish(topic, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func TestPublishFailureMidBatchResends(t *testing.T) {
+	t.Parallel()
+	pool, c := setup(t, 2)
+	appendN(t, pool, "a", 0, 30)
+	appendN(t, pool, "b", 0, 30)
+	real, err := bus.NewPublisher(c, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer real.Close()
+	broken := newRelay(t, pool, c, &failingPublisher{inner: real, ok: 17}, 40)
+	if _, err := stepUntil(t, broken, 1); err == nil {
+		t.Fatal("want a publish error")
+	}
+	healed := newRelay(t, pool, c, real, 40)
+	if n, err := stepUntil(t, healed, 60); err != nil || n != 60 {
+		t.Fatalf("published %d (%v), want 60", n, err)
+	}
+	if dups := checkDelivered(t, pool, c, 60); dups != 17 {
+		t.Fatalf("want the 17 messages sent before the failure re-sent once, got %d duplicates", dups)
+	}
+}
+
+// The relay process is killed with SIGKILL in the middle of a batch, after
+// Kafka took part of it and before the checkpoint moved. A new relay must
+// deliver everything; what the dead one sent may appear twice.
+func TestKilledRelayLosesNothing(t *testing.T) {
+	if os.Getenv("CFGD_RELAY_CHILD") == "1" {
+		t.Skip("runs as the child of this test")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	pool, c := setup(t, 3)
+	const total = 300
+	for s := range 3 {
+		appendN(t, pool, fmt.Sprintf("stream-%d", s), 0, total/3)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRelayChild$", "-test.v")
+	cmd.Env = append(os.Environ(),
+		"CFGD_RELAY_CHILD=1",
+		"CFGD_RELAY_CHILD_DB="+poolURL(pool),
+		"CFGD_RELAY_CHILD_BROKER="+c.Brokers[0],
+		"CFGD_RELAY_CHILD_TOPIC="+c.Topic(bus.TopicEvents),
+	)
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Kill it once part of the one big batch is in Kafka.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := len(testenv.ReadTopic(t, c, c.Topic(bus.TopicEvents), 40, 200*time.Millisecond))
+		if got >= 40 {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatalf("child relay published nothing: %s", out)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	var moved int
+	_ = pool.QueryRow(ctx, `SELECT count(*) FROM relay_checkpoints`).Scan(&moved)
+	if moved != 0 {
+		t.Fatalf("checkpoint moved although the batch never completed")
+	}
+
+	r := newRelay(t, pool, c, nil, total)
+	if n, err := stepUntil(t, r, total); err != nil || n != total {
+		t.Fatalf("published %d (%v), want %d", n, err, total)
+	}
+	if dups := checkDelivered(t, pool, c, total); dups == 0 {
+		t.Fatalf("expected the killed batch's messages to be re-sent")
+	}
+}
+
+// stepUntil steps r until it has published want events or failed. Steps can
+// publish nothing for a moment while another test's transaction holds the
+// cluster-wide snapshot xmin back, which is the point of the xmin guard.
+func stepUntil(t *testing.T, r *relay.Relay, want int) (int, error) {
+	t.Helper()
+	total := 0
+	deadline := time.Now().Add(30 * time.Second)
+	for total < want && time.Now().Before(deadline) {
+		n, err := r.Step(context.Background())
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if n == 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return total, nil
+}
+
+func poolURL(p *pgxpool.Pool) string { return p.Config().ConnString() }
+
+// slowPublisher sends one message at a time with a pause, so the parent has
+// time to kill the process mid-batch.
+type slowPublisher struct{ inner relay.Publisher }
+
+func (p slowPublisher) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		if err := p.inner.Publish(topic, m); err != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// TestRelayChild is the process TestKilledRelayLosesNothing kills.
+func TestRelayChild(t *testing.T) {
+	if os.Getenv("CFGD_RELAY_CHILD") != "1" {
+		t.Skip("only runs as a child of TestKilledRelayLosesNothing")
+	}
+	pool, err := pgxpool.New(context.Background(), os.Getenv("CFGD_RELAY_CHILD_DB"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := bus.Config{Brokers: []string{os.Getenv("CFGD_RELAY_CHILD_BROKER")}, Partitions: 3}
+	pub, err := bus.NewPublisher(c, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := relay.New(relay.Config{Topic: os.Getenv("CFGD_RELAY_CHILD_TOPIC"), BatchSize: 10_000}, pool, slowPublisher{pub}, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Step(context.Background())
+	t.Fatalf("child relay finished its batch before it was killed: %v", err)
+}
