@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cfgd/cfgd/events"
 )
@@ -31,10 +31,10 @@ type Publisher interface {
 
 // Config of a relay.
 type Config struct {
-	Name      string        // checkpoint row and advisory-lock key; default "events"
-	Topic     string        // full Kafka topic name
-	BatchSize int           // rows per publish; default 500
-	Idle      time.Duration // poll interval when no notification arrives; default 250ms
+	Name      string                // checkpoint row and advisory-lock key; default "events"
+	Topic     string                // full Kafka topic name
+	BatchSize int                   // rows per publish; default 500
+	Idle      time.Duration         // poll interval when no notification arrives; default 250ms
 	Metrics   prometheus.Registerer // optional: registers relay counters and the lag gauge
 }
 
