@@ -1,0 +1,93 @@
+// Package api is cfgd's HTTP front: the router every endpoint package mounts
+// on, and the server that drains in-flight requests on shutdown. Each
+// sub-package (health, auth, extensions, ...) owns its endpoints and calls
+// into commands (writes) and readmodels (reads).
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cfgd/cfgd/api/web"
+)
+
+// NewRouter returns the root router with JSON 404/405 answers, request
+// logging, latency metrics and /metrics.
+func NewRouter(log *slog.Logger, reg *prometheus.Registry) (*mux.Router, error) {
+	m, err := web.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	r := mux.NewRouter()
+	r.NotFoundHandler = web.Observe(log, m)(web.NotFound())
+	r.MethodNotAllowedHandler = web.Observe(log, m)(web.MethodNotAllowed())
+	r.Use(web.Observe(log, m))
+	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})).Methods(http.MethodGet)
+	return r, nil
+}
+
+// Server is an http.Server with cfgd's timeouts and graceful shutdown.
+type Server struct {
+	srv     *http.Server
+	log     *slog.Logger
+	drain   time.Duration
+	started chan string
+}
+
+// NewServer serves h on addr; drain bounds how long shutdown waits for
+// in-flight requests.
+func NewServer(addr string, h http.Handler, drain time.Duration, log *slog.Logger) *Server {
+	return &Server{
+		srv: &http.Server{
+			Addr:              addr,
+			Handler:           h,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			WriteTimeout:      60 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		},
+		log:     log,
+		drain:   drain,
+		started: make(chan string, 1),
+	}
+}
+
+// Started yields the bound address once the listener is open.
+func (s *Server) Started() <-chan string { return s.started }
+
+// Run serves until ctx ends, then stops accepting and waits up to the drain
+// time for in-flight requests.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.srv.Addr)
+	if err != nil {
+		return fmt.Errorf("http listen %s: %w", s.srv.Addr, err)
+	}
+	s.started <- ln.Addr().String()
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http serve: %w", err)
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), s.drain)
+	defer cancel()
+	s.log.Info("http draining", "timeout", s.drain)
+	if err := s.srv.Shutdown(shutdown); err != nil {
+		return fmt.Errorf("http shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http serve: %w", err)
+	}
+	return nil
+}

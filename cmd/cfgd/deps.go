@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cfgd/cfgd/cmd/settings"
+)
+
+// deps are the connections every command shares. All are lazy: creating
+// them never blocks on a server that is down.
+type deps struct {
+	pg    *pgxpool.Pool
+	ch    driver.Conn
+	redis *redis.Client
+}
+
+func openDeps(ctx context.Context, c settings.Core) (*deps, error) {
+	pgCfg, err := pgxpool.ParseConfig(c.PostgresURL)
+	if err != nil {
+		return nil, fmt.Errorf("POSTGRES__URL: %w", err)
+	}
+	pgCfg.MaxConns = 32
+	pg, err := pgxpool.NewWithConfig(ctx, pgCfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	chOpts, err := clickhouse.ParseDSN(c.ClickHouseURL)
+	if err != nil {
+		pg.Close()
+		return nil, fmt.Errorf("CLICKHOUSE__URL: %w", err)
+	}
+	chOpts.DialTimeout = 2 * time.Second
+	ch, err := clickhouse.Open(chOpts)
+	if err != nil {
+		pg.Close()
+		return nil, fmt.Errorf("clickhouse: %w", err)
+	}
+	redisOpts, err := redis.ParseURL(c.RedisURL)
+	if err != nil {
+		pg.Close()
+		_ = ch.Close()
+		return nil, fmt.Errorf("REDIS__URL: %w", err)
+	}
+	return &deps{pg: pg, ch: ch, redis: redis.NewClient(redisOpts)}, nil
+}
+
+func (d *deps) Close() {
+	d.pg.Close()
+	_ = d.ch.Close()
+	_ = d.redis.Close()
+}
+
+// retry runs fn until it succeeds or ctx ends, logging which dependency is
+// down and backing off up to 10s, so a missing server at start-up is a
+// clear log line and a 503 from /readyz, not a crash loop.
+func retry(ctx context.Context, log *slog.Logger, what string, fn func(ctx context.Context) error) error {
+	backoff := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := fn(ctx)
+		if err == nil {
+			if attempt > 1 {
+				log.InfoContext(ctx, "dependency available", "dependency", what, "attempts", attempt)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		log.WarnContext(ctx, "dependency unavailable, retrying", "dependency", what, "err", err, "retry_in", backoff.String())
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cfgd/cfgd/cmd/settings"
+	"github.com/cfgd/cfgd/deploy/migrations"
+)
+
+// migrate applies Postgres and ClickHouse migrations once and reports a
+// down server as one line rather than waiting for it.
+func migrate(ctx context.Context, log *slog.Logger, c settings.Core) error {
+	d, err := openDeps(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := d.pg.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres is unreachable (POSTGRES__URL): %w", err)
+	}
+	if err := migrations.Up(ctx, d.pg); err != nil {
+		return err
+	}
+	if err := migrations.UpClickHouse(ctx, c.ClickHouseURL); err != nil {
+		return fmt.Errorf("clickhouse (CLICKHOUSE__URL): %w", err)
+	}
+	log.InfoContext(ctx, "migrations applied")
+	return nil
+}

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/projections"
+)
+
+// wiring is what each feature module is built from.
+type wiring struct {
+	log     *slog.Logger
+	app     appSettings
+	deps    *deps
+	bus     bus.Config
+	events  *events.Registry
+	metrics prometheus.Registerer
+	router  *mux.Router
+}
+
+// eventTypes is the explicit registry of every event type cfgd stores.
+func eventTypes() []events.Event {
+	return nil
+}
+
+// buildModules mounts every feature's endpoints on w.router and returns the
+// projections and reactors to feed from Kafka.
+func buildModules(ctx context.Context, w wiring) ([]*projections.Projection, error) {
+	return nil, nil
+}
