@@ -83,7 +83,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return &exitError{code: 2, err: err}
 	}
 	r := settings.NewReader(src)
-	app := readApp(r)
+	app, err := readApp(r)
+	if err != nil {
+		return err
+	}
 	if err := r.Err(); err != nil {
 		return &exitError{code: 2, err: err}
 	}
