@@ -1,0 +1,53 @@
+# cfgd: the two commands that matter are `make run` and `make test`.
+GO       ?= go
+DATA_DIR ?= $(CURDIR)/data
+BIN      := $(CURDIR)/bin/cfgd
+export CFGD_DATA_DIR := $(DATA_DIR)
+export KAFKA__DATA_DIR ?= $(DATA_DIR)/kafka
+
+.PHONY: all build run test test-short bench stack-up stack-down stack-status migrate lint fmt clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/cfgd
+
+## stack-up: install (apt) and start Postgres, ClickHouse and Redis on loopback, data under ./data
+stack-up:
+	deploy/local/stack.sh up
+
+stack-down:
+	deploy/local/stack.sh down
+
+stack-status:
+	deploy/local/stack.sh status
+
+migrate: stack-up build
+	$(BIN) migrate
+
+## run: local stack + migrations + cfgd serve (embedded Kafka), prints where to go
+run: stack-up build
+	$(BIN) migrate
+	$(BIN) serve
+
+## test: local stack + every test with the race detector
+test: stack-up
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+test-short: stack-up
+	$(GO) test -count=1 ./...
+
+## bench: benchmarks with their same-run baselines (see README, Performance)
+bench: stack-up
+	@if [ -x deploy/bench/run.sh ]; then deploy/bench/run.sh; else $(GO) test -run '^$$' -bench . -benchtime 3s ./...; fi
+
+lint:
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	$(GO) vet ./...
+
+fmt:
+	gofmt -w .
+
+clean:
+	rm -rf bin
