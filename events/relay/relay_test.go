@@ -46,7 +46,7 @@ func appendN(t *testing.T, db store.DB, stream string, from, n int) {
 	}
 }
 
-func newRelay(t *testing.T, pool *pgxpool.Pool, c bus.Config, pub relay.Publisher, batch int) *relay.Relay {
+func newRelay(t testing.TB, pool *pgxpool.Pool, c bus.Config, pub relay.Publisher, batch int) *relay.Relay {
 	t.Helper()
 	if pub == nil {
 		p, err := bus.NewPublisher(c, quiet())
@@ -63,7 +63,7 @@ func newRelay(t *testing.T, pool *pgxpool.Pool, c bus.Config, pub relay.Publishe
 	return r
 }
 
-func setup(t *testing.T, partitions int) (*pgxpool.Pool, bus.Config) {
+func setup(t testing.TB, partitions int) (*pgxpool.Pool, bus.Config) {
 	t.Helper()
 	pool := testenv.Postgres(t)
 	c := testenv.Kafka(t, partitions)
@@ -299,7 +299,7 @@ func TestKilledRelayLosesNothing(t *testing.T) {
 // stepUntil steps r until it has published want events or failed. Steps can
 // publish nothing for a moment while another test's transaction holds the
 // cluster-wide snapshot xmin back, which is the point of the xmin guard.
-func stepUntil(t *testing.T, r *relay.Relay, want int) (int, error) {
+func stepUntil(t testing.TB, r *relay.Relay, want int) (int, error) {
 	t.Helper()
 	total := 0
 	deadline := time.Now().Add(30 * time.Second)
