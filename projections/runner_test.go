@@ -54,7 +54,7 @@ func setup(t *testing.T) (*pgxpool.Pool, bus.Config, *events.Registry) {
 		t.Fatal(err)
 	}
 	c := testenv.Kafka(t, 3)
-	if err := bus.EnsureTopics(context.Background(), c, bus.TopicEvents); err != nil {
+	if err := bus.EnsureTopics(context.Background(), c, testenv.Quiet(), bus.TopicEvents); err != nil {
 		t.Fatal(err)
 	}
 	reg, err := events.NewRegistry(deposited{}, unrelated{})

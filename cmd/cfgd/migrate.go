@@ -23,7 +23,7 @@ func migrate(ctx context.Context, log *slog.Logger, c settings.Core) error {
 	if err := d.pg.Ping(ctx); err != nil {
 		return fmt.Errorf("postgres is unreachable (POSTGRES__URL): %w", err)
 	}
-	if err := migrations.Up(ctx, d.pg); err != nil {
+	if err := migrations.Up(ctx, d.pg, log); err != nil {
 		return err
 	}
 	if err := migrations.UpClickHouse(ctx, c.ClickHouseURL); err != nil {

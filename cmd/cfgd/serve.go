@@ -94,13 +94,13 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 // the projections. Each wait is logged by dependency name.
 func runBackground(ctx context.Context, log *slog.Logger, d *deps, busCfg bus.Config, reg *events.Registry,
 	metrics prometheus.Registerer, c settings.Core, ps []*projections.Projection) error {
-	if err := retry(ctx, log, "postgres", func(ctx context.Context) error { return migrations.Up(ctx, d.pg) }); err != nil {
+	if err := retry(ctx, log, "postgres", func(ctx context.Context) error { return migrations.Up(ctx, d.pg, log) }); err != nil {
 		return nil
 	}
 	if err := retry(ctx, log, "clickhouse", func(ctx context.Context) error { return migrations.UpClickHouse(ctx, c.ClickHouseURL) }); err != nil {
 		return nil
 	}
-	if err := retry(ctx, log, "kafka", func(ctx context.Context) error { return bus.EnsureTopics(ctx, busCfg, bus.TopicEvents) }); err != nil {
+	if err := retry(ctx, log, "kafka", func(ctx context.Context) error { return bus.EnsureTopics(ctx, busCfg, log, bus.TopicEvents) }); err != nil {
 		return nil
 	}
 	pub, err := bus.NewPublisher(busCfg, log)

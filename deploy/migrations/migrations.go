@@ -21,7 +21,7 @@ var postgresFS embed.FS
 
 // Up applies every pending Postgres migration. A session-level advisory lock
 // (goose's Postgres locker) keeps two starting processes from racing.
-func Up(ctx context.Context, pool *pgxpool.Pool) error {
+func Up(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 	dir, err := fs.Sub(postgresFS, "postgres")
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
@@ -37,7 +37,7 @@ func Up(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("migrations: %w", err)
 	}
 	for _, r := range results {
-		slog.InfoContext(ctx, "migration applied", "version", r.Source.Version, "file", r.Source.Path, "took", r.Duration)
+		log.InfoContext(ctx, "migration applied", "version", r.Source.Version, "file", r.Source.Path, "took", r.Duration)
 	}
 	return nil
 }

@@ -24,7 +24,7 @@ func Quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 func Pipeline(t testing.TB, pool *pgxpool.Pool, c bus.Config, reg *events.Registry, ps ...*projections.Projection) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := bus.EnsureTopics(ctx, c, bus.TopicEvents); err != nil {
+	if err := bus.EnsureTopics(ctx, c, Quiet(), bus.TopicEvents); err != nil {
 		cancel()
 		t.Fatal(err)
 	}

@@ -78,7 +78,7 @@ func template(ctx context.Context) (string, error) {
 			templateErr = err
 			return
 		}
-		templateErr = migrations.Up(ctx, pool)
+		templateErr = migrations.Up(ctx, pool, Quiet())
 		pool.Close()
 	})
 	return templateName, templateErr

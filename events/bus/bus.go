@@ -133,7 +133,7 @@ func NewSubscriber(c Config, group string, log *slog.Logger) (*kafka.Subscriber,
 
 // EnsureTopics creates each missing topic with c.Partitions partitions. An
 // existing topic is left as it is.
-func EnsureTopics(ctx context.Context, c Config, names ...string) error {
+func EnsureTopics(ctx context.Context, c Config, log *slog.Logger, names ...string) error {
 	admin, err := sarama.NewClusterAdmin(c.Brokers, c.Sarama())
 	if err != nil {
 		return fmt.Errorf("kafka admin: %w", err)
@@ -152,7 +152,7 @@ func EnsureTopics(ctx context.Context, c Config, names ...string) error {
 		if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
 			return fmt.Errorf("create topic %s: %w", topic, err)
 		}
-		slog.InfoContext(ctx, "kafka topic created", "topic", topic, "partitions", c.Partitions)
+		log.InfoContext(ctx, "kafka topic created", "topic", topic, "partitions", c.Partitions)
 	}
 	return nil
 }

@@ -17,7 +17,7 @@ func TestEnsureTopicsUsesConfiguredPartitions(t *testing.T) {
 	c := testenv.Kafka(t, 6)
 	ctx := context.Background()
 	for range 2 { // the second call finds the topic and leaves it alone
-		if err := bus.EnsureTopics(ctx, c, bus.TopicEvents); err != nil {
+		if err := bus.EnsureTopics(ctx, c, testenv.Quiet(), bus.TopicEvents); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -46,7 +46,7 @@ func TestEmbeddedBrokerKeepsDataAcrossRestart(t *testing.T) {
 	}
 	addr := first.Addr()
 	c := bus.Config{Brokers: []string{addr}, Partitions: 2, TopicPrefix: "persist."}
-	if err := bus.EnsureTopics(context.Background(), c, bus.TopicEvents); err != nil {
+	if err := bus.EnsureTopics(context.Background(), c, testenv.Quiet(), bus.TopicEvents); err != nil {
 		t.Fatal(err)
 	}
 	pub, err := bus.NewPublisher(c, testenv.Quiet())

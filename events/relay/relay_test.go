@@ -67,7 +67,7 @@ func setup(t testing.TB, partitions int) (*pgxpool.Pool, bus.Config) {
 	t.Helper()
 	pool := testenv.Postgres(t)
 	c := testenv.Kafka(t, partitions)
-	if err := bus.EnsureTopics(context.Background(), c, bus.TopicEvents); err != nil {
+	if err := bus.EnsureTopics(context.Background(), c, testenv.Quiet(), bus.TopicEvents); err != nil {
 		t.Fatal(err)
 	}
 	return pool, c
