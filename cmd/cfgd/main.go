@@ -22,6 +22,8 @@ const usage = `usage: cfgd <command> [flags]
 commands:
   serve     run HTTP + gRPC, the event relay, projections and reactors
   migrate   apply database migrations and exit
+  user create-superuser --email E [--password P]
+            create a staff superuser (without --password: OTP sign-in only)
   help      show this text
 
 Settings come from the environment, then the .env file named by
@@ -66,12 +68,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
-	case "serve", "migrate":
+	case "serve", "migrate", "user":
 	default:
 		fmt.Fprintf(stderr, "cfgd: unknown command %q\n\n%s", cmd, usage)
 		return &exitError{code: 2}
 	}
-	if len(rest) > 0 {
+	var userCmd func(ctx context.Context, log *slog.Logger, app appSettings) error
+	if cmd == "user" {
+		// Flags are checked before settings, so a usage mistake is reported
+		// as one, whatever the environment holds.
+		var err error
+		if userCmd, err = parseUserCommand(rest, stdout, stderr); err != nil {
+			return err
+		}
+	} else if len(rest) > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("%s takes no arguments, got %q", cmd, rest)}
 	}
 	envFile := os.Getenv("CFGD_ENV_FILE")
@@ -94,6 +104,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch cmd {
 	case "migrate":
 		return migrate(ctx, log, app.Core)
+	case "user":
+		return userCmd(ctx, log, app)
 	default:
 		return serve(ctx, log, app, stdout)
 	}

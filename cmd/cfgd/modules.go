@@ -9,6 +9,7 @@ import (
 
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/projections"
 )
 
@@ -25,11 +26,22 @@ type wiring struct {
 
 // eventTypes is the explicit registry of every event type cfgd stores.
 func eventTypes() []events.Event {
-	return nil
+	var all []events.Event
+	all = append(all, identity.Events()...)
+	return all
 }
 
 // buildModules mounts every feature's endpoints on w.router and returns the
 // projections and reactors to feed from Kafka.
 func buildModules(ctx context.Context, w wiring) ([]*projections.Projection, error) {
-	return nil, nil
+	var ps []*projections.Projection
+	idps, staff, err := buildIdentity(w)
+	if err != nil {
+		return nil, err
+	}
+	ps = append(ps, idps...)
+	if err := mountExtensions(ctx, w, staff, map[string]mux.MiddlewareFunc{"staff": staff}); err != nil {
+		return nil, err
+	}
+	return ps, nil
 }

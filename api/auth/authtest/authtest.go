@@ -1,0 +1,211 @@
+// Package authtest starts the whole sign-in feature for component tests:
+// a fresh migrated Postgres database, a private embedded Kafka broker with
+// the real relay and identity projections, the local Redis under a random
+// key prefix, an in-process SMTP server that captures every message, and
+// the real HTTP router (auth, profile and analytics mounted) on an
+// httptest server. Only the SMTP server is a stand-in, for the mail
+// provider outside the machine.
+package authtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cfgd/cfgd/api"
+	"github.com/cfgd/cfgd/api/analytics"
+	"github.com/cfgd/cfgd/api/auth"
+	"github.com/cfgd/cfgd/api/profile"
+	"github.com/cfgd/cfgd/cmd/settings"
+	"github.com/cfgd/cfgd/commands/user"
+	"github.com/cfgd/cfgd/deploy/testenv"
+	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/identity"
+	identityproj "github.com/cfgd/cfgd/projections/identity"
+)
+
+// RedisURL is the Redis the tests use; override with CFGD_TEST_REDIS_URL.
+const RedisURL = "redis://127.0.0.1:6379/0"
+
+// Clock is a settable test clock: real time plus an offset.
+type Clock struct {
+	offset atomic.Int64
+}
+
+// Now is the clock's time.
+func (c *Clock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
+
+// Env is one running sign-in stack.
+type Env struct {
+	URL      string
+	Server   *httptest.Server
+	Pool     *pgxpool.Pool
+	Redis    *redis.Client
+	Mail     *SMTPServer
+	Clock    *Clock
+	API      *auth.API
+	Settings auth.Settings
+}
+
+// Options change the stack.
+type Options struct {
+	// Env holds setting overrides (variable name to value).
+	Env map[string]string
+	// MaxConns sizes the Postgres pool (default 16).
+	MaxConns int32
+	// NoPipeline leaves the relay and projections off.
+	NoPipeline bool
+	// FailureFloor overrides auth.DefaultFailureFloor.
+	FailureFloor time.Duration
+}
+
+// Start brings the stack up for t; everything stops when t ends.
+func Start(t testing.TB, o Options) *Env {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 16
+	if o.MaxConns > 0 {
+		cfg.MaxConns = o.MaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+
+	ropts, err := redis.ParseURL(RedisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(ropts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("authtest: redis at %s: %v (run deploy/local/stack.sh up)", RedisURL, err)
+	}
+
+	smtpSrv := StartSMTP(t)
+	env := map[string]string{
+		"EMAIL__BACKEND":       "smtp",
+		"EMAIL__SMTP_HOST":     smtpSrv.Host,
+		"EMAIL__SMTP_PORT":     smtpSrv.Port,
+		"EMAIL__SMTP_SECURITY": "none",
+		"EMAIL__FROM":          "no-reply@cfgd.test",
+		"EMAIL__SMTP_TIMEOUT":  "5s",
+		"AUTH__KEYS_DIR":       t.TempDir(),
+		"AUTH__REDIS_PREFIX":   "cfgd-test:" + randomHex(6) + ":",
+		"JWT__REVOCATION_POLL": "200ms",
+	}
+	for k, v := range o.Env {
+		env[k] = v
+	}
+	r := settings.NewReader(settings.FromMaps(env, nil))
+	s := auth.ReadSettings(r)
+	if err := r.Err(); err != nil {
+		t.Fatalf("authtest: settings: %v", err)
+	}
+	clock := &Clock{}
+	a, err := auth.Build(s, auth.Deps{
+		Pool: pool, Redis: rdb, Log: testenv.Quiet(), Console: io.Discard, Now: clock.Now, FailureFloor: o.FailureFloor,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	router := Router(t, a, pool, clock.Now)
+
+	if !o.NoPipeline {
+		reg, err := events.NewRegistry(identity.Events()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testenv.Pipeline(t, pool, testenv.Kafka(t, 3), reg, identityproj.All()...)
+	}
+	srv := httptest.NewServer(router)
+	t.Cleanup(srv.Close)
+	return &Env{URL: srv.URL, Server: srv, Pool: pool, Redis: rdb, Mail: smtpSrv, Clock: clock, API: a, Settings: s}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Email returns a fresh address for a test.
+func Email(prefix string) string {
+	return strings.ToLower(prefix) + "-" + randomHex(5) + "@example.com"
+}
+
+// Replica starts a second API instance on the same database, Redis and
+// keys, as another cfgd process would be; it shares nothing in memory with
+// e (its revocation set in particular).
+func (e *Env) Replica(t testing.TB) *Env {
+	t.Helper()
+	a, err := auth.Build(e.Settings, auth.Deps{
+		Pool: e.Pool, Redis: e.Redis, Log: testenv.Quiet(), Console: io.Discard, Now: e.Clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	router := Router(t, a, e.Pool, e.Clock.Now)
+	srv := httptest.NewServer(router)
+	t.Cleanup(srv.Close)
+	r := *e
+	r.URL, r.Server, r.API = srv.URL, srv, a
+	return &r
+}
+
+// Router is the root router with the auth, profile and analytics endpoints
+// mounted as cmd/cfgd mounts them.
+func Router(t testing.TB, a *auth.API, pool *pgxpool.Pool, now func() time.Time) *mux.Router {
+	t.Helper()
+	router, err := api.NewRouter(testenv.Quiet(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Mount(router)
+	profile.Mount(router, a.RequireUser(), a.Users(), user.NewUpdateProfileHandler(pool, now))
+	analytics.Mount(router, a.Staff(), pool, now)
+	return router
+}
+
+// WithRoutes serves e's API on a new server whose router also has the
+// routes add mounts (tests put probes behind the middleware this way).
+func (e *Env) WithRoutes(t testing.TB, add func(r *mux.Router)) *Env {
+	t.Helper()
+	router := Router(t, e.API, e.Pool, e.Clock.Now)
+	add(router)
+	srv := httptest.NewServer(router)
+	t.Cleanup(srv.Close)
+	r := *e
+	r.URL, r.Server = srv.URL, srv
+	return &r
+}
+
+// Superuser creates a staff superuser with a password and waits until the
+// users read model has them.
+func (e *Env) Superuser(t testing.TB, email, password string) int64 {
+	t.Helper()
+	u, err := user.NewCreateSuperuserHandler(e.Pool, e.Clock.Now).Handle(context.Background(), user.CreateSuperuser{Email: email, Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.WaitProjected(t, identityproj.UsersName, identity.UserStream(u.ID))
+	return u.ID
+}

@@ -1,0 +1,165 @@
+package auth
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/cfgd/cfgd/api/web"
+	"github.com/cfgd/cfgd/commands/session"
+	"github.com/cfgd/cfgd/events/identity"
+)
+
+type loginBody struct {
+	Email    string `json:"email"`
+	Password string `json:"password"`
+}
+
+type loginUser struct {
+	ID          int64  `json:"id"`
+	Email       string `json:"email"`
+	FirstName   string `json:"first_name"`
+	LastName    string `json:"last_name"`
+	IsStaff     bool   `json:"is_staff"`
+	IsSuperuser bool   `json:"is_superuser"`
+}
+
+type loginResponse struct {
+	Success   bool      `json:"success"`
+	User      loginUser `json:"user"`
+	CSRFToken string    `json:"csrf_token"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// handleLogin: POST /api/auth/login/ → session.Login. It sets the HttpOnly
+// session cookie and the CSRF cookie.
+func (a *API) handleLogin(w http.ResponseWriter, r *http.Request) {
+	var body loginBody
+	if !web.DecodeOr400(w, r, &body) {
+		return
+	}
+	fields := map[string]string{}
+	if strings.TrimSpace(body.Email) == "" {
+		fields["email"] = identity.ErrEmailRequired.Error()
+	}
+	if body.Password == "" {
+		fields["password"] = "this field is required"
+	}
+	if len(body.Password) > 1024 {
+		fields["password"] = "is too long"
+	}
+	if len(fields) > 0 {
+		web.FieldErrors(w, fields)
+		return
+	}
+	email, _ := identity.NormaliseEmail(body.Email)
+	undo, ok := a.throttleLogin(w, r, email)
+	if !ok {
+		return
+	}
+	res, err := a.login.Handle(r.Context(), session.Login{Email: body.Email, Password: body.Password, Meta: meta(r, "")})
+	switch {
+	case err == nil:
+		undo()
+		a.setSessionCookies(w, res.Token.Token, res.SessionID, res.Token.Claims.ExpiresAt.Time)
+		u := res.User
+		web.JSON(w, http.StatusOK, loginResponse{
+			Success: true, CSRFToken: a.csrfToken(res.SessionID), ExpiresAt: res.Token.Claims.ExpiresAt.Time.UTC(),
+			User: loginUser{ID: u.ID, Email: u.Email, FirstName: u.FirstName, LastName: u.LastName, IsStaff: u.IsStaff, IsSuperuser: u.IsSuperuser},
+		})
+	case errors.Is(err, session.ErrBadCredentials):
+		w.Header().Set("WWW-Authenticate", `Basic realm="cfgd"`)
+		web.Error(w, http.StatusUnauthorized, "invalid_credentials", "Invalid e-mail or password")
+	case errors.Is(err, session.ErrNotStaff):
+		undo()
+		web.Error(w, http.StatusForbidden, "forbidden", "This account may not use the administration")
+	default:
+		Fail(w, r, err)
+	}
+}
+
+// throttleLogin counts a password attempt against the address and the
+// client IP before the password is checked, so parallel guesses cannot
+// overrun the limit; undo takes the attempt back once it succeeded, so
+// only failures count.
+func (a *API) throttleLogin(w http.ResponseWriter, r *http.Request, email string) (undo func(), ok bool) {
+	ctx := r.Context()
+	keys := []struct {
+		key   string
+		limit int
+	}{{"login:ip:" + clientIP(r, a.s.TrustedProxies), a.s.LoginIPFailures}}
+	if email != "" {
+		keys = append(keys, struct {
+			key   string
+			limit int
+		}{"login:email:" + email, a.s.LoginFailures})
+	}
+	var counted []string
+	undo = func() {
+		for _, k := range counted {
+			if err := a.limiter.Undo(ctx, k); err != nil {
+				a.log.WarnContext(ctx, "login throttle undo", "err", err)
+			}
+		}
+	}
+	for _, k := range keys {
+		allowed, wait, err := a.limiter.Hit(ctx, k.key, k.limit, a.s.LoginWindow)
+		if err != nil {
+			web.Unavailable(w, r, "the rate limiter", err)
+			return nil, false
+		}
+		counted = append(counted, k.key)
+		if !allowed {
+			web.TooManyRequests(w, wait, "Too many failed sign-in attempts")
+			return nil, false
+		}
+	}
+	return undo, true
+}
+
+func (a *API) setSessionCookies(w http.ResponseWriter, raw, sid string, exp time.Time) {
+	maxAge := int(exp.Sub(a.now()).Round(time.Second).Seconds())
+	http.SetCookie(w, &http.Cookie{
+		Name: SessionCookie, Value: raw, Path: "/", MaxAge: maxAge,
+		HttpOnly: true, Secure: a.s.CookieSecure, SameSite: http.SameSiteLaxMode,
+	})
+	http.SetCookie(w, &http.Cookie{
+		Name: CSRFCookie, Value: a.csrfToken(sid), Path: "/", MaxAge: maxAge,
+		Secure: a.s.CookieSecure, SameSite: http.SameSiteLaxMode,
+	})
+}
+
+func (a *API) clearCookies(w http.ResponseWriter) {
+	for _, name := range []string{SessionCookie, CSRFCookie} {
+		http.SetCookie(w, &http.Cookie{Name: name, Value: "", Path: "/", MaxAge: -1, HttpOnly: name == SessionCookie,
+			Secure: a.s.CookieSecure, SameSite: http.SameSiteLaxMode})
+	}
+}
+
+// csrfToken is bound to the session: an attacker who can plant cookies
+// still cannot make one that matches.
+func (a *API) csrfToken(sid string) string {
+	m := hmac.New(sha256.New, a.csrfKey)
+	m.Write([]byte(sid))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// csrfOK checks X-CSRFToken against the CSRF cookie and the session.
+func (a *API) csrfOK(r *http.Request, sid string) bool {
+	header := r.Header.Get(CSRFHeader)
+	c, err := r.Cookie(CSRFCookie)
+	if header == "" || err != nil {
+		return false
+	}
+	want := []byte(a.csrfToken(sid))
+	return hmac.Equal([]byte(header), []byte(c.Value)) && hmac.Equal([]byte(header), want)
+}
+
+// safeMethod tells whether a method cannot change state (RFC 9110 9.2.1).
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions || m == http.MethodTrace
+}

@@ -1,0 +1,163 @@
+package auth
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/cfgd/cfgd/api/web"
+	"github.com/cfgd/cfgd/commands/otp"
+	"github.com/cfgd/cfgd/commands/user"
+	"github.com/cfgd/cfgd/events/identity"
+)
+
+type otpRequestBody struct {
+	Identifier string `json:"identifier"`
+	Channel    string `json:"channel"`
+	SourceURL  string `json:"source_url"`
+}
+
+type otpRequestResponse struct {
+	Success bool   `json:"success"`
+	Message string `json:"message"`
+}
+
+// handleOTPRequest: POST /api/auth/otp/request/ → otp.Request.
+func (a *API) handleOTPRequest(w http.ResponseWriter, r *http.Request) {
+	var body otpRequestBody
+	if !web.DecodeOr400(w, r, &body) {
+		return
+	}
+	fields := map[string]string{}
+	if body.Channel != "" && body.Channel != "email" {
+		fields["channel"] = "only the email channel is supported"
+	}
+	if _, err := identity.NormaliseEmail(body.Identifier); err != nil {
+		fields["identifier"] = err.Error()
+	}
+	if body.SourceURL != "" {
+		if _, err := user.CheckSourceURL(body.SourceURL); err != nil {
+			fields["source_url"] = err.Error()
+		}
+	}
+	if len(fields) > 0 {
+		web.FieldErrors(w, fields)
+		return
+	}
+	if !a.throttleIP(w, r, "otp-request", a.s.IPRequests) {
+		return
+	}
+	_, err := a.request.Handle(r.Context(), otp.Request{Email: body.Identifier, SourceURL: body.SourceURL, Meta: meta(r, "")})
+	var limited *otp.RateLimitedError
+	switch {
+	case err == nil:
+		// The same answer for every address: it says nothing about whether
+		// an account exists.
+		web.JSON(w, http.StatusOK, otpRequestResponse{Success: true, Message: "A verification code has been sent to the e-mail address."})
+	case errors.As(err, &limited):
+		web.TooManyRequests(w, limited.RetryAfter, "Too many requests")
+	case errors.Is(err, otp.ErrDeliveryFailed):
+		web.Error(w, http.StatusServiceUnavailable, "delivery_failed", "The verification code could not be sent. Try again shortly.")
+	default:
+		Fail(w, r, err)
+	}
+}
+
+// throttleIP counts one hit of the client's address against limit per
+// OTP__IP_WINDOW; it answers 429 (or 503 when Redis is down) itself.
+func (a *API) throttleIP(w http.ResponseWriter, r *http.Request, what string, limit int) bool {
+	ok, wait, err := a.limiter.Hit(r.Context(), what+":ip:"+clientIP(r, a.s.TrustedProxies), limit, a.s.IPWindow)
+	if err != nil {
+		// Failing open would let a client spray addresses unchecked.
+		web.Unavailable(w, r, "the rate limiter", err)
+		return false
+	}
+	if !ok {
+		web.TooManyRequests(w, wait, "Too many requests")
+		return false
+	}
+	return true
+}
+
+type otpVerifyBody struct {
+	Identifier string `json:"identifier"`
+	OTPCode    string `json:"otp_code"`
+	SourceURL  string `json:"source_url"`
+}
+
+type tokenPair struct {
+	Access  string `json:"access"`
+	Refresh string `json:"refresh"`
+}
+
+type verifiedUser struct {
+	ID        int64  `json:"id"`
+	Email     string `json:"email"`
+	FirstName string `json:"first_name"`
+	LastName  string `json:"last_name"`
+}
+
+type otpVerifyResponse struct {
+	Success bool         `json:"success"`
+	Tokens  tokenPair    `json:"tokens"`
+	User    verifiedUser `json:"user"`
+}
+
+// handleOTPVerify: POST /api/auth/otp/verify/ → otp.Verify.
+func (a *API) handleOTPVerify(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	var body otpVerifyBody
+	if !web.DecodeOr400(w, r, &body) {
+		return
+	}
+	// Shape checks depend on the input alone, so answering them precisely
+	// tells nothing about any account.
+	fields := map[string]string{}
+	if _, err := identity.NormaliseEmail(body.Identifier); err != nil {
+		fields["identifier"] = err.Error()
+	}
+	if !otp.WellFormed(body.OTPCode) {
+		fields["otp_code"] = "must be 6 digits"
+	}
+	if body.SourceURL != "" {
+		if _, err := user.CheckSourceURL(body.SourceURL); err != nil {
+			fields["source_url"] = err.Error()
+		}
+	}
+	if len(fields) > 0 {
+		web.FieldErrors(w, fields)
+		return
+	}
+	if !a.throttleIP(w, r, "otp-verify", a.s.IPVerifications) {
+		return
+	}
+	res, err := a.verify.Handle(r.Context(), otp.Verify{Email: body.Identifier, Code: body.OTPCode, SourceURL: body.SourceURL, Meta: meta(r, "")})
+	switch {
+	case err == nil:
+		web.JSON(w, http.StatusOK, otpVerifyResponse{
+			Success: true,
+			Tokens:  tokenPair{Access: res.Session.Access.Token, Refresh: res.Session.Refresh.Token},
+			User:    verifiedUser{ID: res.User.ID, Email: res.User.Email, FirstName: res.User.FirstName, LastName: res.User.LastName},
+		})
+	case errors.Is(err, otp.ErrInvalidCode):
+		a.waitFloor(r, start)
+		web.Error(w, http.StatusBadRequest, "invalid_otp", "Invalid or expired code")
+	default:
+		Fail(w, r, err)
+	}
+}
+
+// waitFloor holds a failure answer until FailureFloor has passed since
+// start, so every kind of invalid code takes the same time to answer.
+func (a *API) waitFloor(r *http.Request, start time.Time) {
+	d := a.floor - time.Since(start)
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+	}
+}

@@ -1,0 +1,115 @@
+package auth
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/cfgd/cfgd/api/web"
+	"github.com/cfgd/cfgd/commands/session"
+	"github.com/cfgd/cfgd/commands/token"
+)
+
+type refreshBody struct {
+	Refresh string `json:"refresh"`
+}
+
+type refreshResponse struct {
+	Access  string `json:"access"`
+	Refresh string `json:"refresh,omitempty"`
+}
+
+func tokenInvalid(w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="cfgd", error="invalid_token"`)
+	web.Error(w, http.StatusUnauthorized, "token_not_valid", "Token is invalid or expired")
+}
+
+// handleRefresh: POST /api/auth/token/refresh/ → session.Refresh.
+func (a *API) handleRefresh(w http.ResponseWriter, r *http.Request) {
+	var body refreshBody
+	if !web.DecodeOr400(w, r, &body) {
+		return
+	}
+	if body.Refresh == "" {
+		web.FieldErrors(w, map[string]string{"refresh": "this field is required"})
+		return
+	}
+	res, err := a.refresh.Handle(r.Context(), session.Refresh{Token: body.Refresh, Meta: meta(r, "")})
+	switch {
+	case err == nil:
+		out := refreshResponse{Access: res.Access.Token}
+		if res.Refresh != nil {
+			out.Refresh = res.Refresh.Token
+		}
+		web.JSON(w, http.StatusOK, out)
+	case errors.Is(err, session.ErrInvalidToken):
+		if errors.Is(err, session.ErrReused) {
+			a.log.WarnContext(r.Context(), "rotated refresh token reused; session revoked", "request_id", web.RequestID(r.Context()))
+		}
+		tokenInvalid(w)
+	default:
+		Fail(w, r, err)
+	}
+}
+
+type logoutResponse struct {
+	Success bool   `json:"success"`
+	Message string `json:"message"`
+}
+
+// handleLogout: POST /api/auth/logout/ → session.Logout. An API session is
+// named by its refresh token in the body; an admin session by its cookie
+// (with the CSRF header) when the body is empty.
+func (a *API) handleLogout(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength == 0 {
+		if c, err := r.Cookie(SessionCookie); err == nil && c.Value != "" {
+			a.logoutWeb(w, r, c.Value)
+			return
+		}
+	}
+	var body refreshBody
+	if !web.DecodeOr400(w, r, &body) {
+		return
+	}
+	if body.Refresh == "" {
+		web.FieldErrors(w, map[string]string{"refresh": "this field is required"})
+		return
+	}
+	claims, err := a.tokens.Parse(body.Refresh, token.Refresh)
+	if err != nil {
+		tokenInvalid(w)
+		return
+	}
+	a.endSession(w, r, claims)
+}
+
+func (a *API) logoutWeb(w http.ResponseWriter, r *http.Request, raw string) {
+	claims, err := a.tokens.Parse(raw, token.Web)
+	if err != nil {
+		a.clearCookies(w)
+		tokenInvalid(w)
+		return
+	}
+	if !a.csrfOK(r, claims.SessionID) {
+		web.Error(w, http.StatusForbidden, "csrf_failed", "CSRF check failed: send the csrftoken cookie's value in the X-CSRFToken header")
+		return
+	}
+	a.clearCookies(w)
+	a.endSession(w, r, claims)
+}
+
+func (a *API) endSession(w http.ResponseWriter, r *http.Request, c *token.Claims) {
+	until, err := a.logout.Handle(r.Context(), session.Logout{SessionID: c.SessionID, UserID: c.UserID(), Meta: meta(r, "user:"+strconv.FormatInt(c.UserID(), 10))})
+	switch {
+	case err == nil:
+		// This instance refuses the session's tokens at once; the others
+		// when their revocation set next reloads.
+		a.revocations.Add(c.SessionID, until.Add(time.Minute))
+		web.JSON(w, http.StatusOK, logoutResponse{Success: true, Message: "Logged out"})
+	case errors.Is(err, session.ErrNoSession):
+		tokenInvalid(w)
+	default:
+		Fail(w, r, err)
+	}
+}

@@ -1,0 +1,93 @@
+package otp
+
+import (
+	"time"
+
+	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/identity"
+)
+
+// code is the newest code of a stream; earlier ones are replaced.
+type code struct {
+	ID        string
+	HMAC      string
+	IssuedAt  time.Time
+	ExpiresAt time.Time
+	SourceURL string
+	Attempts  int
+	Used      bool
+	Voided    bool
+}
+
+// live tells whether the code may still be verified at now: unused, not
+// voided, attempts left, and younger than CodeTTL.
+func (c *code) live(now time.Time) bool {
+	return c != nil && !c.Used && !c.Voided && c.Attempts < MaxAttempts && now.Before(c.ExpiresAt)
+}
+
+// state is an otp stream folded.
+type state struct {
+	version int64
+	current *code
+	issued  []time.Time // every request, oldest first, for the hourly limit
+}
+
+func fold(envs []events.Envelope) (state, error) {
+	var s state
+	for _, env := range envs {
+		s.version = env.Version
+		switch env.Type {
+		case identity.OTPIssued{}.EventType():
+			e, err := identity.Data[identity.OTPIssued](env)
+			if err != nil {
+				return s, err
+			}
+			s.current = &code{ID: e.CodeID, HMAC: e.CodeHMAC, IssuedAt: e.IssuedAt, ExpiresAt: e.ExpiresAt, SourceURL: e.SourceURL}
+			s.issued = append(s.issued, e.IssuedAt)
+		case identity.OTPAttempted{}.EventType():
+			e, err := identity.Data[identity.OTPAttempted](env)
+			if err != nil {
+				return s, err
+			}
+			if s.current != nil && s.current.ID == e.CodeID {
+				s.current.Attempts = e.Attempt
+			}
+		case identity.OTPVerified{}.EventType():
+			e, err := identity.Data[identity.OTPVerified](env)
+			if err != nil {
+				return s, err
+			}
+			if s.current != nil && s.current.ID == e.CodeID {
+				s.current.Used = true
+			}
+		case identity.OTPDeliveryFailed{}.EventType():
+			e, err := identity.Data[identity.OTPDeliveryFailed](env)
+			if err != nil {
+				return s, err
+			}
+			if s.current != nil && s.current.ID == e.CodeID {
+				s.current.Voided = true
+			}
+		}
+	}
+	return s, nil
+}
+
+// retryAfter returns how long until another request is allowed at now, or
+// zero when one is allowed: at most MaxRequestsPerHour in any rolling
+// RequestWindow.
+func (s state) retryAfter(now time.Time) time.Duration {
+	var recent []time.Time
+	for _, t := range s.issued {
+		if now.Sub(t) < RequestWindow {
+			recent = append(recent, t)
+		}
+	}
+	if len(recent) < MaxRequestsPerHour {
+		return 0
+	}
+	// The request that must leave the window is the oldest of the last
+	// MaxRequestsPerHour.
+	oldest := recent[len(recent)-MaxRequestsPerHour]
+	return oldest.Add(RequestWindow).Sub(now)
+}

@@ -1,0 +1,118 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cfgd/cfgd/commands"
+	"github.com/cfgd/cfgd/commands/token"
+	"github.com/cfgd/cfgd/commands/user"
+	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/identity"
+	"github.com/cfgd/cfgd/events/store"
+)
+
+// Login opens an admin cookie session with an e-mail and password.
+type Login struct {
+	Email    string
+	Password string
+	Meta     events.Metadata
+}
+
+// LoginResult is the new session and its cookie token.
+type LoginResult struct {
+	User      *user.State
+	SessionID string
+	Token     token.Issued
+}
+
+// Login failures. ErrBadCredentials is the same whatever was wrong, so the
+// answer does not tell whether the address has an account.
+var (
+	ErrBadCredentials = errors.New("invalid e-mail or password")
+	ErrNotStaff       = errors.New("this account may not use the administration")
+)
+
+// LoginHandler handles Login.
+type LoginHandler struct {
+	pool   *pgxpool.Pool
+	tokens Tokens
+	now    func() time.Time
+}
+
+// NewLoginHandler returns the handler.
+func NewLoginHandler(pool *pgxpool.Pool, tokens Tokens, now func() time.Time) *LoginHandler {
+	return &LoginHandler{pool: pool, tokens: tokens, now: now}
+}
+
+// Handle checks the password against the user's stream and starts a web
+// session. A password is hashed even for an unknown address.
+func (h *LoginHandler) Handle(ctx context.Context, cmd Login) (LoginResult, error) {
+	email, err := identity.NormaliseEmail(cmd.Email)
+	var u *user.State
+	if err == nil {
+		if u, err = user.Lookup(ctx, h.pool, email); err != nil {
+			return LoginResult{}, err
+		}
+	}
+	hash := ""
+	if u != nil {
+		hash = u.PasswordHash
+	}
+	if !user.CheckPassword(hash, cmd.Password) || u == nil || !u.IsActive {
+		return LoginResult{}, ErrBadCredentials
+	}
+	if !u.IsStaff {
+		return LoginResult{}, ErrNotStaff
+	}
+	sid := uuid.NewString()
+	return commands.Retry(ctx, 8, func(ctx context.Context) (LoginResult, error) {
+		now := h.now()
+		cur, err := user.Load(ctx, h.pool, u.ID)
+		if err != nil {
+			return LoginResult{}, err
+		}
+		if cur.PasswordHash != u.PasswordHash || !cur.IsStaff || !cur.IsActive {
+			return LoginResult{}, ErrBadCredentials
+		}
+		exp := now.Add(h.tokens.TTL(token.Web))
+		var userVersion int64
+		err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
+			us := identity.UserStream(cur.ID)
+			login, err := events.New(us, identity.LoggedIn{UserID: cur.ID, SessionID: sid, At: now.UTC(), Method: "password"}, cmd.Meta, now)
+			if err != nil {
+				return err
+			}
+			out, err := store.Append(ctx, tx, us, cur.Version, login)
+			if err != nil {
+				return err
+			}
+			userVersion = out[0].Version
+			ss := identity.SessionStream(sid)
+			start, err := events.New(ss, identity.SessionStarted{
+				SessionID: sid, UserID: cur.ID, Kind: identity.SessionWeb, UserVersion: userVersion,
+				StartedAt: now.UTC(), ExpiresAt: exp.UTC(),
+			}, cmd.Meta, now)
+			if err != nil {
+				return err
+			}
+			_, err = store.Append(ctx, tx, ss, events.NoStream, start)
+			return err
+		})
+		if err != nil {
+			return LoginResult{}, fmt.Errorf("login: %w", err)
+		}
+		t, err := h.tokens.Issue(token.Spec{Kind: token.Web, UserID: cur.ID, SessionID: sid, UserVersion: userVersion, ExpiresAt: exp})
+		if err != nil {
+			return LoginResult{}, err
+		}
+		cur.LastLogin, cur.Version = now.UTC(), userVersion
+		return LoginResult{User: cur, SessionID: sid, Token: t}, nil
+	})
+}

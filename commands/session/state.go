@@ -1,0 +1,139 @@
+// Package session holds the command handlers of the session aggregate
+// (stream session-<uuid>): refreshing an API token pair, logging out, and
+// the admin password login that opens a cookie session. StartAPI opens an
+// API session inside the OTP verify's transaction.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cfgd/cfgd/commands/token"
+	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/identity"
+	"github.com/cfgd/cfgd/events/store"
+)
+
+// Tokens is what the session commands need of the token service.
+type Tokens interface {
+	Issue(sp token.Spec) (token.Issued, error)
+	Parse(raw string, want token.Kind) (*token.Claims, error)
+	TTL(k token.Kind) time.Duration
+}
+
+var _ Tokens = (*token.Service)(nil)
+
+// ErrInvalidToken covers a bad, expired, revoked or superseded token.
+var ErrInvalidToken = errors.New("token is invalid or expired")
+
+// State is a session folded from its stream.
+type State struct {
+	ID          string
+	UserID      int64
+	Kind        string
+	RefreshID   string          // the refresh jti currently valid
+	Rotated     map[string]bool // refresh jtis exchanged under rotation
+	UserVersion int64
+	StartedAt   time.Time
+	ExpiresAt   time.Time
+	Revoked     bool
+	Version     int64
+}
+
+// Fold builds the state of one session stream; nil for an empty stream.
+func Fold(envs []events.Envelope) (*State, error) {
+	if len(envs) == 0 {
+		return nil, nil
+	}
+	s := &State{Rotated: map[string]bool{}}
+	for _, env := range envs {
+		s.Version = env.Version
+		switch env.Type {
+		case identity.SessionStarted{}.EventType():
+			e, err := identity.Data[identity.SessionStarted](env)
+			if err != nil {
+				return nil, err
+			}
+			s.ID, s.UserID, s.Kind, s.RefreshID, s.UserVersion = e.SessionID, e.UserID, e.Kind, e.RefreshID, e.UserVersion
+			s.StartedAt, s.ExpiresAt = e.StartedAt, e.ExpiresAt
+		case identity.SessionRefreshed{}.EventType():
+			e, err := identity.Data[identity.SessionRefreshed](env)
+			if err != nil {
+				return nil, err
+			}
+			s.Rotated[e.PreviousID] = true
+			s.RefreshID, s.ExpiresAt = e.RefreshID, e.ExpiresAt
+		case identity.SessionRevoked{}.EventType():
+			s.Revoked = true
+		}
+	}
+	if s.ID == "" {
+		return nil, fmt.Errorf("session stream %s has no %s event", envs[0].Stream, identity.SessionStarted{}.EventType())
+	}
+	return s, nil
+}
+
+// Load folds the stream of session id; nil when it does not exist.
+func Load(ctx context.Context, db store.DB, id string) (*State, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return nil, nil
+	}
+	envs, err := store.Load(ctx, db, identity.SessionStream(id))
+	if err != nil {
+		return nil, err
+	}
+	return Fold(envs)
+}
+
+// Pair is a new API session's tokens.
+type Pair struct {
+	SessionID string
+	Access    token.Issued
+	Refresh   token.Issued
+}
+
+// StartAPI appends session.started for a new API session with id sid
+// inside tx and signs its token pair. userVersion is the user stream
+// version the tokens promise to readers.
+func StartAPI(ctx context.Context, tx pgx.Tx, tokens Tokens, sid string, userID, userVersion int64, md events.Metadata, now time.Time) (Pair, error) {
+	refreshID := uuid.NewString()
+	exp := now.Add(tokens.TTL(token.Refresh))
+	stream := identity.SessionStream(sid)
+	env, err := events.New(stream, identity.SessionStarted{
+		SessionID: sid, UserID: userID, Kind: identity.SessionAPI, RefreshID: refreshID,
+		UserVersion: userVersion, StartedAt: now.UTC(), ExpiresAt: exp.UTC(),
+	}, md, now)
+	if err != nil {
+		return Pair{}, err
+	}
+	if _, err := store.Append(ctx, tx, stream, events.NoStream, env); err != nil {
+		return Pair{}, err
+	}
+	access, err := tokens.Issue(token.Spec{Kind: token.Access, UserID: userID, SessionID: sid, UserVersion: userVersion})
+	if err != nil {
+		return Pair{}, err
+	}
+	refresh, err := tokens.Issue(token.Spec{Kind: token.Refresh, UserID: userID, SessionID: sid, ID: refreshID, UserVersion: userVersion, ExpiresAt: exp})
+	if err != nil {
+		return Pair{}, err
+	}
+	return Pair{SessionID: sid, Access: access, Refresh: refresh}, nil
+}
+
+// revoke appends session.revoked at the session's version.
+func revoke(ctx context.Context, db store.DB, s *State, reason string, md events.Metadata, now time.Time) error {
+	stream := identity.SessionStream(s.ID)
+	env, err := events.New(stream, identity.SessionRevoked{
+		SessionID: s.ID, UserID: s.UserID, Kind: s.Kind, Reason: reason, At: now.UTC(), ExpiresAt: s.ExpiresAt,
+	}, md, now)
+	if err != nil {
+		return err
+	}
+	_, err = store.Append(ctx, db, stream, s.Version, env)
+	return err
+}

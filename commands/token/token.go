@@ -1,0 +1,204 @@
+// Package token issues and checks cfgd's JWTs: access and refresh tokens of
+// an API session, and the cookie token of an admin web session. Exactly one
+// algorithm is accepted (the configured one), so neither "none" nor an
+// HS256 token forged with the Ed25519 public key can pass, and the kind
+// claim keeps a refresh token from serving as an access token or the other
+// way round.
+package token
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/google/uuid"
+)
+
+// Kind is the token_type claim.
+type Kind string
+
+// Token kinds.
+const (
+	Access  Kind = "access"
+	Refresh Kind = "refresh"
+	Web     Kind = "web" // the admin session cookie
+)
+
+// Claims of every cfgd token.
+type Claims struct {
+	jwt.RegisteredClaims
+	Kind      Kind   `json:"token_type"`
+	SessionID string `json:"sid"`
+	// UserVersion is the user stream version at sign-in; readers of the
+	// user's read model wait until it is at least this far (read-your-writes).
+	UserVersion int64 `json:"uver,omitempty"`
+}
+
+// UserID returns the subject as a user id.
+func (c *Claims) UserID() int64 {
+	id, _ := strconv.ParseInt(c.Subject, 10, 64)
+	return id
+}
+
+// ErrInvalid covers every way a token can be wrong; the reason is wrapped
+// for logs and never shown to the client.
+var ErrInvalid = errors.New("token is invalid or expired")
+
+// Config of a Service.
+type Config struct {
+	Issuer     string
+	Audience   string
+	AccessTTL  time.Duration
+	RefreshTTL time.Duration
+	WebTTL     time.Duration
+	Now        func() time.Time // default time.Now
+}
+
+// Validate joins every problem of c.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Issuer == "" || c.Audience == "" {
+		errs = append(errs, errors.New("token: issuer and audience are required"))
+	}
+	if c.AccessTTL <= 0 || c.RefreshTTL <= 0 || c.WebTTL <= 0 {
+		errs = append(errs, errors.New("token: every TTL must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Service signs and parses tokens with one key.
+type Service struct {
+	cfg    Config
+	keys   *Keys
+	parser *jwt.Parser
+}
+
+// New returns a Service.
+func New(cfg Config, keys *Keys) (*Service, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if keys == nil {
+		return nil, errors.New("token: no keys")
+	}
+	return &Service{
+		cfg:  cfg,
+		keys: keys,
+		parser: jwt.NewParser(
+			jwt.WithValidMethods([]string{keys.method.Alg()}),
+			jwt.WithIssuer(cfg.Issuer),
+			jwt.WithAudience(cfg.Audience),
+			jwt.WithExpirationRequired(),
+			jwt.WithIssuedAt(),
+			jwt.WithTimeFunc(cfg.Now),
+			jwt.WithLeeway(5*time.Second),
+			jwt.WithStrictDecoding(),
+		),
+	}, nil
+}
+
+// TTL of a kind.
+func (s *Service) TTL(k Kind) time.Duration {
+	switch k {
+	case Access:
+		return s.cfg.AccessTTL
+	case Refresh:
+		return s.cfg.RefreshTTL
+	default:
+		return s.cfg.WebTTL
+	}
+}
+
+// Issued is a signed token and its claims.
+type Issued struct {
+	Token  string
+	Claims Claims
+}
+
+// Spec says what to put in a token. An empty ID gets a fresh random jti.
+type Spec struct {
+	Kind        Kind
+	UserID      int64
+	SessionID   string
+	ID          string
+	UserVersion int64
+	ExpiresAt   time.Time // zero: now + the kind's TTL
+}
+
+// Issue signs a token.
+func (s *Service) Issue(sp Spec) (Issued, error) {
+	now := s.cfg.Now()
+	exp := sp.ExpiresAt
+	if exp.IsZero() {
+		exp = now.Add(s.TTL(sp.Kind))
+	}
+	id := sp.ID
+	if id == "" {
+		id = uuid.NewString()
+	}
+	c := Claims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			Issuer:    s.cfg.Issuer,
+			Audience:  jwt.ClaimStrings{s.cfg.Audience},
+			Subject:   strconv.FormatInt(sp.UserID, 10),
+			ExpiresAt: jwt.NewNumericDate(exp),
+			IssuedAt:  jwt.NewNumericDate(now),
+			ID:        id,
+		},
+		Kind:        sp.Kind,
+		SessionID:   sp.SessionID,
+		UserVersion: sp.UserVersion,
+	}
+	t := jwt.NewWithClaims(s.keys.method, c)
+	t.Header["kid"] = s.keys.kid
+	signed, err := t.SignedString(s.keys.signKey)
+	if err != nil {
+		return Issued{}, fmt.Errorf("sign %s token: %w", sp.Kind, err)
+	}
+	return Issued{Token: signed, Claims: c}, nil
+}
+
+// MaxTokenLength bounds what Parse looks at; cfgd's tokens are far shorter.
+const MaxTokenLength = 4096
+
+// Parse checks a token of the wanted kind and returns its claims. Any
+// failure is ErrInvalid (wrapping the reason).
+func (s *Service) Parse(raw string, want Kind) (*Claims, error) {
+	if raw == "" || len(raw) > MaxTokenLength {
+		return nil, fmt.Errorf("%w: empty or oversized", ErrInvalid)
+	}
+	var c Claims
+	_, err := s.parser.ParseWithClaims(raw, &c, func(t *jwt.Token) (any, error) {
+		// WithValidMethods already pinned the algorithm; the kid must match
+		// too when present, which keeps a future second key honest.
+		if kid, ok := t.Header["kid"]; ok && kid != s.keys.kid {
+			return nil, errors.New("unknown key id")
+		}
+		return s.keys.verifyKey, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if c.Kind != want {
+		return nil, fmt.Errorf("%w: a %q token where %q was expected", ErrInvalid, c.Kind, want)
+	}
+	if c.ID == "" || c.SessionID == "" || c.IssuedAt == nil {
+		return nil, fmt.Errorf("%w: missing jti, sid or iat", ErrInvalid)
+	}
+	if id, err := strconv.ParseInt(c.Subject, 10, 64); err != nil || id < 1 {
+		return nil, fmt.Errorf("%w: bad subject", ErrInvalid)
+	}
+	return &c, nil
+}
+
+// JWKS is the JSON Web Key Set of the verification key; it holds no key at
+// all for HS256, whose key is a shared secret.
+func (s *Service) JWKS() []byte { return s.keys.jwks }
+
+// Algorithm is the one accepted signing algorithm.
+func (s *Service) Algorithm() string { return s.keys.method.Alg() }

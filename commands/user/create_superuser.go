@@ -1,0 +1,91 @@
+package user
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cfgd/cfgd/commands"
+	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/identity"
+)
+
+// CreateSuperuser creates a staff superuser, with a password or without one
+// (such a user signs in by OTP only).
+type CreateSuperuser struct {
+	Email    string
+	Password string
+	Meta     events.Metadata
+}
+
+// ErrPasswordTooShort rejects a password under MinPasswordLength.
+var ErrPasswordTooShort = fmt.Errorf("the password must be at least %d characters", MinPasswordLength)
+
+// CreateSuperuserHandler handles CreateSuperuser.
+type CreateSuperuserHandler struct {
+	pool *pgxpool.Pool
+	now  func() time.Time
+}
+
+// NewCreateSuperuserHandler returns the handler.
+func NewCreateSuperuserHandler(pool *pgxpool.Pool, now func() time.Time) *CreateSuperuserHandler {
+	return &CreateSuperuserHandler{pool: pool, now: now}
+}
+
+// Check validates cmd without touching the store; Handle runs it too.
+func (cmd CreateSuperuser) Check() (email string, err error) {
+	if email, err = identity.NormaliseEmail(cmd.Email); err != nil {
+		return "", err
+	}
+	if cmd.Password != "" && len([]rune(cmd.Password)) < MinPasswordLength {
+		return "", ErrPasswordTooShort
+	}
+	return email, nil
+}
+
+// Handle creates the user. It fails with identity.ErrEmailRequired (the
+// spec's 'Email is required'), identity.ErrInvalidEmail,
+// ErrPasswordTooShort or ErrEmailTaken.
+func (h *CreateSuperuserHandler) Handle(ctx context.Context, cmd CreateSuperuser) (*State, error) {
+	email, err := cmd.Check()
+	if err != nil {
+		return nil, err
+	}
+	var hash string
+	if cmd.Password != "" {
+		if hash, err = HashPassword(cmd.Password); err != nil {
+			return nil, err
+		}
+	}
+	return commands.Retry(ctx, 5, func(ctx context.Context) (*State, error) {
+		existing, err := Lookup(ctx, h.pool, email)
+		if err != nil {
+			return nil, err
+		}
+		if existing != nil {
+			return nil, ErrEmailTaken
+		}
+		var created *State
+		err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
+			created, err = Create(ctx, tx, New{
+				Email: email, PasswordHash: hash, IsStaff: true, IsSuperuser: true, Via: identity.ViaCommand,
+			}, cmd.Meta, h.now())
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("create superuser: %w", err)
+		}
+		return created, nil
+	})
+}
+
+// IsInputError tells whether err is the caller's mistake rather than a
+// failure of the service.
+func IsInputError(err error) bool {
+	return errors.Is(err, identity.ErrEmailRequired) || errors.Is(err, identity.ErrInvalidEmail) ||
+		errors.Is(err, ErrPasswordTooShort) || errors.Is(err, ErrEmailTaken)
+}

@@ -1,0 +1,121 @@
+// Package identity projects the sign-in events into Postgres read models:
+// users with their profiles and registration sources, and session
+// revocations (which feed the access-token revocation set). The projection names
+// are consumer groups and checkpoint keys: never rename them.
+//
+// The otp-<email> streams have no read model: nothing queries codes, and
+// the write side decides from the stream alone. Each projected event costs
+// a transaction, so a model nobody reads would only halve sign-in
+// throughput.
+package identity
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/identity"
+	"github.com/cfgd/cfgd/projections"
+)
+
+// Projection names.
+const (
+	UsersName       = "identity.users"
+	RevocationsName = "identity.revocations"
+)
+
+// All returns every identity projection.
+func All() []*projections.Projection {
+	return []*projections.Projection{Users(), Revocations()}
+}
+
+// Users builds users, profiles, registration_sources and
+// user_registration_sources. It handles every event of a user-<id> stream,
+// so its checkpoint for that stream is the user's version, which tokens
+// promise to readers.
+func Users() *projections.Projection {
+	p := projections.New(UsersName)
+	projections.On(p, func(ctx context.Context, tx pgx.Tx, env events.Envelope, e *identity.UserRegistered) error {
+		var hash *string
+		if e.PasswordHash != "" {
+			hash = &e.PasswordHash
+		}
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO users (id, email, first_name, last_name, password_hash, is_active, is_staff, is_superuser, date_joined, last_login, version)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+			e.UserID, e.Email, e.FirstName, e.LastName, hash, e.IsActive, e.IsStaff, e.IsSuperuser, e.JoinedAt, e.SignedInAt, env.Version); err != nil {
+			return fmt.Errorf("insert user %d: %w", e.UserID, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO profiles (user_id, created_at, updated_at) VALUES ($1, $2, $2)`, e.UserID, e.JoinedAt); err != nil {
+			return fmt.Errorf("insert profile %d: %w", e.UserID, err)
+		}
+		return nil
+	})
+	projections.On(p, func(ctx context.Context, tx pgx.Tx, env events.Envelope, e *identity.SourceLinked) error {
+		var sourceID int64
+		// DO UPDATE (of nothing) so that RETURNING yields the existing row;
+		// the first name derived for a URL stays.
+		if err := tx.QueryRow(ctx, `
+			INSERT INTO registration_sources (url, name, created_at) VALUES ($1, $2, $3)
+			ON CONFLICT (url) DO UPDATE SET url = excluded.url
+			RETURNING id`, e.SourceURL, e.SourceName, e.LinkedAt).Scan(&sourceID); err != nil {
+			return fmt.Errorf("upsert source: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO user_registration_sources (user_id, source_id, created_at) VALUES ($1, $2, $3)
+			ON CONFLICT (user_id, source_id) DO NOTHING`, e.UserID, sourceID, e.LinkedAt); err != nil {
+			return fmt.Errorf("link source: %w", err)
+		}
+		return bumpVersion(ctx, tx, e.UserID, env.Version)
+	})
+	projections.On(p, func(ctx context.Context, tx pgx.Tx, env events.Envelope, e *identity.LoggedIn) error {
+		if _, err := tx.Exec(ctx, `UPDATE users SET last_login = $2, version = $3 WHERE id = $1`, e.UserID, e.At, env.Version); err != nil {
+			return fmt.Errorf("last login: %w", err)
+		}
+		return nil
+	})
+	projections.On(p, func(ctx context.Context, tx pgx.Tx, env events.Envelope, e *identity.ProfileUpdated) error {
+		if _, err := tx.Exec(ctx, `UPDATE users SET first_name = $2, last_name = $3, version = $4 WHERE id = $1`,
+			e.UserID, e.FirstName, e.LastName, env.Version); err != nil {
+			return fmt.Errorf("update user: %w", err)
+		}
+		var dob *string
+		if e.DateOfBirth != "" {
+			dob = &e.DateOfBirth
+		}
+		if _, err := tx.Exec(ctx, `UPDATE profiles SET bio = $2, phone = $3, date_of_birth = $4::date, updated_at = $5 WHERE user_id = $1`,
+			e.UserID, e.Bio, e.Phone, dob, e.At); err != nil {
+			return fmt.Errorf("update profile: %w", err)
+		}
+		return nil
+	})
+	return p
+}
+
+func bumpVersion(ctx context.Context, tx pgx.Tx, userID, version int64) error {
+	if _, err := tx.Exec(ctx, `UPDATE users SET version = $2 WHERE id = $1`, userID, version); err != nil {
+		return fmt.Errorf("user version: %w", err)
+	}
+	return nil
+}
+
+// Revocations builds session_revocations, the source of the access-token
+// revocation set. Only revocations are projected: nothing reads a list of
+// live sessions (the write side decides from the session streams), and
+// every projected event costs a transaction.
+func Revocations() *projections.Projection {
+	p := projections.New(RevocationsName)
+	projections.On(p, func(ctx context.Context, tx pgx.Tx, _ events.Envelope, e *identity.SessionRevoked) error {
+		_, err := tx.Exec(ctx, `
+			INSERT INTO session_revocations (session_id, user_id, kind, reason, revoked_at, expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6)`,
+			e.SessionID, e.UserID, e.Kind, e.Reason, e.At, e.ExpiresAt)
+		if err != nil {
+			return fmt.Errorf("revoke session: %w", err)
+		}
+		return nil
+	})
+	return p
+}
