@@ -36,32 +36,22 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p *Pro
 	}
 	outcome := Applied
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		var seen int64
-		err := tx.QueryRow(ctx, `SELECT version FROM projection_checkpoints WHERE projection = $1 AND stream_id = $2 FOR UPDATE`,
-			p.Name, env.Stream).Scan(&seen)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		// Claim the version first: the upsert both detects a duplicate and
+		// locks the checkpoint row, so two consumers of one stream (during a
+		// rebalance) cannot both apply the same event.
+		tag, err := tx.Exec(ctx, `
+			INSERT INTO projection_checkpoints (projection, stream_id, version) VALUES ($1, $2, $3)
+			ON CONFLICT (projection, stream_id) DO UPDATE SET version = excluded.version
+			WHERE projection_checkpoints.version < excluded.version`,
+			p.Name, env.Stream, env.Version)
+		if err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
-		if seen >= env.Version {
+		if tag.RowsAffected() == 0 {
 			outcome = Duplicate
 			return nil
 		}
-		if err := h(ctx, tx, env, ev); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO projection_checkpoints (projection, stream_id, version) VALUES ($1, $2, $3)
-			ON CONFLICT (projection, stream_id) DO UPDATE SET version = excluded.version`,
-			p.Name, env.Stream, env.Version); err != nil {
-			return fmt.Errorf("checkpoint: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO projection_positions (projection, position, updated_at) VALUES ($1, $2, now())
-			ON CONFLICT (projection) DO UPDATE SET position = greatest(projection_positions.position, excluded.position), updated_at = now()`,
-			p.Name, env.Position); err != nil {
-			return fmt.Errorf("position: %w", err)
-		}
-		return nil
+		return h(ctx, tx, env, ev)
 	})
 	if err != nil {
 		// A concurrent first insert of the same checkpoint row (two consumers

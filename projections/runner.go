@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -24,6 +25,11 @@ type Runner struct {
 	bus     bus.Config
 	log     *slog.Logger
 	metrics *runnerMetrics
+	// applied is the highest global position each projection applied in
+	// this process; flushed to projection_positions once a second rather
+	// than in every event's transaction, where one hot row per projection
+	// would serialise all partitions.
+	applied map[string]*atomic.Int64
 }
 
 type runnerMetrics struct {
@@ -68,6 +74,20 @@ func (r *Runner) Run(ctx context.Context, ps ...*Projection) error {
 	}
 	router.AddMiddleware(middleware.Recoverer)
 	topic := r.bus.Topic(bus.TopicEvents)
+	r.applied = make(map[string]*atomic.Int64, len(ps))
+	for _, p := range ps {
+		r.applied[p.Name] = new(atomic.Int64)
+	}
+	flushDone := make(chan struct{})
+	flushCtx, stopFlush := context.WithCancel(ctx)
+	go func() {
+		defer close(flushDone)
+		r.flushPositions(flushCtx)
+	}()
+	defer func() {
+		stopFlush()
+		<-flushDone
+	}()
 	for _, p := range ps {
 		if r.metrics != nil {
 			if err := r.registerLag(p.Name); err != nil {
@@ -120,7 +140,45 @@ func (r *Runner) handle(p *Projection) message.NoPublishHandlerFunc {
 			return err
 		}
 		r.count(p.Name, [...]string{"applied", "duplicate", "ignored"}[out])
+		if out == Applied {
+			storeMax(r.applied[p.Name], env.Position)
+		}
 		return nil
+	}
+}
+
+// flushPositions writes the in-memory applied positions every second, and
+// once more on the way out.
+func (r *Runner) flushPositions(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	flushed := map[string]int64{}
+	flush := func(ctx context.Context) {
+		for name, pos := range r.applied {
+			v := pos.Load()
+			if v == 0 || flushed[name] == v {
+				continue
+			}
+			if _, err := r.pool.Exec(ctx, `
+				INSERT INTO projection_positions (projection, position, updated_at) VALUES ($1, $2, now())
+				ON CONFLICT (projection) DO UPDATE SET position = greatest(projection_positions.position, excluded.position), updated_at = now()`,
+				name, v); err != nil {
+				r.log.Warn("projection position flush", "projection", name, "err", err)
+				continue
+			}
+			flushed[name] = v
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			final, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			flush(final)
+			cancel()
+			return
+		case <-t.C:
+			flush(ctx)
+		}
 	}
 }
 
@@ -152,4 +210,13 @@ func (r *Runner) registerLag(name string) error {
 		return fmt.Errorf("projection %s lag metric: %w", name, err)
 	}
 	return nil
+}
+
+func storeMax(a *atomic.Int64, v int64) {
+	for {
+		cur := a.Load()
+		if v <= cur || a.CompareAndSwap(cur, v) {
+			return
+		}
+	}
 }

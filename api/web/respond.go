@@ -27,7 +27,10 @@ type ErrorBody struct {
 func JSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	if err := json.NewEncoder(w).Encode(v); err != nil {
+	enc := json.NewEncoder(w)
+	// Bodies are JSON for API clients, not HTML: keep URLs readable.
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		// The status line is gone; all that is left is to note it.
 		slog.Debug("write response", "err", err)
 	}

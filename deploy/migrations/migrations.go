@@ -5,7 +5,9 @@ package migrations
 import (
 	"context"
 	"database/sql"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -60,4 +62,27 @@ func newLocker() (lock.SessionLocker, error) {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
 	return l, nil
+}
+
+// Fingerprint is a short hash of every Postgres migration file. Test helpers
+// name their migrated template database after it, so one template serves
+// every test run until a migration changes.
+func Fingerprint() (string, error) {
+	h := sha256.New()
+	err := fs.WalkDir(postgresFS, "postgres", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := postgresFS.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", path, len(b))
+		h.Write(b)
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("migrations fingerprint: %w", err)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:12], nil
 }

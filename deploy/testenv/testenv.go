@@ -52,8 +52,11 @@ func randomName(prefix string) string {
 	return prefix + hex.EncodeToString(b)
 }
 
-// templateOnce migrates one template database per test binary; each test
-// then clones it, which is far faster than migrating every database.
+// templateOnce resolves, once per test binary, the migrated template that
+// tests clone, which is far faster than migrating every database. The
+// template is named after the migrations' fingerprint and kept between runs,
+// so only the first run after a migration change pays for migrating; older
+// templates are dropped when a new one is made.
 var (
 	templateOnce sync.Once
 	templateName string
@@ -61,27 +64,60 @@ var (
 )
 
 func template(ctx context.Context) (string, error) {
-	templateOnce.Do(func() {
-		templateName = randomName("cfgd_tpl_")
-		admin, err := pgx.Connect(ctx, PostgresAdminURL())
-		if err != nil {
-			templateErr = fmt.Errorf("testenv: postgres is not reachable (run deploy/local/stack.sh up): %w", err)
-			return
-		}
-		defer admin.Close(ctx)
-		if _, err := admin.Exec(ctx, "CREATE DATABASE "+templateName); err != nil {
-			templateErr = fmt.Errorf("testenv: create template: %w", err)
-			return
-		}
-		pool, err := pgxpool.New(ctx, withDatabase(PostgresAdminURL(), templateName))
-		if err != nil {
-			templateErr = err
-			return
-		}
-		templateErr = migrations.Up(ctx, pool, Quiet())
-		pool.Close()
-	})
+	templateOnce.Do(func() { templateName, templateErr = ensureTemplate(ctx) })
 	return templateName, templateErr
+}
+
+func ensureTemplate(ctx context.Context) (string, error) {
+	fp, err := migrations.Fingerprint()
+	if err != nil {
+		return "", err
+	}
+	name := "cfgd_tpl_" + fp
+	admin, err := pgx.Connect(ctx, PostgresAdminURL())
+	if err != nil {
+		return "", fmt.Errorf("testenv: postgres is not reachable (run deploy/local/stack.sh up): %w", err)
+	}
+	defer admin.Close(ctx)
+	// Test binaries run in parallel; one builds the template, the rest wait.
+	if _, err := admin.Exec(ctx, `SELECT pg_advisory_lock(hashtext('cfgd-testenv-template'))`); err != nil {
+		return "", fmt.Errorf("testenv: template lock: %w", err)
+	}
+	defer admin.Exec(context.Background(), `SELECT pg_advisory_unlock(hashtext('cfgd-testenv-template'))`) //nolint:errcheck
+	var exists bool
+	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return "", fmt.Errorf("testenv: template lookup: %w", err)
+	}
+	if exists {
+		return name, nil
+	}
+	// Build under a scratch name and rename at the end, so a crash halfway
+	// never leaves a half-migrated template behind the final name.
+	scratch := randomName("cfgd_tplwip_")
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+scratch); err != nil {
+		return "", fmt.Errorf("testenv: create template: %w", err)
+	}
+	pool, err := pgxpool.New(ctx, withDatabase(PostgresAdminURL(), scratch))
+	if err != nil {
+		return "", err
+	}
+	err = migrations.Up(ctx, pool, Quiet())
+	pool.Close()
+	if err != nil {
+		return "", fmt.Errorf("testenv: migrate template: %w", err)
+	}
+	if _, err := admin.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s RENAME TO %s", scratch, name)); err != nil {
+		return "", fmt.Errorf("testenv: rename template: %w", err)
+	}
+	rows, err := admin.Query(ctx, `SELECT datname FROM pg_database WHERE (datname LIKE 'cfgd\_tpl%') AND datname <> $1`, name)
+	if err != nil {
+		return name, nil
+	}
+	stale, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+	for _, db := range stale {
+		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
+	}
+	return name, nil
 }
 
 // PostgresURL creates a migrated database for t, dropped when t ends, and

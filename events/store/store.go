@@ -63,16 +63,8 @@ func Append(ctx context.Context, db DB, stream string, expected int64, envs ...e
 	if len(envs) == 0 {
 		return nil, nil
 	}
-	current, err := Version(ctx, db, stream)
-	if err != nil {
-		return nil, err
-	}
-	if expected != events.AnyVersion && current != expected {
-		return nil, &ConflictError{Stream: stream, Expected: expected, Actual: current}
-	}
 	n := len(envs)
 	ids := make([]uuid.UUID, n)
-	versions := make([]int64, n)
 	types := make([]string, n)
 	times := make([]time.Time, n)
 	metas := make([]string, n)
@@ -83,34 +75,49 @@ func Append(ctx context.Context, db DB, stream string, expected int64, envs ...e
 			return nil, fmt.Errorf("append to %s: envelope %s belongs to %s", stream, e.ID, e.Stream)
 		}
 		e.Stream = stream
-		e.Version = current + int64(i) + 1
 		md, err := json.Marshal(e.Metadata)
 		if err != nil {
 			return nil, fmt.Errorf("append to %s: metadata: %w", stream, err)
 		}
-		ids[i], versions[i], types[i], times[i], metas[i], datas[i] = e.ID, e.Version, e.Type, e.OccurredAt, string(md), string(e.Data)
+		ids[i], types[i], times[i], metas[i], datas[i] = e.ID, e.Type, e.OccurredAt, string(md), string(e.Data)
 		out[i] = e
 	}
+	// One round trip: the version check and the insert are one statement.
+	// Two writers that both pass the check collide on the unique
+	// (stream_id, stream_version) index, which becomes a ConflictError.
 	rows, err := db.Query(ctx, `
+		WITH cur AS (SELECT coalesce(max(stream_version), 0) AS v FROM events WHERE stream_id = $2)
 		INSERT INTO events (event_id, stream_id, stream_version, type, occurred_at, metadata, data)
-		SELECT id, $2, v, t, o, m::jsonb, d::jsonb
-		FROM unnest($1::uuid[], $3::bigint[], $4::text[], $5::timestamptz[], $6::text[], $7::text[]) AS u(id, v, t, o, m, d)
-		ORDER BY v
+		SELECT u.id, $2, cur.v + u.ord, u.t, u.o, u.m::jsonb, u.d::jsonb
+		FROM cur, unnest($1::uuid[], $3::text[], $4::timestamptz[], $5::text[], $6::text[]) WITH ORDINALITY AS u(id, t, o, m, d, ord)
+		WHERE $7::bigint < 0 OR cur.v = $7::bigint
+		ORDER BY u.ord
 		RETURNING stream_version, position`,
-		ids, stream, versions, types, times, metas, datas)
+		ids, stream, types, times, metas, datas, expected)
 	if err != nil {
 		return nil, appendErr(stream, expected, err)
 	}
 	defer rows.Close()
+	i := 0
 	for rows.Next() {
-		var v, pos int64
-		if err := rows.Scan(&v, &pos); err != nil {
+		if i >= n {
+			return nil, fmt.Errorf("append to %s: more rows returned than appended", stream)
+		}
+		if err := rows.Scan(&out[i].Version, &out[i].Position); err != nil {
 			return nil, appendErr(stream, expected, err)
 		}
-		out[v-current-1].Position = pos
+		i++
 	}
 	if err := rows.Err(); err != nil {
 		return nil, appendErr(stream, expected, err)
+	}
+	if i == 0 {
+		// The check failed; look up the version only now, for the message.
+		actual, err := Version(ctx, db, stream)
+		if err != nil {
+			return nil, err
+		}
+		return nil, &ConflictError{Stream: stream, Expected: expected, Actual: actual}
 	}
 	return out, nil
 }
