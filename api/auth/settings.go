@@ -12,7 +12,7 @@ import (
 	"github.com/cfgd/cfgd/commands/token"
 )
 
-// Settings of sign-in, read at start-up (docs/auth.md has the table).
+// Settings of sign-in, read at start-up (README.md, Passwordless sign-in, has the table).
 type Settings struct {
 	Email EmailSettings
 	JWT   JWTSettings

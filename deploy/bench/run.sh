@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Every benchmark with its same-run baseline; `make bench` calls this.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+echo "== outbox relay vs bare sarama producer" >&2
+go test -run '^$' -bench '^BenchmarkRelay$' -benchtime 2x ./events/relay/ | grep -E '^Benchmark|relay/baseline'
+echo "== OTP sign-in flows vs pgbench -N" >&2
+deploy/bench/otp.sh
