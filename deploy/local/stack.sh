@@ -62,7 +62,13 @@ pg_up() {
 		log "postgres: already running on 127.0.0.1:$PG_PORT"
 	else
 		if port_open "$PG_PORT"; then
-			die "postgres: port $PG_PORT is taken by another server (stop it, or set CFGD_PG_PORT)"
+			# Another Postgres (a previous checkout's, or the system one) already
+			# serves this port: use it if we can reach it as postgres.
+			as_root runuser -u postgres -- psql -h "$PG_SOCK" -p "$PG_PORT" -tAc "select 1" >/dev/null 2>&1 ||
+				die "postgres: port $PG_PORT is taken by a server we cannot use (stop it, or set CFGD_PG_PORT)"
+			log "postgres: using the server already on 127.0.0.1:$PG_PORT"
+			pg_ensure_db
+			return
 		fi
 		# pg_ctl itself handles a stale postmaster.pid whose process is gone.
 		as_root touch "$DATA/postgres.log" && as_root chown postgres "$DATA/postgres.log"
@@ -70,6 +76,9 @@ pg_up() {
 			-o "-p $PG_PORT -k $PG_SOCK -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=${CFGD_PG_FSYNC:-on}" start >/dev/null
 		log "postgres: started on 127.0.0.1:$PG_PORT (socket $PG_SOCK)"
 	fi
+	pg_ensure_db
+}
+pg_ensure_db() {
 	if ! as_root runuser -u postgres -- psql -h "$PG_SOCK" -p "$PG_PORT" -tAc "select 1 from pg_database where datname='cfgd'" | grep -q 1; then
 		as_root runuser -u postgres -- createdb -h "$PG_SOCK" -p "$PG_PORT" cfgd
 		log "postgres: created database cfgd"
@@ -123,7 +132,12 @@ ch_up() {
 		return
 	fi
 	if [ -f "$pidf" ] && ! pid_alive "$pidf"; then log "clickhouse: removing stale pid file"; rm -f "$pidf"; fi
-	port_open "$CH_TCP_PORT" && die "clickhouse: port $CH_TCP_PORT is taken by another server (stop it, or set CFGD_CH_PORT)"
+	if port_open "$CH_TCP_PORT"; then
+		clickhouse-client --port "$CH_TCP_PORT" --query "SELECT 1" >/dev/null 2>&1 ||
+			die "clickhouse: port $CH_TCP_PORT is taken by a server we cannot use (stop it, or set CFGD_CH_PORT)"
+		log "clickhouse: using the server already on 127.0.0.1:$CH_TCP_PORT"
+		return
+	fi
 	ch_config
 	"$(ch_bin)" --config-file="$DATA/clickhouse/config.xml" --pid-file="$pidf" --daemon >>"$DATA/clickhouse.log" 2>&1
 	wait_port clickhouse "$CH_TCP_PORT" 60
@@ -146,7 +160,12 @@ redis_up() {
 		return
 	fi
 	if [ -f "$pidf" ] && ! pid_alive "$pidf"; then log "redis: removing stale pid file"; rm -f "$pidf"; fi
-	port_open "$REDIS_PORT" && die "redis: port $REDIS_PORT is taken by another server (stop it, or set CFGD_REDIS_PORT)"
+	if port_open "$REDIS_PORT"; then
+		[ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ] ||
+			die "redis: port $REDIS_PORT is taken by a server we cannot use (stop it, or set CFGD_REDIS_PORT)"
+		log "redis: using the server already on 127.0.0.1:$REDIS_PORT"
+		return
+	fi
 	mkdir -p "$DATA/redis"
 	redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$DATA/redis" --daemonize yes \
 		--pidfile "$pidf" --logfile "$DATA/redis.log" --appendonly yes --save "" >/dev/null
