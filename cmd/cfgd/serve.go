@@ -71,7 +71,15 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 
 	srv := api.NewServer(c.HTTPAddr, router, c.ShutdownTimeout, log)
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return srv.Run(gctx) })
+	// The relay and projections outlive the HTTP drain, so a request still
+	// in flight (say, one waiting for its own write to be projected) can
+	// finish; they stop once HTTP has.
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(gctx))
+	defer stopBackground()
+	g.Go(func() error {
+		defer stopBackground()
+		return srv.Run(gctx)
+	})
 	g.Go(func() error {
 		select {
 		case addr := <-srv.Started():
@@ -81,7 +89,13 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 		}
 		return nil
 	})
-	g.Go(func() error { return runBackground(gctx, log, d, busCfg, reg, metrics, c, ps) })
+	g.Go(func() error {
+		err := runBackground(bgCtx, log, d, busCfg, reg, metrics, c, ps)
+		if err != nil && bgCtx.Err() == nil {
+			return err // stops HTTP too, through gctx
+		}
+		return nil
+	})
 	err = g.Wait()
 	if errors.Is(err, context.Canceled) {
 		err = nil
