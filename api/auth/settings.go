@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cfgd/cfgd/api/extensions"
 	"github.com/cfgd/cfgd/cmd/settings"
 	"github.com/cfgd/cfgd/commands/mail"
 	"github.com/cfgd/cfgd/commands/token"
@@ -19,7 +18,7 @@ type Settings struct {
 
 	// OTPHMACKey is the server-side key codes are HMAC'd with; unset means
 	// "use (or create) the key file in KeysDir".
-	OTPHMACKey extensions.Secret
+	OTPHMACKey settings.Secret
 	KeysDir    string
 
 	// Per-IP throttles on the OTP endpoints, against one client spraying
@@ -50,14 +49,14 @@ type EmailSettings struct {
 	SMTPPort     int
 	SMTPSecurity string
 	SMTPUsername string
-	SMTPPassword extensions.Secret
+	SMTPPassword settings.Secret
 	SMTPTimeout  time.Duration
 }
 
 // JWTSettings choose how tokens are signed.
 type JWTSettings struct {
 	Algorithm      string
-	SigningKey     extensions.Secret // unset: key file in KeysDir
+	SigningKey     settings.Secret // unset: key file in KeysDir
 	AccessTTL      time.Duration
 	RefreshTTL     time.Duration
 	RotateRefresh  bool
@@ -67,7 +66,7 @@ type JWTSettings struct {
 }
 
 // ReadSettings reads the sign-in settings; problems are left in r, one per
-// variable. Secrets are read with r.Secret and kept as extensions.Secret,
+// variable. Secrets are read with r.Secret and kept as settings.Secret,
 // so Settings can be printed or logged whole without revealing them.
 func ReadSettings(r *settings.Reader) Settings {
 	s := Settings{
@@ -77,12 +76,12 @@ func ReadSettings(r *settings.Reader) Settings {
 			SMTPPort:     r.IntRange("EMAIL__SMTP_PORT", 587, 1, 65535),
 			SMTPSecurity: r.OneOf("EMAIL__SMTP_SECURITY", mail.SecurityStartTLS, mail.SecurityStartTLS, mail.SecurityTLS, mail.SecurityNone),
 			SMTPUsername: r.String("EMAIL__SMTP_USERNAME", ""),
-			SMTPPassword: extensions.NewSecret(r.Secret("EMAIL__SMTP_PASSWORD", false)),
+			SMTPPassword: settings.NewSecret(r.Secret("EMAIL__SMTP_PASSWORD", false)),
 			SMTPTimeout:  r.PositiveDuration("EMAIL__SMTP_TIMEOUT", 10*time.Second),
 		},
 		JWT: JWTSettings{
 			Algorithm:      r.OneOf("JWT__ALGORITHM", token.EdDSA, token.EdDSA, token.HS256),
-			SigningKey:     extensions.NewSecret(r.Secret("JWT__SIGNING_KEY", false)),
+			SigningKey:     settings.NewSecret(r.Secret("JWT__SIGNING_KEY", false)),
 			AccessTTL:      r.PositiveDuration("JWT__ACCESS_TTL", 15*time.Minute),
 			RefreshTTL:     r.PositiveDuration("JWT__REFRESH_TTL", 168*time.Hour),
 			RotateRefresh:  r.Bool("JWT__ROTATE_REFRESH", false),
@@ -90,7 +89,7 @@ func ReadSettings(r *settings.Reader) Settings {
 			Audience:       r.String("JWT__AUDIENCE", "cfgd"),
 			RevocationPoll: r.PositiveDuration("JWT__REVOCATION_POLL", time.Second),
 		},
-		OTPHMACKey:        extensions.NewSecret(r.Secret("OTP__HMAC_KEY", false)),
+		OTPHMACKey:        settings.NewSecret(r.Secret("OTP__HMAC_KEY", false)),
 		KeysDir:           r.String("AUTH__KEYS_DIR", "./data/keys"),
 		IPRequests:        r.IntRange("OTP__IP_REQUESTS", 20, 1, 1_000_000),
 		IPVerifications:   r.IntRange("OTP__IP_VERIFICATIONS", 60, 1, 1_000_000),

@@ -30,8 +30,8 @@ func Builtin() []Extension {
 
 // Payments is the payments extension's own settings.
 type Payments struct {
-	CryptoAPIKey        Secret `json:"crypto_api_key"`
-	CryptoWebhookSecret Secret `json:"crypto_webhook_secret"`
+	CryptoAPIKey        settings.Secret `json:"crypto_api_key"`
+	CryptoWebhookSecret settings.Secret `json:"crypto_webhook_secret"`
 }
 
 // ReadPayments reads the payments settings; problems are left in r. Neither
@@ -39,17 +39,17 @@ type Payments struct {
 // the API root shows "" for one that is missing.
 func ReadPayments(r *settings.Reader) Payments {
 	return Payments{
-		CryptoAPIKey:        NewSecret(r.Secret("PAYMENTS_API_KEYS__CRYPTO_API_KEY", false)),
-		CryptoWebhookSecret: NewSecret(r.Secret("PAYMENTS_API_KEYS__CRYPTO_WEBHOOK_SECRET", false)),
+		CryptoAPIKey:        settings.NewSecret(r.Secret("PAYMENTS_API_KEYS__CRYPTO_API_KEY", false)),
+		CryptoWebhookSecret: settings.NewSecret(r.Secret("PAYMENTS_API_KEYS__CRYPTO_WEBHOOK_SECRET", false)),
 	}
 }
 
 // Leads is the leads extension's own settings.
 type Leads struct {
-	TelegramEnabled   bool   `json:"telegram_enabled"`
-	EmailEnabled      bool   `json:"email_enabled"`
-	TelegramBotToken  Secret `json:"telegram_bot_token"`
-	NotificationEmail string `json:"notification_email"`
+	TelegramEnabled   bool            `json:"telegram_enabled"`
+	EmailEnabled      bool            `json:"email_enabled"`
+	TelegramBotToken  settings.Secret `json:"telegram_bot_token"`
+	NotificationEmail string          `json:"notification_email"`
 }
 
 // ReadLeads reads the leads settings; problems are left in r. The token and
@@ -58,7 +58,7 @@ func ReadLeads(r *settings.Reader) Leads {
 	return Leads{
 		TelegramEnabled:   r.Bool("LEADS__TELEGRAM_ENABLED", true),
 		EmailEnabled:      r.Bool("LEADS__EMAIL_ENABLED", true),
-		TelegramBotToken:  NewSecret(r.Secret("TELEGRAM__BOT_TOKEN", true)),
+		TelegramBotToken:  settings.NewSecret(r.Secret("TELEGRAM__BOT_TOKEN", true)),
 		NotificationEmail: r.Email("LEADS__NOTIFICATION_EMAIL", "", true),
 	}
 }

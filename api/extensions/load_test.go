@@ -140,7 +140,7 @@ func TestPrecedence(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	s := mustLoad(t, allOn(), Builtin())
-	if got, want := own[Leads](t, s, "leads"), (Leads{TelegramEnabled: true, EmailEnabled: true, TelegramBotToken: NewSecret(botToken), NotificationEmail: "leads@example.com"}); got != want {
+	if got, want := own[Leads](t, s, "leads"), (Leads{TelegramEnabled: true, EmailEnabled: true, TelegramBotToken: settings.NewSecret(botToken), NotificationEmail: "leads@example.com"}); got != want {
 		t.Errorf("leads: got %+v, want %+v", got, want)
 	}
 	if got, want := own[Support](t, s, "support"), (Support{TicketAutoAssign: true, SLATrackingEnabled: true, SLAHours: 24, LiveChatEnabled: false, KnowledgeBaseIntegration: true}); got != want {

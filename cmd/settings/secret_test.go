@@ -1,4 +1,4 @@
-package extensions
+package settings
 
 import (
 	"bytes"
@@ -13,10 +13,14 @@ import (
 func TestSecretNeverPrinted(t *testing.T) {
 	const value = "s3cr3t-value-do-not-print"
 	s := NewSecret(value)
+	type keys struct {
+		CryptoAPIKey        Secret `json:"crypto_api_key"`
+		CryptoWebhookSecret Secret `json:"crypto_webhook_secret"`
+	}
 	holder := struct {
 		Key   Secret
-		Inner *Payments
-	}{s, &Payments{CryptoAPIKey: s, CryptoWebhookSecret: s}}
+		Inner *keys
+	}{s, &keys{CryptoAPIKey: s, CryptoWebhookSecret: s}}
 
 	var logs bytes.Buffer
 	slog.New(slog.NewTextHandler(&logs, nil)).Info("x", "secret", s, "holder", holder, "payments", *holder.Inner)
