@@ -35,11 +35,7 @@ func (a *API) handleOTPRequest(w http.ResponseWriter, r *http.Request) {
 	if _, err := identity.NormaliseEmail(body.Identifier); err != nil {
 		fields["identifier"] = err.Error()
 	}
-	if body.SourceURL != "" {
-		if _, err := user.CheckSourceURL(body.SourceURL); err != nil {
-			fields["source_url"] = err.Error()
-		}
-	}
+	checkSourceURL(fields, body.SourceURL)
 	if len(fields) > 0 {
 		web.FieldErrors(w, fields)
 		return
@@ -119,11 +115,7 @@ func (a *API) handleOTPVerify(w http.ResponseWriter, r *http.Request) {
 	if !otp.WellFormed(body.OTPCode) {
 		fields["otp_code"] = "must be 6 digits"
 	}
-	if body.SourceURL != "" {
-		if _, err := user.CheckSourceURL(body.SourceURL); err != nil {
-			fields["source_url"] = err.Error()
-		}
-	}
+	checkSourceURL(fields, body.SourceURL)
 	if len(fields) > 0 {
 		web.FieldErrors(w, fields)
 		return
@@ -159,5 +151,16 @@ func (a *API) waitFloor(r *http.Request, start time.Time) {
 	select {
 	case <-t.C:
 	case <-r.Context().Done():
+	}
+}
+
+// checkSourceURL adds a field error for a malformed optional source URL; the
+// request and the verify accept the same one.
+func checkSourceURL(fields map[string]string, raw string) {
+	if raw == "" {
+		return
+	}
+	if _, err := user.CheckSourceURL(raw); err != nil {
+		fields["source_url"] = err.Error()
 	}
 }

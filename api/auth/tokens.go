@@ -27,12 +27,8 @@ func tokenInvalid(w http.ResponseWriter) {
 
 // handleRefresh: POST /api/auth/token/refresh/ → session.Refresh.
 func (a *API) handleRefresh(w http.ResponseWriter, r *http.Request) {
-	var body refreshBody
-	if !web.DecodeOr400(w, r, &body) {
-		return
-	}
-	if body.Refresh == "" {
-		web.FieldErrors(w, map[string]string{"refresh": "this field is required"})
+	body, ok := decodeRefresh(w, r)
+	if !ok {
 		return
 	}
 	res, err := a.refresh.Handle(r.Context(), session.Refresh{Token: body.Refresh, Meta: meta(r, "")})
@@ -68,12 +64,8 @@ func (a *API) handleLogout(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	var body refreshBody
-	if !web.DecodeOr400(w, r, &body) {
-		return
-	}
-	if body.Refresh == "" {
-		web.FieldErrors(w, map[string]string{"refresh": "this field is required"})
+	body, ok := decodeRefresh(w, r)
+	if !ok {
 		return
 	}
 	claims, err := a.tokens.Parse(body.Refresh, token.Refresh)
@@ -112,4 +104,17 @@ func (a *API) endSession(w http.ResponseWriter, r *http.Request, c *token.Claims
 	default:
 		Fail(w, r, err)
 	}
+}
+
+// decodeRefresh reads the {"refresh": ...} body that refresh and logout share.
+func decodeRefresh(w http.ResponseWriter, r *http.Request) (refreshBody, bool) {
+	var body refreshBody
+	if !web.DecodeOr400(w, r, &body) {
+		return body, false
+	}
+	if body.Refresh == "" {
+		web.FieldErrors(w, map[string]string{"refresh": "this field is required"})
+		return body, false
+	}
+	return body, true
 }
