@@ -141,7 +141,7 @@ func TestRunnerDeliveredTwiceChangesNothing(t *testing.T) {
 		envs := appendEvents(t, pool, []string{"a", "b", "c"}[i%3], deposited{i}, unrelated{})
 		last = envs[len(envs)-1]
 	}
-	pub, err := bus.NewPublisher(c, quiet())
+	pub, err := bus.NewPublisher(c)
 	if err != nil {
 		t.Fatal(err)
 	}

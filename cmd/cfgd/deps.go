@@ -12,14 +12,18 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cfgd/cfgd/cmd/settings"
+	"github.com/cfgd/cfgd/events/store"
 )
 
 // deps are the connections every command shares. All are lazy: creating
 // them never blocks on a server that is down.
 type deps struct {
-	pg    *pgxpool.Pool
-	ch    driver.Conn
-	redis *redis.Client
+	pg *pgxpool.Pool
+	// commits ticks after this process appended events; the relay wakes
+	// on it.
+	commits *store.CommitSignal
+	ch      driver.Conn
+	redis   *redis.Client
 }
 
 func openDeps(ctx context.Context, c settings.Core) (*deps, error) {
@@ -28,6 +32,7 @@ func openDeps(ctx context.Context, c settings.Core) (*deps, error) {
 		return nil, fmt.Errorf("POSTGRES__URL: %w", err)
 	}
 	pgCfg.MaxConns = 32
+	commits := store.WatchCommits(pgCfg)
 	pg, err := pgxpool.NewWithConfig(ctx, pgCfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -49,7 +54,7 @@ func openDeps(ctx context.Context, c settings.Core) (*deps, error) {
 		_ = ch.Close()
 		return nil, fmt.Errorf("REDIS__URL: %w", err)
 	}
-	return &deps{pg: pg, ch: ch, redis: redis.NewClient(redisOpts)}, nil
+	return &deps{pg: pg, commits: commits, ch: ch, redis: redis.NewClient(redisOpts)}, nil
 }
 
 func (d *deps) Close() {

@@ -117,7 +117,7 @@ func runBackground(ctx context.Context, log *slog.Logger, d *deps, busCfg bus.Co
 	if err := retry(ctx, log, "kafka", func(ctx context.Context) error { return bus.EnsureTopics(ctx, busCfg, log, bus.TopicEvents) }); err != nil {
 		return nil
 	}
-	pub, err := bus.NewPublisher(busCfg, log)
+	pub, err := bus.NewPublisher(busCfg)
 	if err != nil {
 		return err
 	}
@@ -127,7 +127,7 @@ func runBackground(ctx context.Context, log *slog.Logger, d *deps, busCfg bus.Co
 			log.Warn("kafka publisher close", "err", err)
 		}
 	}()
-	rl, err := relay.New(relay.Config{Topic: busCfg.Topic(bus.TopicEvents), Metrics: metrics}, d.pg, pub, log)
+	rl, err := relay.New(relay.Config{Topic: busCfg.Topic(bus.TopicEvents), Metrics: metrics, Wake: d.commits.C()}, d.pg, pub, log)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/relay"
 )
 
 const userUsage = `usage: cfgd user create-superuser --email E [--password P]
@@ -75,6 +76,10 @@ func createSuperuser(ctx context.Context, log *slog.Logger, app appSettings, cmd
 			return &exitError{code: 1, err: err}
 		}
 		return err
+	}
+	// No relay runs in this process; wake the one of a running server.
+	if err := relay.Notify(ctx, d.pg); err != nil {
+		log.WarnContext(ctx, "the running server's relay was not woken; it will find the user on its next poll", "err", err)
 	}
 	fmt.Fprintf(stdout, "superuser created: id=%d email=%s\n", u.ID, u.Email)
 	if cmd.Password == "" {

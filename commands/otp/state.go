@@ -59,6 +59,7 @@ func fold(envs []events.Envelope) (state, error) {
 			}
 			if s.current != nil && s.current.ID == e.CodeID {
 				s.current.Used = true
+				s.current.Attempts = max(s.current.Attempts, e.Attempt)
 			}
 		case identity.OTPDeliveryFailed{}.EventType():
 			e, err := identity.Data[identity.OTPDeliveryFailed](env)

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/commands"
@@ -56,12 +55,13 @@ const maxVerifyRounds = 12
 // Handle checks the code and signs the user in. Every way of failing is
 // ErrInvalidCode, except a malformed source URL (user.ErrBadSourceURL).
 //
-// Counting before comparing: within one transaction the attempt is appended
-// at the version the code was read at, and only then is the code compared.
-// The result leaves the transaction only once it has committed, so every
-// comparison anyone learns the outcome of is a counted attempt, and
-// concurrent guesses serialise on the stream version: N parallel guesses
-// give at most MaxAttempts comparisons, and of two parallel right guesses
+// Every comparison is a counted attempt: its outcome is acted on and
+// answered only once the statement that records it (otp.attempted for a
+// miss, otp.verified for a match, which counts as the attempt) has
+// committed at the stream version the code was read at. Concurrent guesses
+// therefore serialise on that version, and a guess that loses the race is
+// compared again against the fresh stream: N parallel guesses give at most
+// MaxAttempts answered comparisons, and of two parallel right guesses
 // exactly one commits.
 func (h *VerifyHandler) Handle(ctx context.Context, cmd Verify) (VerifyResult, error) {
 	email, err := identity.NormaliseEmail(cmd.Email)
@@ -80,14 +80,17 @@ func (h *VerifyHandler) Handle(ctx context.Context, cmd Verify) (VerifyResult, e
 	})
 }
 
+// round is one try: one round trip reads the code and the address claim, a
+// returning user's stream is read, a new user takes an id, and one
+// statement appends everything the outcome decides.
 func (h *VerifyHandler) round(ctx context.Context, email, submitted, source string, md events.Metadata) (VerifyResult, error) {
 	now := h.now()
-	stream := identity.OTPStream(email)
-	envs, err := store.Load(ctx, h.pool, stream)
+	stream, claim := identity.OTPStream(email), identity.EmailStream(email)
+	loaded, err := store.LoadMany(ctx, h.pool, stream, claim)
 	if err != nil {
 		return VerifyResult{}, err
 	}
-	s, err := fold(envs)
+	s, err := fold(loaded[stream])
 	if err != nil {
 		return VerifyResult{}, err
 	}
@@ -96,71 +99,66 @@ func (h *VerifyHandler) round(ctx context.Context, email, submitted, source stri
 		h.hasher.Equal("", "", email, submitted)
 		return VerifyResult{}, ErrInvalidCode
 	}
-	// Read before the transaction; a user created meanwhile makes the
-	// address claim below conflict, and the next round finds them.
-	u, err := user.Lookup(ctx, h.pool, email)
+	// A user created after this read makes the claim below conflict, and
+	// the next round finds them.
+	u, err := user.FromClaim(ctx, h.pool, loaded[claim])
 	if err != nil {
 		return VerifyResult{}, err
 	}
-	var (
-		matched bool
-		res     VerifyResult
-	)
-	err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
-		attempt, err := events.New(stream, identity.OTPAttempted{CodeID: c.ID, Attempt: c.Attempts + 1}, md, now)
+	attempt := c.Attempts + 1
+	if !h.hasher.Equal(c.HMAC, c.ID, email, submitted) || (u != nil && !u.IsActive) {
+		miss, err := events.New(stream, identity.OTPAttempted{CodeID: c.ID, Attempt: attempt}, md, now)
 		if err != nil {
-			return err
+			return VerifyResult{}, err
 		}
-		out, err := store.Append(ctx, tx, stream, s.version, attempt)
-		if err != nil {
-			return err
+		if _, err := store.Append(ctx, h.pool, stream, s.version, miss); err != nil {
+			return VerifyResult{}, fmt.Errorf("verify otp: %w", err)
 		}
-		if !h.hasher.Equal(c.HMAC, c.ID, email, submitted) || (u != nil && !u.IsActive) {
-			return nil // commit the attempt alone
-		}
-		matched = true
-		sid := uuid.NewString()
-		if u == nil {
-			if source == "" {
-				source = c.SourceURL
-			}
-			n := user.New{Email: email, Via: identity.ViaOTP, SessionID: sid}
-			if source != "" {
-				n.SourceURL, n.SourceName = source, h.sources.Name(source)
-			}
-			if u, err = user.Create(ctx, tx, n, md, now); err != nil {
-				return err
-			}
-			res.Created = true
-		} else {
-			us := identity.UserStream(u.ID)
-			login := identity.LoggedIn{UserID: u.ID, SessionID: sid, At: now.UTC(), Method: "otp"}
-			env, err := events.New(us, login, md, now)
-			if err != nil {
-				return err
-			}
-			appended, err := store.Append(ctx, tx, us, u.Version, env)
-			if err != nil {
-				return err
-			}
-			u.Version, u.LastLogin = appended[0].Version, now.UTC()
-		}
-		verified, err := events.New(stream, identity.OTPVerified{CodeID: c.ID, UserID: u.ID, SessionID: sid}, md, now)
-		if err != nil {
-			return err
-		}
-		if _, err := store.Append(ctx, tx, stream, out[0].Version, verified); err != nil {
-			return err
-		}
-		res.Session, err = session.StartAPI(ctx, tx, h.tokens, sid, u.ID, u.Version, md, now)
-		return err
-	})
-	if err != nil {
-		return VerifyResult{}, fmt.Errorf("verify otp: %w", err)
-	}
-	if !matched {
 		return VerifyResult{}, ErrInvalidCode
 	}
-	res.User = u
+
+	var (
+		res    VerifyResult
+		writes []store.Write
+		sid    = uuid.NewString()
+	)
+	if u == nil {
+		if source == "" {
+			source = c.SourceURL
+		}
+		n := user.New{Email: email, Via: identity.ViaOTP, SessionID: sid}
+		if source != "" {
+			n.SourceURL, n.SourceName = source, h.sources.Name(source)
+		}
+		id, err := user.NextID(ctx, h.pool)
+		if err != nil {
+			return VerifyResult{}, err
+		}
+		if writes, u, err = user.Register(id, n, md, now); err != nil {
+			return VerifyResult{}, err
+		}
+		res.Created = true
+	} else {
+		us := identity.UserStream(u.ID)
+		login, err := events.New(us, identity.LoggedIn{UserID: u.ID, SessionID: sid, At: now.UTC(), Method: "otp"}, md, now)
+		if err != nil {
+			return VerifyResult{}, err
+		}
+		writes = append(writes, store.Write{Stream: us, Expected: u.Version, Events: []events.Envelope{login}})
+		u.Version, u.LastLogin = u.Version+1, now.UTC()
+	}
+	verified, err := events.New(stream, identity.OTPVerified{CodeID: c.ID, Attempt: attempt, UserID: u.ID, SessionID: sid}, md, now)
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	started, pair, err := session.StartAPI(h.tokens, sid, u.ID, u.Version, md, now)
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	writes = append(writes, started, store.Write{Stream: stream, Expected: s.version, Events: []events.Envelope{verified}})
+	if _, err := store.AppendMany(ctx, h.pool, writes...); err != nil {
+		return VerifyResult{}, fmt.Errorf("verify otp: %w", err)
+	}
+	res.User, res.Session = u, pair
 	return res, nil
 }

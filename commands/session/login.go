@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/commands"
@@ -82,30 +81,24 @@ func (h *LoginHandler) Handle(ctx context.Context, cmd Login) (LoginResult, erro
 			return LoginResult{}, ErrBadCredentials
 		}
 		exp := now.Add(h.tokens.TTL(token.Web))
-		var userVersion int64
-		err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
-			us := identity.UserStream(cur.ID)
-			login, err := events.New(us, identity.LoggedIn{UserID: cur.ID, SessionID: sid, At: now.UTC(), Method: "password"}, cmd.Meta, now)
-			if err != nil {
-				return err
-			}
-			out, err := store.Append(ctx, tx, us, cur.Version, login)
-			if err != nil {
-				return err
-			}
-			userVersion = out[0].Version
-			ss := identity.SessionStream(sid)
-			start, err := events.New(ss, identity.SessionStarted{
-				SessionID: sid, UserID: cur.ID, Kind: identity.SessionWeb, UserVersion: userVersion,
-				StartedAt: now.UTC(), ExpiresAt: exp.UTC(),
-			}, cmd.Meta, now)
-			if err != nil {
-				return err
-			}
-			_, err = store.Append(ctx, tx, ss, events.NoStream, start)
-			return err
-		})
+		us := identity.UserStream(cur.ID)
+		login, err := events.New(us, identity.LoggedIn{UserID: cur.ID, SessionID: sid, At: now.UTC(), Method: "password"}, cmd.Meta, now)
 		if err != nil {
+			return LoginResult{}, err
+		}
+		userVersion := cur.Version + 1
+		ss := identity.SessionStream(sid)
+		start, err := events.New(ss, identity.SessionStarted{
+			SessionID: sid, UserID: cur.ID, Kind: identity.SessionWeb, UserVersion: userVersion,
+			StartedAt: now.UTC(), ExpiresAt: exp.UTC(),
+		}, cmd.Meta, now)
+		if err != nil {
+			return LoginResult{}, err
+		}
+		if _, err := store.AppendMany(ctx, h.pool,
+			store.Write{Stream: us, Expected: cur.Version, Events: []events.Envelope{login}},
+			store.Write{Stream: ss, Expected: events.NoStream, Events: []events.Envelope{start}},
+		); err != nil {
 			return LoginResult{}, fmt.Errorf("login: %w", err)
 		}
 		t, err := h.tokens.Issue(token.Spec{Kind: token.Web, UserID: cur.ID, SessionID: sid, UserVersion: userVersion, ExpiresAt: exp})

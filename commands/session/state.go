@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/cfgd/cfgd/commands/token"
 	"github.com/cfgd/cfgd/events"
@@ -97,10 +96,12 @@ type Pair struct {
 	Refresh   token.Issued
 }
 
-// StartAPI appends session.started for a new API session with id sid
-// inside tx and signs its token pair. userVersion is the user stream
-// version the tokens promise to readers.
-func StartAPI(ctx context.Context, tx pgx.Tx, tokens Tokens, sid string, userID, userVersion int64, md events.Metadata, now time.Time) (Pair, error) {
+// StartAPI returns the write that opens API session sid (session.started
+// on a new stream) and its signed token pair. The caller appends the write
+// with the rest of its command and hands the tokens out only once that
+// committed. userVersion is the user stream version the tokens promise to
+// readers.
+func StartAPI(tokens Tokens, sid string, userID, userVersion int64, md events.Metadata, now time.Time) (store.Write, Pair, error) {
 	refreshID := uuid.NewString()
 	exp := now.Add(tokens.TTL(token.Refresh))
 	stream := identity.SessionStream(sid)
@@ -109,20 +110,18 @@ func StartAPI(ctx context.Context, tx pgx.Tx, tokens Tokens, sid string, userID,
 		UserVersion: userVersion, StartedAt: now.UTC(), ExpiresAt: exp.UTC(),
 	}, md, now)
 	if err != nil {
-		return Pair{}, err
-	}
-	if _, err := store.Append(ctx, tx, stream, events.NoStream, env); err != nil {
-		return Pair{}, err
+		return store.Write{}, Pair{}, err
 	}
 	access, err := tokens.Issue(token.Spec{Kind: token.Access, UserID: userID, SessionID: sid, UserVersion: userVersion})
 	if err != nil {
-		return Pair{}, err
+		return store.Write{}, Pair{}, err
 	}
 	refresh, err := tokens.Issue(token.Spec{Kind: token.Refresh, UserID: userID, SessionID: sid, ID: refreshID, UserVersion: userVersion, ExpiresAt: exp})
 	if err != nil {
-		return Pair{}, err
+		return store.Write{}, Pair{}, err
 	}
-	return Pair{SessionID: sid, Access: access, Refresh: refresh}, nil
+	w := store.Write{Stream: stream, Expected: events.NoStream, Events: []events.Envelope{env}}
+	return w, Pair{SessionID: sid, Access: access, Refresh: refresh}, nil
 }
 
 // revoke appends session.revoked at the session's version.

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
+	"github.com/cfgd/cfgd/events/store"
 )
 
 // CreateSuperuser creates a staff superuser, with a password or without one
@@ -69,14 +69,17 @@ func (h *CreateSuperuserHandler) Handle(ctx context.Context, cmd CreateSuperuser
 		if existing != nil {
 			return nil, ErrEmailTaken
 		}
-		var created *State
-		err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
-			created, err = Create(ctx, tx, New{
-				Email: email, PasswordHash: hash, IsStaff: true, IsSuperuser: true, Via: identity.ViaCommand,
-			}, cmd.Meta, h.now())
-			return err
-		})
+		id, err := NextID(ctx, h.pool)
 		if err != nil {
+			return nil, err
+		}
+		writes, created, err := Register(id, New{
+			Email: email, PasswordHash: hash, IsStaff: true, IsSuperuser: true, Via: identity.ViaCommand,
+		}, cmd.Meta, h.now())
+		if err != nil {
+			return nil, err
+		}
+		if _, err := store.AppendMany(ctx, h.pool, writes...); err != nil {
 			return nil, fmt.Errorf("create superuser: %w", err)
 		}
 		return created, nil

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/store"
@@ -20,6 +18,13 @@ func Lookup(ctx context.Context, db store.DB, email string) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
+	return FromClaim(ctx, db, claim)
+}
+
+// FromClaim loads the user a loaded user-email-<email> stream points to;
+// nil when the stream is empty. It lets a command load the claim together
+// with its own streams in one round trip.
+func FromClaim(ctx context.Context, db store.DB, claim []events.Envelope) (*State, error) {
 	if len(claim) == 0 {
 		return nil, nil
 	}
@@ -32,7 +37,7 @@ func Lookup(ctx context.Context, db store.DB, email string) (*State, error) {
 		return nil, err
 	}
 	if u == nil {
-		return nil, fmt.Errorf("address %s is claimed by user %d, whose stream is empty", email, c.UserID)
+		return nil, fmt.Errorf("address %s is claimed by user %d, whose stream is empty", c.Email, c.UserID)
 	}
 	return u, nil
 }
@@ -54,21 +59,26 @@ type New struct {
 // ErrEmailTaken is returned by Create when the address already has a user.
 var ErrEmailTaken = errors.New("a user with this e-mail already exists")
 
-// Create assigns the next user id and appends the address claim and the
-// user's first events inside tx. A concurrent claim of the same address
-// surfaces as a store conflict, so the caller retries from a fresh Lookup
-// and finds the user.
-func Create(ctx context.Context, tx pgx.Tx, n New, md events.Metadata, now time.Time) (*State, error) {
+// NextID takes the next user id. Ids are assigned on the write side, so
+// every event can carry the user's id; one lost to a failed command leaves
+// a gap, as any sequence does.
+func NextID(ctx context.Context, db store.DB) (int64, error) {
 	var id int64
-	if err := tx.QueryRow(ctx, `SELECT nextval('user_ids')`).Scan(&id); err != nil {
-		return nil, fmt.Errorf("next user id: %w", err)
+	if err := db.QueryRow(ctx, `SELECT nextval('user_ids')`).Scan(&id); err != nil {
+		return 0, fmt.Errorf("next user id: %w", err)
 	}
+	return id, nil
+}
+
+// Register returns the writes that create user id: the address claim, which
+// must not exist yet (a concurrent claim of the same address surfaces as a
+// store conflict, so the caller retries from a fresh lookup and finds the
+// user), and the user's first events. The caller appends them, together with
+// whatever else its command writes, and gets the new user's state.
+func Register(id int64, n New, md events.Metadata, now time.Time) ([]store.Write, *State, error) {
 	claim, err := events.New(identity.EmailStream(n.Email), identity.EmailClaimed{Email: n.Email, UserID: id}, md, now)
 	if err != nil {
-		return nil, err
-	}
-	if _, err := store.Append(ctx, tx, identity.EmailStream(n.Email), events.NoStream, claim); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	reg := identity.UserRegistered{
 		UserID: id, Email: n.Email, PasswordHash: n.PasswordHash, IsActive: true,
@@ -84,20 +94,20 @@ func Create(ctx context.Context, tx pgx.Tx, n New, md events.Metadata, now time.
 	}
 	stream := identity.UserStream(id)
 	envs := make([]events.Envelope, 0, len(evs))
-	for _, e := range evs {
+	for i, e := range evs {
 		env, err := events.New(stream, e, md, now)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		env.Version = int64(i + 1) // what the append will assign to a new stream
 		envs = append(envs, env)
 	}
-	out, err := store.Append(ctx, tx, stream, events.NoStream, envs...)
+	s, err := Fold(envs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	s, err := Fold(out)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return []store.Write{
+		{Stream: identity.EmailStream(n.Email), Expected: events.NoStream, Events: []events.Envelope{claim}},
+		{Stream: stream, Expected: events.NoStream, Events: envs},
+	}, s, nil
 }

@@ -20,20 +20,22 @@ func Quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 // Pipeline runs the real write-to-read path for a test: the outbox relay
 // from pool to the test's broker, and the projection runner feeding ps. Both
-// stop when t ends. The events topic is created first.
-func Pipeline(t testing.TB, pool *pgxpool.Pool, c bus.Config, reg *events.Registry, ps ...*projections.Projection) {
+// stop when t ends. The events topic is created first. wake, when not nil,
+// is the pool's store.CommitSignal, as in cfgd serve; without it the relay
+// polls every 20ms.
+func Pipeline(t testing.TB, pool *pgxpool.Pool, wake <-chan struct{}, c bus.Config, reg *events.Registry, ps ...*projections.Projection) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := bus.EnsureTopics(ctx, c, Quiet(), bus.TopicEvents); err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	pub, err := bus.NewPublisher(c, Quiet())
+	pub, err := bus.NewPublisher(c)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	rl, err := relay.New(relay.Config{Topic: c.Topic(bus.TopicEvents), Idle: 20 * time.Millisecond}, pool, pub, Quiet())
+	rl, err := relay.New(relay.Config{Topic: c.Topic(bus.TopicEvents), Idle: 20 * time.Millisecond, Wake: wake}, pool, pub, Quiet())
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -102,17 +102,56 @@ func Marshaler() kafka.MarshalerUnmarshaler {
 	})
 }
 
-// NewPublisher returns a Watermill publisher for the event relay.
-func NewPublisher(c Config, log *slog.Logger) (*kafka.Publisher, error) {
-	p, err := kafka.NewPublisher(kafka.PublisherConfig{
-		Brokers:               c.Brokers,
-		Marshaler:             Marshaler(),
-		OverwriteSaramaConfig: c.ProducerSarama(),
-	}, watermill.NewSlogLogger(log))
+// Publisher is a Watermill publisher that hands a whole Publish call to
+// Kafka at once. watermill-kafka's publisher waits for the acknowledgement
+// of each message before sending the next, one round trip per event; this
+// one gives them all to sarama's producer, which packs them into as few
+// produce requests as the partitions allow. Per-partition order still
+// holds: the producer is idempotent with one request in flight per broker.
+type Publisher struct {
+	producer  sarama.SyncProducer
+	marshaler kafka.Marshaler
+}
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns the event relay's publisher.
+func NewPublisher(c Config) (*Publisher, error) {
+	p, err := sarama.NewSyncProducer(c.Brokers, c.ProducerSarama())
 	if err != nil {
-		return nil, fmt.Errorf("kafka publisher: %w", err)
+		return nil, fmt.Errorf("kafka producer: %w", err)
 	}
-	return p, nil
+	return &Publisher{producer: p, marshaler: Marshaler()}, nil
+}
+
+// Publish sends msgs to topic and returns once Kafka acknowledged all of
+// them, or with the first failure (some may then be stored: the relay
+// re-sends the batch and consumers drop duplicates).
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	out := make([]*sarama.ProducerMessage, len(msgs))
+	for i, m := range msgs {
+		km, err := p.marshaler.Marshal(topic, m)
+		if err != nil {
+			return fmt.Errorf("marshal message %s: %w", m.UUID, err)
+		}
+		out[i] = km
+	}
+	if err := p.producer.SendMessages(out); err != nil {
+		var perrs sarama.ProducerErrors
+		if errors.As(err, &perrs) && len(perrs) > 0 {
+			return fmt.Errorf("produce %d of %d messages failed: %w", len(perrs), len(msgs), perrs[0].Err)
+		}
+		return fmt.Errorf("produce: %w", err)
+	}
+	return nil
+}
+
+// Close flushes and closes the producer.
+func (p *Publisher) Close() error {
+	if err := p.producer.Close(); err != nil {
+		return fmt.Errorf("close kafka producer: %w", err)
+	}
+	return nil
 }
 
 // NewSubscriber returns a Watermill subscriber in consumer group group.

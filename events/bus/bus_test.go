@@ -49,7 +49,7 @@ func TestEmbeddedBrokerKeepsDataAcrossRestart(t *testing.T) {
 	if err := bus.EnsureTopics(context.Background(), c, testenv.Quiet(), bus.TopicEvents); err != nil {
 		t.Fatal(err)
 	}
-	pub, err := bus.NewPublisher(c, testenv.Quiet())
+	pub, err := bus.NewPublisher(c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,9 +36,10 @@ type OTPDeliveryFailed struct {
 
 func (OTPDeliveryFailed) EventType() string { return "otp.delivery_failed" }
 
-// OTPAttempted: a verification of CodeID was counted. It is appended before
-// the submitted code is compared, so concurrent guesses serialise on the
-// stream version and can never exceed the attempt limit.
+// OTPAttempted: a verification of CodeID failed and was counted. The
+// outcome is answered only after this event committed at the version the
+// code was read at, so concurrent guesses serialise on the stream version
+// and can never exceed the attempt limit.
 type OTPAttempted struct {
 	CodeID  string `json:"code_id"`
 	Attempt int    `json:"attempt"` // 1-based
@@ -46,10 +47,11 @@ type OTPAttempted struct {
 
 func (OTPAttempted) EventType() string { return "otp.attempted" }
 
-// OTPVerified: CodeID matched and is now used; SessionID was started for
-// UserID.
+// OTPVerified: CodeID matched on attempt Attempt (which it counts) and is
+// now used; SessionID was started for UserID.
 type OTPVerified struct {
 	CodeID    string `json:"code_id"`
+	Attempt   int    `json:"attempt"` // 1-based
 	UserID    int64  `json:"user_id"`
 	SessionID string `json:"session_id"`
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -34,8 +35,12 @@ type Config struct {
 	Name      string                // checkpoint row and advisory-lock key; default "events"
 	Topic     string                // full Kafka topic name
 	BatchSize int                   // rows per publish; default 500
-	Idle      time.Duration         // poll interval when no notification arrives; default 250ms
+	Idle      time.Duration         // poll interval when nothing wakes the relay; default 250ms
 	Metrics   prometheus.Registerer // optional: registers relay counters and the lag gauge
+	// Wake ticks after this process committed appends (store.CommitSignal).
+	// The leading relay steps at once; a relay on standby passes the tick
+	// on to the leader, in whichever process it runs, as a NOTIFY.
+	Wake <-chan struct{}
 }
 
 func (c *Config) setDefaults() {
@@ -111,9 +116,24 @@ func New(cfg Config, pool *pgxpool.Pool, pub Publisher, log *slog.Logger) (*Rela
 	return r, nil
 }
 
-// NotifyChannel is the Postgres channel an append trigger signals on, so the
-// relay wakes at commit instead of waiting for its poll.
+// NotifyChannel is the Postgres channel the leading relay listens on.
+// Processes whose own relay is on standby (and tools that append) NOTIFY it
+// after their appends committed.
 const NotifyChannel = "cfgd_events"
+
+// Notify wakes the leading relay from another process; call it after the
+// appending transaction committed.
+func Notify(ctx context.Context, db interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}) error {
+	if _, err := db.Exec(ctx, `SELECT pg_notify($1, '')`, NotifyChannel); err != nil {
+		return fmt.Errorf("notify relay: %w", err)
+	}
+	return nil
+}
+
+// maxPendingPoll bounds the wait for rows held back by a long transaction.
+const maxPendingPoll = 100 * time.Millisecond
 
 // Run relays until ctx ends. Only one relay of a name runs at a time across
 // processes (a Postgres advisory lock); the others wait for the lock.
@@ -142,40 +162,99 @@ func (r *Relay) runLocked(ctx context.Context) error {
 	// The connection holds a session lock and LISTEN; never hand it back.
 	pc := conn.Hijack()
 	defer pc.Close(context.Background())
+	if err := r.standby(ctx, pc); err != nil {
+		return err
+	}
+	if _, err := pc.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	lctx, stopListen := context.WithCancel(ctx)
+	notified := make(chan struct{}, 1)
+	listenErr := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := pc.WaitForNotification(lctx); err != nil {
+				listenErr <- err
+				return
+			}
+			select {
+			case notified <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	defer func() {
+		stopListen()
+		<-listenErr // the listener owns pc until it returns
+	}()
+	ck, err := r.checkpoint(ctx)
+	if err != nil {
+		return err
+	}
+	r.log.InfoContext(ctx, "relay started", "topic", r.cfg.Topic)
+	backoff := time.Duration(0)
+	for {
+		n, next, more, err := r.step(ctx, ck)
+		if err != nil {
+			return err
+		}
+		ck = next
+		var wait time.Duration
+		switch {
+		case n == r.cfg.BatchSize || (n > 0 && more):
+			backoff = 0
+			continue
+		case more:
+			// Committed rows wait behind an older running transaction
+			// (which may append nothing, so nothing will wake us for it).
+			backoff = min(max(2*backoff, time.Millisecond), r.cfg.Idle, maxPendingPoll)
+			wait = backoff
+		default:
+			backoff = 0
+			wait = r.cfg.Idle
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case err := <-listenErr:
+			t.Stop()
+			listenErr <- err // for the deferred wait
+			return fmt.Errorf("wait for notification: %w", err)
+		case <-r.cfg.Wake:
+		case <-notified:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// standby waits for the relay lock on pc. Meanwhile it forwards this
+// process's append ticks to the leader as NOTIFYs.
+func (r *Relay) standby(ctx context.Context, pc *pgx.Conn) error {
+	retry := time.NewTicker(time.Second)
+	defer retry.Stop()
 	for {
 		var ok bool
 		if err := pc.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtext('cfgd-relay'), hashtext($1))`, r.cfg.Name).Scan(&ok); err != nil {
 			return fmt.Errorf("advisory lock: %w", err)
 		}
 		if ok {
-			break
+			return nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
-	if _, err := pc.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	r.log.InfoContext(ctx, "relay started", "topic", r.cfg.Topic)
-	for {
-		n, err := r.Step(ctx)
-		if err != nil {
-			return err
-		}
-		if n == r.cfg.BatchSize {
-			continue // more is waiting
-		}
-		wait, cancel := context.WithTimeout(ctx, r.cfg.Idle)
-		_, err = pc.WaitForNotification(wait)
-		cancel()
-		if err != nil && ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("wait for notification: %w", err)
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-r.cfg.Wake:
+				if err := Notify(ctx, pc); err != nil {
+					return err
+				}
+			case <-retry.C:
+				break wait
+			}
 		}
 	}
 }
@@ -192,6 +271,14 @@ func (r *Relay) Step(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	n, _, _, err := r.step(ctx, ck)
+	return n, err
+}
+
+// step publishes the batch after ck. It returns how many events it
+// published, the new checkpoint, and whether events beyond it are already
+// stored (visible or still behind a running transaction).
+func (r *Relay) step(ctx context.Context, ck checkpoint) (int, checkpoint, bool, error) {
 	rows, err := r.pool.Query(ctx, `
 		SELECT tx_id::text::bigint, event_id, stream_id, stream_version, position, type, occurred_at, metadata, data
 		FROM events
@@ -200,7 +287,7 @@ func (r *Relay) Step(ctx context.Context) (int, error) {
 		ORDER BY tx_id, position
 		LIMIT $3`, ck.txID, ck.position, r.cfg.BatchSize)
 	if err != nil {
-		return 0, fmt.Errorf("relay read: %w", err)
+		return 0, ck, false, fmt.Errorf("relay read: %w", err)
 	}
 	var (
 		msgs []*message.Message
@@ -212,41 +299,48 @@ func (r *Relay) Step(ctx context.Context) (int, error) {
 		var md []byte
 		if err := rows.Scan(&tx, &e.ID, &e.Stream, &e.Version, &e.Position, &e.Type, &e.OccurredAt, &md, &e.Data); err != nil {
 			rows.Close()
-			return 0, fmt.Errorf("relay scan: %w", err)
+			return 0, ck, false, fmt.Errorf("relay scan: %w", err)
 		}
 		e.OccurredAt = e.OccurredAt.UTC()
 		if err := json.Unmarshal(md, &e.Metadata); err != nil {
 			rows.Close()
-			return 0, fmt.Errorf("relay metadata of %s: %w", e.ID, err)
+			return 0, ck, false, fmt.Errorf("relay metadata of %s: %w", e.ID, err)
 		}
 		m, err := ToMessage(e)
 		if err != nil {
 			rows.Close()
-			return 0, err
+			return 0, ck, false, err
 		}
 		msgs = append(msgs, m)
 		last = checkpoint{txID: tx, position: e.Position}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("relay read: %w", err)
+		return 0, ck, false, fmt.Errorf("relay read: %w", err)
 	}
+	var more bool
 	if len(msgs) == 0 {
-		return 0, nil
+		err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM events WHERE (tx_id, position) > ($1::bigint::text::xid8, $2))`,
+			ck.txID, ck.position).Scan(&more)
+		if err != nil {
+			return 0, ck, false, fmt.Errorf("relay read: %w", err)
+		}
+		return 0, ck, more, nil
 	}
 	start := time.Now()
 	if err := r.pub.Publish(r.cfg.Topic, msgs...); err != nil {
-		return 0, fmt.Errorf("relay publish: %w", err)
+		return 0, ck, false, fmt.Errorf("relay publish: %w", err)
 	}
-	if _, err := r.pool.Exec(ctx, `
+	if err := r.pool.QueryRow(ctx, `
 		INSERT INTO relay_checkpoints (name, tx_id, position, updated_at) VALUES ($1, $2::bigint::text::xid8, $3, now())
-		ON CONFLICT (name) DO UPDATE SET tx_id = excluded.tx_id, position = excluded.position, updated_at = now()`,
-		r.cfg.Name, last.txID, last.position); err != nil {
-		return 0, fmt.Errorf("relay checkpoint: %w", err)
+		ON CONFLICT (name) DO UPDATE SET tx_id = excluded.tx_id, position = excluded.position, updated_at = now()
+		RETURNING EXISTS (SELECT 1 FROM events WHERE (tx_id, position) > ($2::bigint::text::xid8, $3))`,
+		r.cfg.Name, last.txID, last.position).Scan(&more); err != nil {
+		return 0, ck, false, fmt.Errorf("relay checkpoint: %w", err)
 	}
 	r.published.Add(float64(len(msgs)))
 	r.batchTime.Observe(time.Since(start).Seconds())
-	return len(msgs), nil
+	return len(msgs), last, more, nil
 }
 
 func (r *Relay) checkpoint(ctx context.Context) (checkpoint, error) {

@@ -49,7 +49,7 @@ func appendN(t *testing.T, db store.DB, stream string, from, n int) {
 func newRelay(t testing.TB, pool *pgxpool.Pool, c bus.Config, pub relay.Publisher, batch int) *relay.Relay {
 	t.Helper()
 	if pub == nil {
-		p, err := bus.NewPublisher(c, quiet())
+		p, err := bus.NewPublisher(c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,7 +221,7 @@ func TestPublishFailureMidBatchResends(t *testing.T) {
 	pool, c := setup(t, 2)
 	appendN(t, pool, "a", 0, 30)
 	appendN(t, pool, "b", 0, 30)
-	real, err := bus.NewPublisher(c, quiet())
+	real, err := bus.NewPublisher(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,7 @@ func TestRelayChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := bus.Config{Brokers: []string{os.Getenv("CFGD_RELAY_CHILD_BROKER")}, Partitions: 3}
-	pub, err := bus.NewPublisher(c, quiet())
+	pub, err := bus.NewPublisher(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,4 +362,112 @@ func TestRelayChild(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// runRelay runs r until the test ends.
+func runRelay(t *testing.T, r *relay.Relay) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// The relay's poll is a minute in these tests, so an event that arrives
+// within seconds was published because something woke the relay.
+const longIdle = time.Minute
+
+func relayWith(t *testing.T, pool *pgxpool.Pool, c bus.Config, wake <-chan struct{}) *relay.Relay {
+	t.Helper()
+	p, err := bus.NewPublisher(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	r, err := relay.New(relay.Config{Topic: c.Topic(bus.TopicEvents), Idle: longIdle, Wake: wake}, pool, p, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// waitDelivered fails t unless want events reach the topic within 5s, far
+// below longIdle.
+func waitDelivered(t *testing.T, c bus.Config, want int) {
+	t.Helper()
+	if got := testenv.ReadTopic(t, c, c.Topic(bus.TopicEvents), want, 5*time.Second); len(got) < want {
+		t.Fatalf("%d of %d events reached Kafka within 5s", len(got), want)
+	}
+}
+
+func watchedPool(t *testing.T, url string) (*pgxpool.Pool, *store.CommitSignal) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := store.WatchCommits(cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, sig
+}
+
+func TestCommitInThisProcessWakesTheRelay(t *testing.T) {
+	t.Parallel()
+	pool, sig := watchedPool(t, testenv.PostgresURL(t))
+	c := testenv.Kafka(t, 2)
+	if err := bus.EnsureTopics(context.Background(), c, quiet(), bus.TopicEvents); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, pool, "s", 0, 1)
+	runRelay(t, relayWith(t, pool, c, sig.C()))
+	waitDelivered(t, c, 1) // the first step, at start
+	appendN(t, pool, "s", 1, 1)
+	waitDelivered(t, c, 2)
+}
+
+// A process whose relay waits on standby passes its commits on to the
+// leader, which runs elsewhere, as a NOTIFY.
+func TestStandbyRelayWakesTheLeader(t *testing.T) {
+	t.Parallel()
+	url := testenv.PostgresURL(t)
+	leaderPool, _ := watchedPool(t, url)
+	otherPool, otherCommits := watchedPool(t, url)
+	c := testenv.Kafka(t, 2)
+	if err := bus.EnsureTopics(context.Background(), c, quiet(), bus.TopicEvents); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, leaderPool, "s", 0, 1)
+	runRelay(t, relayWith(t, leaderPool, c, nil))
+	waitDelivered(t, c, 1) // the leader is up
+	runRelay(t, relayWith(t, otherPool, c, otherCommits.C()))
+	appendN(t, otherPool, "s", 1, 1)
+	waitDelivered(t, c, 2)
+}
+
+// Rows committed behind a transaction that is still open are picked up
+// soon after it ends, though that transaction appended nothing that would
+// wake the relay.
+func TestRowsHeldBackByAnOpenTransactionFollowSoon(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, c := setup(t, 2)
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	if _, err := holder.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil { // takes an xid, holds xmin back
+		t.Fatal(err)
+	}
+	appendN(t, pool, "s", 0, 1)
+	runRelay(t, relayWith(t, pool, c, nil))
+	time.Sleep(300 * time.Millisecond)
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitDelivered(t, c, 1)
 }

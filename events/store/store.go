@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -60,77 +61,173 @@ func Version(ctx context.Context, db DB, stream string) (int64, error) {
 // returns *ConflictError; the caller's transaction is then unusable and the
 // whole command should be retried from a fresh load.
 func Append(ctx context.Context, db DB, stream string, expected int64, envs ...events.Envelope) ([]events.Envelope, error) {
-	if len(envs) == 0 {
+	return AppendMany(ctx, db, Write{Stream: stream, Expected: expected, Events: envs})
+}
+
+// Write is one stream's part of an AppendMany.
+type Write struct {
+	Stream   string
+	Expected int64 // events.NoStream, events.AnyVersion or the version last read
+	Events   []events.Envelope
+}
+
+// appendSQL checks every stream's expected version and inserts every event
+// in one statement, so a command that touches several streams commits them
+// together in one round trip without an explicit transaction. Two writers
+// that both pass the check collide on the unique (stream_id,
+// stream_version) index, which becomes a ConflictError.
+const appendSQL = `/* cfgd:append */
+	WITH w AS (
+		SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::timestamptz[], $6::text[], $7::text[])
+			WITH ORDINALITY AS u(id, stream, expected, t, o, m, d, ord)
+	), cur AS (
+		SELECT s.stream, s.expected,
+			coalesce((SELECT max(e.stream_version) FROM events e WHERE e.stream_id = s.stream), 0) AS v
+		FROM (SELECT DISTINCT stream, expected FROM w) s
+	), ok AS (
+		SELECT bool_and(expected < 0 OR v = expected) AS ok FROM cur
+	)
+	INSERT INTO events (event_id, stream_id, stream_version, type, occurred_at, metadata, data)
+	SELECT w.id, w.stream, cur.v + row_number() OVER (PARTITION BY w.stream ORDER BY w.ord), w.t, w.o, w.m::jsonb, w.d::jsonb
+	FROM w JOIN cur ON cur.stream = w.stream, ok
+	WHERE ok.ok
+	ORDER BY w.ord
+	RETURNING event_id, stream_version, position`
+
+// AppendMany appends to several streams at once: either every write passes
+// its version check and all events are stored, or nothing is and the first
+// stream that moved is reported as *ConflictError. The result holds the
+// envelopes in the order given, with Version and Position filled in.
+func AppendMany(ctx context.Context, db DB, writes ...Write) ([]events.Envelope, error) {
+	n := 0
+	for _, w := range writes {
+		n += len(w.Events)
+	}
+	if n == 0 {
 		return nil, nil
 	}
-	n := len(envs)
-	ids := make([]uuid.UUID, n)
-	types := make([]string, n)
-	times := make([]time.Time, n)
-	metas := make([]string, n)
-	datas := make([]string, n)
-	out := make([]events.Envelope, n)
-	for i, e := range envs {
-		if e.Stream != "" && e.Stream != stream {
-			return nil, fmt.Errorf("append to %s: envelope %s belongs to %s", stream, e.ID, e.Stream)
+	var (
+		ids       = make([]uuid.UUID, 0, n)
+		streams   = make([]string, 0, n)
+		expecteds = make([]int64, 0, n)
+		types     = make([]string, 0, n)
+		times     = make([]time.Time, 0, n)
+		metas     = make([]string, 0, n)
+		datas     = make([]string, 0, n)
+		out       = make([]events.Envelope, 0, n)
+		at        = make(map[uuid.UUID]int, n)
+	)
+	seen := make(map[string]bool, len(writes))
+	for _, w := range writes {
+		if seen[w.Stream] {
+			return nil, fmt.Errorf("append: stream %s given twice", w.Stream)
 		}
-		e.Stream = stream
-		md, err := json.Marshal(e.Metadata)
-		if err != nil {
-			return nil, fmt.Errorf("append to %s: metadata: %w", stream, err)
+		seen[w.Stream] = true
+		for _, e := range w.Events {
+			if e.Stream != "" && e.Stream != w.Stream {
+				return nil, fmt.Errorf("append to %s: envelope %s belongs to %s", w.Stream, e.ID, e.Stream)
+			}
+			e.Stream = w.Stream
+			md, err := json.Marshal(e.Metadata)
+			if err != nil {
+				return nil, fmt.Errorf("append to %s: metadata: %w", w.Stream, err)
+			}
+			at[e.ID] = len(out)
+			ids, streams, expecteds = append(ids, e.ID), append(streams, w.Stream), append(expecteds, w.Expected)
+			types, times = append(types, e.Type), append(times, e.OccurredAt)
+			metas, datas = append(metas, string(md)), append(datas, string(e.Data))
+			out = append(out, e)
 		}
-		ids[i], types[i], times[i], metas[i], datas[i] = e.ID, e.Type, e.OccurredAt, string(md), string(e.Data)
-		out[i] = e
 	}
-	// One round trip: the version check and the insert are one statement.
-	// Two writers that both pass the check collide on the unique
-	// (stream_id, stream_version) index, which becomes a ConflictError.
-	rows, err := db.Query(ctx, `
-		WITH cur AS (SELECT coalesce(max(stream_version), 0) AS v FROM events WHERE stream_id = $2)
-		INSERT INTO events (event_id, stream_id, stream_version, type, occurred_at, metadata, data)
-		SELECT u.id, $2, cur.v + u.ord, u.t, u.o, u.m::jsonb, u.d::jsonb
-		FROM cur, unnest($1::uuid[], $3::text[], $4::timestamptz[], $5::text[], $6::text[]) WITH ORDINALITY AS u(id, t, o, m, d, ord)
-		WHERE $7::bigint < 0 OR cur.v = $7::bigint
-		ORDER BY u.ord
-		RETURNING stream_version, position`,
-		ids, stream, types, times, metas, datas, expected)
+	if len(at) != n {
+		return nil, errors.New("append: an event id is given twice")
+	}
+	rows, err := db.Query(ctx, appendSQL, ids, streams, expecteds, types, times, metas, datas)
 	if err != nil {
-		return nil, appendErr(stream, expected, err)
+		return nil, appendErr(writes, err)
 	}
 	defer rows.Close()
-	i := 0
+	got := 0
 	for rows.Next() {
-		if i >= n {
-			return nil, fmt.Errorf("append to %s: more rows returned than appended", stream)
+		var (
+			id      uuid.UUID
+			version int64
+			pos     int64
+		)
+		if err := rows.Scan(&id, &version, &pos); err != nil {
+			return nil, appendErr(writes, err)
 		}
-		if err := rows.Scan(&out[i].Version, &out[i].Position); err != nil {
-			return nil, appendErr(stream, expected, err)
+		i, ok := at[id]
+		if !ok {
+			return nil, fmt.Errorf("append: unexpected event %s returned", id)
 		}
-		i++
+		out[i].Version, out[i].Position = version, pos
+		got++
 	}
 	if err := rows.Err(); err != nil {
-		return nil, appendErr(stream, expected, err)
+		return nil, appendErr(writes, err)
 	}
-	if i == 0 {
-		// The check failed; look up the version only now, for the message.
-		actual, err := Version(ctx, db, stream)
-		if err != nil {
-			return nil, err
+	if got == 0 {
+		// A check failed; find which, only now, for the message.
+		for _, w := range writes {
+			if w.Expected < 0 || len(w.Events) == 0 {
+				continue
+			}
+			actual, err := Version(ctx, db, w.Stream)
+			if err != nil {
+				return nil, err
+			}
+			if actual != w.Expected {
+				return nil, &ConflictError{Stream: w.Stream, Expected: w.Expected, Actual: actual}
+			}
 		}
-		return nil, &ConflictError{Stream: stream, Expected: expected, Actual: actual}
+		// The stream moved back into line since (impossible inside a
+		// transaction, a race outside one): still a conflict.
+		return nil, &ConflictError{Stream: writes[0].Stream, Expected: writes[0].Expected, Actual: -1}
+	}
+	if got != n {
+		return nil, fmt.Errorf("append: %d of %d events stored", got, n)
 	}
 	return out, nil
 }
 
-func appendErr(stream string, expected int64, err error) error {
+func appendErr(writes []Write, err error) error {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) && pg.Code == "23505" {
-		return &ConflictError{Stream: stream, Expected: expected, Actual: -1}
+		// The index names the clashing stream only in the detail text; the
+		// first written stream is as good a name for a retry.
+		for _, w := range writes {
+			if strings.Contains(pg.Detail, "("+w.Stream+",") {
+				return &ConflictError{Stream: w.Stream, Expected: w.Expected, Actual: -1}
+			}
+		}
+		return &ConflictError{Stream: writes[0].Stream, Expected: writes[0].Expected, Actual: -1}
 	}
-	return fmt.Errorf("append to %s: %w", stream, err)
+	if len(writes) == 1 {
+		return fmt.Errorf("append to %s: %w", writes[0].Stream, err)
+	}
+	return fmt.Errorf("append to %d streams: %w", len(writes), err)
 }
 
 const selectEnvelope = `SELECT event_id, stream_id, stream_version, position, type, occurred_at, metadata, data FROM events`
+
+// LoadMany returns the events of each stream in version order, in one round
+// trip; a stream without events maps to nil.
+func LoadMany(ctx context.Context, db DB, streams ...string) (map[string][]events.Envelope, error) {
+	rows, err := db.Query(ctx, selectEnvelope+` WHERE stream_id = ANY($1) ORDER BY stream_id, stream_version`, streams)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", strings.Join(streams, ", "), err)
+	}
+	all, err := collect(rows, "load "+strings.Join(streams, ", "))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]events.Envelope, len(streams))
+	for _, e := range all {
+		out[e.Stream] = append(out[e.Stream], e)
+	}
+	return out, nil
+}
 
 // Load returns every event of stream in version order.
 func Load(ctx context.Context, db DB, stream string) ([]events.Envelope, error) {

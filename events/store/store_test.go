@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/cfgd/cfgd/deploy/testenv"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/store"
@@ -127,5 +129,152 @@ func TestConcurrentAppendsOneWins(t *testing.T) {
 	loaded, _ := store.Load(ctx, db, "race")
 	if wins != 1 || len(loaded) != 1 {
 		t.Fatalf("wins=%d events=%d, want 1 and 1", wins, len(loaded))
+	}
+}
+
+// AppendMany is all or nothing across streams: one stale expectation keeps
+// every other stream's events out too, and the conflict names that stream.
+func TestAppendManyIsAtomicAcrossStreams(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.Postgres(t)
+	if _, err := store.Append(ctx, db, "b", events.NoStream, env(t, "b", "b1")); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		writes   []store.Write
+		conflict string // stream named by the conflict; "" for success
+	}{
+		{"stale second stream", []store.Write{
+			{Stream: "a", Expected: events.NoStream, Events: []events.Envelope{env(t, "a", "a1")}},
+			{Stream: "b", Expected: 0, Events: []events.Envelope{env(t, "b", "b2")}},
+		}, "b"},
+		{"claimed stream", []store.Write{
+			{Stream: "b", Expected: events.NoStream, Events: []events.Envelope{env(t, "b", "b2")}},
+			{Stream: "a", Expected: events.NoStream, Events: []events.Envelope{env(t, "a", "a1")}},
+		}, "b"},
+		{"all current", []store.Write{
+			{Stream: "a", Expected: events.NoStream, Events: []events.Envelope{env(t, "a", "a1"), env(t, "a", "a2")}},
+			{Stream: "b", Expected: 1, Events: []events.Envelope{env(t, "b", "b2")}},
+			{Stream: "c", Expected: events.AnyVersion, Events: []events.Envelope{env(t, "c", "c1")}},
+		}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before, _ := store.ReadAll(ctx, db, 0, 100)
+			out, err := store.AppendMany(ctx, db, tc.writes...)
+			after, _ := store.ReadAll(ctx, db, 0, 100)
+			if tc.conflict != "" {
+				var c *store.ConflictError
+				if !errors.As(err, &c) || c.Stream != tc.conflict {
+					t.Fatalf("want a conflict on %s, got %v", tc.conflict, err)
+				}
+				if len(after) != len(before) {
+					t.Fatalf("a failed AppendMany stored %d events", len(after)-len(before))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []struct {
+				stream  string
+				version int64
+			}{{"a", 1}, {"a", 2}, {"b", 2}, {"c", 1}}
+			for i, w := range want {
+				if out[i].Stream != w.stream || out[i].Version != w.version || out[i].Position == 0 {
+					t.Fatalf("result %d: %s v%d pos %d, want %s v%d", i, out[i].Stream, out[i].Version, out[i].Position, w.stream, w.version)
+				}
+			}
+			if out[0].Position >= out[1].Position {
+				t.Fatalf("positions out of order within a stream: %d, %d", out[0].Position, out[1].Position)
+			}
+		})
+	}
+}
+
+func TestAppendManyRejectsAStreamGivenTwice(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	_, err := store.AppendMany(context.Background(), db,
+		store.Write{Stream: "a", Expected: events.NoStream, Events: []events.Envelope{env(t, "a", "1")}},
+		store.Write{Stream: "a", Expected: events.NoStream, Events: []events.Envelope{env(t, "a", "2")}},
+	)
+	if err == nil || store.IsConflict(err) {
+		t.Fatalf("want a usage error, got %v", err)
+	}
+}
+
+func TestLoadMany(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.Postgres(t)
+	if _, err := store.AppendMany(ctx, db,
+		store.Write{Stream: "x", Expected: events.NoStream, Events: []events.Envelope{env(t, "x", "1"), env(t, "x", "2")}},
+		store.Write{Stream: "y", Expected: events.NoStream, Events: []events.Envelope{env(t, "y", "1")}},
+	); err != nil {
+		t.Fatal(err)
+	}
+	got, err := store.LoadMany(ctx, db, "x", "y", "missing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got["x"]) != 2 || got["x"][0].Version != 1 || got["x"][1].Version != 2 || len(got["y"]) != 1 || got["missing"] != nil {
+		t.Fatalf("loaded %+v", got)
+	}
+}
+
+// The signal ticks once the appending transaction is over, never while it
+// is still open (a relay woken then would find nothing and sleep).
+func TestCommitSignal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := store.WatchCommits(cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ticked := func() bool {
+		select {
+		case <-sig.C():
+			return true
+		case <-time.After(50 * time.Millisecond):
+			return false
+		}
+	}
+
+	if _, err := pool.Exec(ctx, `SELECT 1`); err != nil {
+		t.Fatal(err)
+	}
+	if ticked() {
+		t.Fatal("a query that appends nothing ticked")
+	}
+	if _, err := store.Append(ctx, pool, "s", events.NoStream, env(t, "s", "a")); err != nil {
+		t.Fatal(err)
+	}
+	if !ticked() {
+		t.Fatal("no tick after an append on the pool")
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Append(ctx, tx, "s", 1, env(t, "s", "b")); err != nil {
+		t.Fatal(err)
+	}
+	if ticked() {
+		t.Fatal("ticked before the transaction committed")
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !ticked() {
+		t.Fatal("no tick after the commit")
 	}
 }

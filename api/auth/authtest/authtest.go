@@ -32,6 +32,7 @@ import (
 	"github.com/cfgd/cfgd/deploy/testenv"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
+	"github.com/cfgd/cfgd/events/store"
 	identityproj "github.com/cfgd/cfgd/projections/identity"
 )
 
@@ -84,6 +85,7 @@ func Start(t testing.TB, o Options) *Env {
 	if o.MaxConns > 0 {
 		cfg.MaxConns = o.MaxConns
 	}
+	commits := store.WatchCommits(cfg)
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +136,7 @@ func Start(t testing.TB, o Options) *Env {
 		if err != nil {
 			t.Fatal(err)
 		}
-		testenv.Pipeline(t, pool, testenv.Kafka(t, 3), reg, identityproj.All()...)
+		testenv.Pipeline(t, pool, commits.C(), testenv.Kafka(t, 3), reg, identityproj.All()...)
 	}
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)
