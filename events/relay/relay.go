@@ -32,10 +32,14 @@ type Publisher interface {
 
 // Config of a relay.
 type Config struct {
-	Name      string                // checkpoint row and advisory-lock key; default "events"
-	Topic     string                // full Kafka topic name
-	BatchSize int                   // rows per publish; default 500
-	Idle      time.Duration         // poll interval when nothing wakes the relay; default 250ms
+	Name      string        // checkpoint row and advisory-lock key; default "events"
+	Topic     string        // full Kafka topic name
+	BatchSize int           // rows per publish; default 500
+	Idle      time.Duration // poll interval when nothing wakes the relay; default 250ms
+	// SaveEvery bounds how often a busy relay writes its checkpoint (it
+	// also writes it whenever it catches up, and at stop); what a crash
+	// loses is re-sent. Default 100ms.
+	SaveEvery time.Duration
 	Metrics   prometheus.Registerer // optional: registers relay counters and the lag gauge
 	// Wake ticks after this process committed appends (store.CommitSignal).
 	// The leading relay steps at once; a relay on standby passes the tick
@@ -52,6 +56,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Idle <= 0 {
 		c.Idle = 250 * time.Millisecond
+	}
+	if c.SaveEvery <= 0 {
+		c.SaveEvery = 100 * time.Millisecond
 	}
 }
 
@@ -192,26 +199,57 @@ func (r *Relay) runLocked(ctx context.Context) error {
 		return err
 	}
 	r.log.InfoContext(ctx, "relay started", "topic", r.cfg.Topic)
-	backoff := time.Duration(0)
+	var (
+		backoff time.Duration
+		saved   = ck
+		savedAt = time.Now()
+	)
+	save := func(ctx context.Context) error {
+		if ck == saved {
+			return nil
+		}
+		if err := r.save(ctx, ck); err != nil {
+			return err
+		}
+		saved, savedAt = ck, time.Now()
+		return nil
+	}
+	defer func() {
+		// What was published is not published again after a clean stop.
+		final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if err := save(final); err != nil {
+			r.log.Warn("relay checkpoint not saved at stop; the last batches will be re-sent", "err", err)
+		}
+	}()
 	for {
-		n, next, more, err := r.step(ctx, ck)
+		n, next, err := r.step(ctx, ck)
 		if err != nil {
 			return err
 		}
 		ck = next
-		var wait time.Duration
-		switch {
-		case n == r.cfg.BatchSize || (n > 0 && more):
+		if n > 0 {
 			backoff = 0
-			continue
-		case more:
+			if time.Since(savedAt) >= r.cfg.SaveEvery {
+				if err := save(ctx); err != nil {
+					return err
+				}
+			}
+			continue // until a step finds nothing
+		}
+		if err := save(ctx); err != nil {
+			return err
+		}
+		more, err := r.pending(ctx, ck)
+		if err != nil {
+			return err
+		}
+		wait := r.cfg.Idle
+		if more {
 			// Committed rows wait behind an older running transaction
 			// (which may append nothing, so nothing will wake us for it).
 			backoff = min(max(2*backoff, time.Millisecond), r.cfg.Idle, maxPendingPoll)
 			wait = backoff
-		default:
-			backoff = 0
-			wait = r.cfg.Idle
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -264,30 +302,39 @@ type checkpoint struct {
 	position int64
 }
 
-// Step publishes one batch and advances the checkpoint; it returns how many
-// events it published.
+// Step publishes one batch and saves the checkpoint; it returns how many
+// events it published. Run does the same, saving the checkpoint at most
+// every SaveEvery while it keeps finding events.
 func (r *Relay) Step(ctx context.Context) (int, error) {
 	ck, err := r.checkpoint(ctx)
 	if err != nil {
 		return 0, err
 	}
-	n, _, _, err := r.step(ctx, ck)
-	return n, err
+	n, next, err := r.step(ctx, ck)
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	return n, r.save(ctx, next)
 }
 
-// step publishes the batch after ck. It returns how many events it
-// published, the new checkpoint, and whether events beyond it are already
-// stored (visible or still behind a running transaction).
-func (r *Relay) step(ctx context.Context, ck checkpoint) (int, checkpoint, bool, error) {
+// firstAfter finds the first stored row after a checkpoint ($1 tx id, $2
+// position) by walking the relay index, whatever plan the table's size
+// suggested when the statement was first prepared (a bare EXISTS can get a
+// sequential scan then, and keep it).
+const firstAfter = `SELECT 1 FROM events WHERE (tx_id, position) > ($1::bigint::text::xid8, $2) ORDER BY tx_id, position LIMIT 1`
+
+// step publishes the batch after ck and returns how many events it
+// published and the checkpoint after them, which it does not save.
+func (r *Relay) step(ctx context.Context, ck checkpoint) (int, checkpoint, error) {
 	rows, err := r.pool.Query(ctx, `
 		SELECT tx_id::text::bigint, event_id, stream_id, stream_version, position, type, occurred_at, metadata, data
 		FROM events
 		WHERE (tx_id, position) > ($1::bigint::text::xid8, $2)
 		  AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
-		ORDER BY tx_id, position
+		ORDER BY events.tx_id, events.position -- the columns, so the index gives the order
 		LIMIT $3`, ck.txID, ck.position, r.cfg.BatchSize)
 	if err != nil {
-		return 0, ck, false, fmt.Errorf("relay read: %w", err)
+		return 0, ck, fmt.Errorf("relay read: %w", err)
 	}
 	var (
 		msgs []*message.Message
@@ -299,48 +346,56 @@ func (r *Relay) step(ctx context.Context, ck checkpoint) (int, checkpoint, bool,
 		var md []byte
 		if err := rows.Scan(&tx, &e.ID, &e.Stream, &e.Version, &e.Position, &e.Type, &e.OccurredAt, &md, &e.Data); err != nil {
 			rows.Close()
-			return 0, ck, false, fmt.Errorf("relay scan: %w", err)
+			return 0, ck, fmt.Errorf("relay scan: %w", err)
 		}
 		e.OccurredAt = e.OccurredAt.UTC()
 		if err := json.Unmarshal(md, &e.Metadata); err != nil {
 			rows.Close()
-			return 0, ck, false, fmt.Errorf("relay metadata of %s: %w", e.ID, err)
+			return 0, ck, fmt.Errorf("relay metadata of %s: %w", e.ID, err)
 		}
 		m, err := ToMessage(e)
 		if err != nil {
 			rows.Close()
-			return 0, ck, false, err
+			return 0, ck, err
 		}
 		msgs = append(msgs, m)
 		last = checkpoint{txID: tx, position: e.Position}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, ck, false, fmt.Errorf("relay read: %w", err)
+		return 0, ck, fmt.Errorf("relay read: %w", err)
 	}
-	var more bool
 	if len(msgs) == 0 {
-		err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM events WHERE (tx_id, position) > ($1::bigint::text::xid8, $2))`,
-			ck.txID, ck.position).Scan(&more)
-		if err != nil {
-			return 0, ck, false, fmt.Errorf("relay read: %w", err)
-		}
-		return 0, ck, more, nil
+		return 0, ck, nil
 	}
 	start := time.Now()
 	if err := r.pub.Publish(r.cfg.Topic, msgs...); err != nil {
-		return 0, ck, false, fmt.Errorf("relay publish: %w", err)
-	}
-	if err := r.pool.QueryRow(ctx, `
-		INSERT INTO relay_checkpoints (name, tx_id, position, updated_at) VALUES ($1, $2::bigint::text::xid8, $3, now())
-		ON CONFLICT (name) DO UPDATE SET tx_id = excluded.tx_id, position = excluded.position, updated_at = now()
-		RETURNING EXISTS (SELECT 1 FROM events WHERE (tx_id, position) > ($2::bigint::text::xid8, $3))`,
-		r.cfg.Name, last.txID, last.position).Scan(&more); err != nil {
-		return 0, ck, false, fmt.Errorf("relay checkpoint: %w", err)
+		return 0, ck, fmt.Errorf("relay publish: %w", err)
 	}
 	r.published.Add(float64(len(msgs)))
 	r.batchTime.Observe(time.Since(start).Seconds())
-	return len(msgs), last, more, nil
+	return len(msgs), last, nil
+}
+
+// pending tells whether rows after ck are stored, visible yet or not.
+func (r *Relay) pending(ctx context.Context, ck checkpoint) (bool, error) {
+	var more bool
+	if err := r.pool.QueryRow(ctx, `SELECT EXISTS (`+firstAfter+`)`, ck.txID, ck.position).Scan(&more); err != nil {
+		return false, fmt.Errorf("relay read: %w", err)
+	}
+	return more, nil
+}
+
+// save records ck. Events after the saved checkpoint are published again
+// after a crash; consumers drop them by stream version.
+func (r *Relay) save(ctx context.Context, ck checkpoint) error {
+	if _, err := r.pool.Exec(ctx, `
+		INSERT INTO relay_checkpoints (name, tx_id, position, updated_at) VALUES ($1, $2::bigint::text::xid8, $3, now())
+		ON CONFLICT (name) DO UPDATE SET tx_id = excluded.tx_id, position = excluded.position, updated_at = now()`,
+		r.cfg.Name, ck.txID, ck.position); err != nil {
+		return fmt.Errorf("relay checkpoint: %w", err)
+	}
+	return nil
 }
 
 func (r *Relay) checkpoint(ctx context.Context) (checkpoint, error) {

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// CommitSignal ticks after a connection of one pool that appended events
+// CommitSignal ticks when a connection of one pool that appended events
 // goes back to the pool, which is after its transaction committed (or
 // rolled back: a spare tick is harmless). The relay in the same process
 // wakes on it instead of on a NOTIFY sent from the appending transaction:
@@ -22,22 +22,14 @@ type CommitSignal struct {
 	dirty sync.Map // *pgx.Conn that ran an append since it was acquired
 }
 
-// WatchCommits installs the signal on cfg, before the pool is created. It
-// keeps any AfterRelease hook and query tracer already set.
+// WatchCommits installs the signal on cfg, before the pool is created, as
+// its query tracer (chaining any tracer already set). The release hook is
+// the tracer's TraceRelease, which pgxpool calls in line: an AfterRelease
+// hook would instead hand every released connection back to the pool from
+// a new goroutine.
 func WatchCommits(cfg *pgxpool.Config) *CommitSignal {
 	s := &CommitSignal{c: make(chan struct{}, 1)}
-	next := cfg.ConnConfig.Tracer
-	cfg.ConnConfig.Tracer = &appendTracer{s: s, next: next}
-	after := cfg.AfterRelease
-	cfg.AfterRelease = func(c *pgx.Conn) bool {
-		if _, ok := s.dirty.LoadAndDelete(c); ok {
-			s.Tick()
-		}
-		if after != nil {
-			return after(c)
-		}
-		return true
-	}
+	cfg.ConnConfig.Tracer = &appendTracer{s: s, next: cfg.ConnConfig.Tracer}
 	return s
 }
 
@@ -59,7 +51,7 @@ func (s *CommitSignal) Tick() {
 	}
 }
 
-type appendTracer struct {
+type appendTracer struct { // a pgx.QueryTracer and pgxpool.ReleaseTracer
 	s    *CommitSignal
 	next pgx.QueryTracer
 }
@@ -77,5 +69,16 @@ func (t *appendTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data
 func (t *appendTracer) TraceQueryEnd(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryEndData) {
 	if t.next != nil {
 		t.next.TraceQueryEnd(ctx, conn, data)
+	}
+}
+
+// TraceRelease runs when a connection goes back to the pool: after the
+// commit of the transaction it held, or after its single statement.
+func (t *appendTracer) TraceRelease(pool *pgxpool.Pool, data pgxpool.TraceReleaseData) {
+	if _, ok := t.s.dirty.LoadAndDelete(data.Conn); ok {
+		t.s.Tick()
+	}
+	if next, ok := t.next.(pgxpool.ReleaseTracer); ok {
+		next.TraceRelease(pool, data)
 	}
 }
