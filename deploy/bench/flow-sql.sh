@@ -9,21 +9,16 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-PGHOST="${PGHOST:-/var/run/postgresql}"
-PGUSER="${PGUSER:-postgres}"
+source "$ROOT/deploy/bench/lib.sh"
 SECONDS_EACH="${BENCH_SECONDS:-5}"
 ROUNDS="${BENCH_ROUNDS:-3}"
 CLIENTS="${BENCH_CLIENTS:-8}"
 PGB_DB="cfgd_pgbench_scratch_$$"
 FLOW_DB="cfgd_flowsql_scratch_$$"
+trap drop_scratch EXIT
 
-psql_admin() { psql -h "$PGHOST" -U "$PGUSER" -d postgres -qAtc "$1" >/dev/null; }
-cleanup() { psql_admin "DROP DATABASE IF EXISTS $PGB_DB" || true; psql_admin "DROP DATABASE IF EXISTS $FLOW_DB" || true; }
-trap cleanup EXIT
-
-psql_admin "CREATE DATABASE $PGB_DB"
-pgbench -h "$PGHOST" -U "$PGUSER" -i -q "$PGB_DB" >/dev/null 2>&1
-psql_admin "CREATE DATABASE $FLOW_DB"
+pgbench_db "$PGB_DB"
+scratch_db "$FLOW_DB"
 (cd "$ROOT" && POSTGRES__URL="postgres:///$FLOW_DB?host=$PGHOST&user=$PGUSER" LOG__LEVEL=error go run ./cmd/cfgd migrate)
 
 for r in $(seq "$ROUNDS"); do

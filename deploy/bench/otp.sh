@@ -16,21 +16,15 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-PGHOST="${PGHOST:-/var/run/postgresql}"
-PGUSER="${PGUSER:-postgres}"
+source "$ROOT/deploy/bench/lib.sh"
 SECONDS_EACH="${BENCH_SECONDS:-6}"
 ROUNDS="${BENCH_ROUNDS:-3}"
 CLIENTS="${BENCH_CLIENTS:-8}"
 DB="cfgd_pgbench_scratch_$$"
 WORK="$(mktemp -d)"
+trap 'drop_scratch; rm -rf "$WORK"' EXIT
 
-psql_admin() { psql -h "$PGHOST" -U "$PGUSER" -d postgres -qAtc "$1" >/dev/null; }
-cleanup() { psql_admin "DROP DATABASE IF EXISTS $DB" || true; rm -rf "$WORK"; }
-trap cleanup EXIT
-
-echo "pgbench: initialising scratch database $DB" >&2
-psql_admin "CREATE DATABASE $DB"
-pgbench -h "$PGHOST" -U "$PGUSER" -i -q "$DB" >/dev/null 2>&1
+pgbench_db "$DB"
 echo "go: building the benchmark" >&2
 (cd "$ROOT" && go test -c -o "$WORK/auth.test" ./api/auth/)
 

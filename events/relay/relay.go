@@ -172,38 +172,58 @@ func (r *Relay) runLocked(ctx context.Context) error {
 	if err := r.standby(ctx, pc); err != nil {
 		return err
 	}
-	if _, err := pc.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
-		return fmt.Errorf("listen: %w", err)
+	l, err := listen(ctx, pc)
+	if err != nil {
+		return err
 	}
-	lctx, stopListen := context.WithCancel(ctx)
-	notified := make(chan struct{}, 1)
-	listenErr := make(chan error, 1)
+	defer l.stop()
+	return r.lead(ctx, l)
+}
+
+// listener turns the notifications on a LISTENing connection into ticks.
+type listener struct {
+	notified chan struct{}
+	failed   chan error
+	stop     func()
+}
+
+func listen(ctx context.Context, pc *pgx.Conn) (*listener, error) {
+	if _, err := pc.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	l := &listener{notified: make(chan struct{}, 1), failed: make(chan error, 1)}
+	done := make(chan struct{})
+	l.stop = func() {
+		cancel()
+		<-done // the listener owns pc until it returns
+	}
 	go func() {
+		defer close(done)
 		for {
-			if _, err := pc.WaitForNotification(lctx); err != nil {
-				listenErr <- err
+			if _, err := pc.WaitForNotification(ctx); err != nil {
+				l.failed <- err
 				return
 			}
 			select {
-			case notified <- struct{}{}:
+			case l.notified <- struct{}{}:
 			default:
 			}
 		}
 	}()
-	defer func() {
-		stopListen()
-		<-listenErr // the listener owns pc until it returns
-	}()
+	return l, nil
+}
+
+// lead relays while this process holds the lock: it steps until a step
+// finds nothing, then waits for a commit in this process, a NOTIFY from
+// another, rows held back by an open transaction, or the idle poll.
+func (r *Relay) lead(ctx context.Context, l *listener) error {
 	ck, err := r.checkpoint(ctx)
 	if err != nil {
 		return err
 	}
 	r.log.InfoContext(ctx, "relay started", "topic", r.cfg.Topic)
-	var (
-		backoff time.Duration
-		saved   = ck
-		savedAt = time.Now()
-	)
+	saved, savedAt := ck, time.Now()
 	save := func(ctx context.Context) error {
 		if ck == saved {
 			return nil
@@ -222,6 +242,7 @@ func (r *Relay) runLocked(ctx context.Context) error {
 			r.log.Warn("relay checkpoint not saved at stop; the last batches will be re-sent", "err", err)
 		}
 	}()
+	var backoff time.Duration
 	for {
 		n, next, err := r.step(ctx, ck)
 		if err != nil {
@@ -235,7 +256,7 @@ func (r *Relay) runLocked(ctx context.Context) error {
 					return err
 				}
 			}
-			continue // until a step finds nothing
+			continue
 		}
 		if err := save(ctx); err != nil {
 			return err
@@ -256,12 +277,11 @@ func (r *Relay) runLocked(ctx context.Context) error {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
-		case err := <-listenErr:
+		case err := <-l.failed:
 			t.Stop()
-			listenErr <- err // for the deferred wait
 			return fmt.Errorf("wait for notification: %w", err)
 		case <-r.cfg.Wake:
-		case <-notified:
+		case <-l.notified:
 		case <-t.C:
 		}
 		t.Stop()
