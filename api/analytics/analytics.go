@@ -9,7 +9,6 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"github.com/cfgd/cfgd/api/auth"
 	"github.com/cfgd/cfgd/api/web"
 	rm "github.com/cfgd/cfgd/readmodels/identity"
 )
@@ -47,7 +46,7 @@ type TopResponse struct {
 func (h *handler) top(w http.ResponseWriter, r *http.Request) {
 	out, err := rm.TopSources(r.Context(), h.db)
 	if err != nil {
-		auth.Fail(w, r, err)
+		web.Fail(w, r, err)
 		return
 	}
 	if out == nil {
@@ -77,7 +76,7 @@ func (h *handler) links(w http.ResponseWriter, r *http.Request) {
 	since := h.now().UTC().Add(-time.Duration(days) * 24 * time.Hour)
 	out, err := rm.LinksSince(r.Context(), h.db, since)
 	if err != nil {
-		auth.Fail(w, r, err)
+		web.Fail(w, r, err)
 		return
 	}
 	if out == nil {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cfgd/cfgd/commands/signin"
+
 	"github.com/cfgd/cfgd/api/auth/authtest"
 	"github.com/cfgd/cfgd/events/identity"
 	identityproj "github.com/cfgd/cfgd/projections/identity"
@@ -17,9 +19,8 @@ const (
 
 func TestSourcesAreLinkedOnlyForNewUsersAndRanked(t *testing.T) {
 	t.Parallel()
-	e := authtest.Start(t, authtest.Options{Env: map[string]string{
-		"SOURCES__DASHBOARD_HOSTS":    "dash.example.com",
-		"SOURCES__REGISTRATION_PATHS": "/register/,/join",
+	e := authtest.Start(t, authtest.Options{Config: func(c *signin.Config) {
+		c.DashboardHosts, c.RegistrationPaths = []string{"dash.example.com"}, []string{"/register/", "/join"}
 	}})
 	admin := authtest.Email("analyst")
 	e.Superuser(t, admin, "analyst-password")

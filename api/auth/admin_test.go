@@ -5,6 +5,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/cfgd/cfgd/commands/signin"
 
 	"github.com/gorilla/mux"
 
@@ -142,7 +145,7 @@ func TestStaffMiddleware(t *testing.T) {
 
 func TestLoginFailures(t *testing.T) {
 	t.Parallel()
-	e := staffEnv(t, authtest.Options{Env: map[string]string{"LOGIN__MAX_FAILURES": "3", "LOGIN__WINDOW": "15m"}})
+	e := staffEnv(t, authtest.Options{Config: func(c *signin.Config) { c.LoginFailures, c.LoginWindow = 3, 15*time.Minute }})
 	admin := authtest.Email("throttle")
 	e.Superuser(t, admin, "right-password")
 

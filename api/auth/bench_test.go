@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cfgd/cfgd/commands/signin"
+
 	"github.com/cfgd/cfgd/api/auth/authtest"
 )
 
@@ -24,8 +26,8 @@ import (
 // flow uses a new address. It reports flows/s and the p50/p99 latency of a
 // flow (both requests).
 func BenchmarkOTPFlow(b *testing.B) {
-	e := authtest.Start(b, authtest.Options{MaxConns: 32, NoPipeline: os.Getenv("CFGD_BENCH_NO_PIPELINE") != "", Env: map[string]string{
-		"OTP__IP_REQUESTS": "1000000", "OTP__IP_VERIFICATIONS": "1000000",
+	e := authtest.Start(b, authtest.Options{MaxConns: 32, NoPipeline: os.Getenv("CFGD_BENCH_NO_PIPELINE") != "", Config: func(c *signin.Config) {
+		c.IPRequests, c.IPVerifications = 1_000_000, 1_000_000
 	}})
 	client := authtest.HTTPClient()
 	var seq atomic.Int64

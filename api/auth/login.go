@@ -11,6 +11,7 @@ import (
 
 	"github.com/cfgd/cfgd/api/web"
 	"github.com/cfgd/cfgd/commands/session"
+	"github.com/cfgd/cfgd/commands/signin"
 	"github.com/cfgd/cfgd/events/identity"
 )
 
@@ -35,7 +36,8 @@ type loginResponse struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
-// handleLogin: POST /api/auth/login/ → session.Login. It sets the HttpOnly
+// handleLogin: POST /api/auth/login/ → session.Login, under the failed
+// password limits (only wrong passwords count). It sets the HttpOnly
 // session cookie and the CSRF cookie.
 func (a *API) handleLogin(w http.ResponseWriter, r *http.Request) {
 	var body loginBody
@@ -56,87 +58,49 @@ func (a *API) handleLogin(w http.ResponseWriter, r *http.Request) {
 		web.FieldErrors(w, fields)
 		return
 	}
-	email, _ := identity.NormaliseEmail(body.Email)
-	undo, ok := a.throttleLogin(w, r, email)
-	if !ok {
-		return
-	}
-	res, err := a.login.Handle(r.Context(), session.Login{Email: body.Email, Password: body.Password, Meta: meta(r, "")})
+	var res session.LoginResult
+	err := a.app.Auth.GuardPassword(r.Context(), body.Email, clientIP(r, a.cfg.TrustedProxies), func() (bool, error) {
+		var err error
+		res, err = a.app.Login.Handle(r.Context(), session.Login{Email: body.Email, Password: body.Password, Meta: meta(r, "")})
+		return errors.Is(err, session.ErrBadCredentials), err
+	})
+	var throttled *signin.ThrottledError
 	switch {
 	case err == nil:
-		undo()
 		a.setSessionCookies(w, res.Token.Token, res.SessionID, res.Token.Claims.ExpiresAt.Time)
 		u := res.User
 		web.JSON(w, http.StatusOK, loginResponse{
 			Success: true, CSRFToken: a.csrfToken(res.SessionID), ExpiresAt: res.Token.Claims.ExpiresAt.Time.UTC(),
 			User: loginUser{ID: u.ID, Email: u.Email, FirstName: u.FirstName, LastName: u.LastName, IsStaff: u.IsStaff, IsSuperuser: u.IsSuperuser},
 		})
+	case errors.As(err, &throttled):
+		web.TooManyRequests(w, throttled.RetryAfter, "Too many failed sign-in attempts")
 	case errors.Is(err, session.ErrBadCredentials):
 		w.Header().Set("WWW-Authenticate", `Basic realm="cfgd"`)
 		web.Error(w, http.StatusUnauthorized, "invalid_credentials", "Invalid e-mail or password")
 	case errors.Is(err, session.ErrNotStaff):
-		undo()
 		web.Error(w, http.StatusForbidden, "forbidden", "This account may not use the administration")
 	default:
-		Fail(w, r, err)
+		web.Fail(w, r, err)
 	}
-}
-
-// throttleLogin counts a password attempt against the address and the
-// client IP before the password is checked, so parallel guesses cannot
-// overrun the limit; undo takes the attempt back once it succeeded, so
-// only failures count.
-func (a *API) throttleLogin(w http.ResponseWriter, r *http.Request, email string) (undo func(), ok bool) {
-	ctx := r.Context()
-	keys := []struct {
-		key   string
-		limit int
-	}{{"login:ip:" + clientIP(r, a.s.TrustedProxies), a.s.LoginIPFailures}}
-	if email != "" {
-		keys = append(keys, struct {
-			key   string
-			limit int
-		}{"login:email:" + email, a.s.LoginFailures})
-	}
-	var counted []string
-	undo = func() {
-		for _, k := range counted {
-			if err := a.limiter.Undo(ctx, k); err != nil {
-				a.log.WarnContext(ctx, "login throttle undo", "err", err)
-			}
-		}
-	}
-	for _, k := range keys {
-		allowed, wait, err := a.limiter.Hit(ctx, k.key, k.limit, a.s.LoginWindow)
-		if err != nil {
-			web.Unavailable(w, r, "the rate limiter", err)
-			return nil, false
-		}
-		counted = append(counted, k.key)
-		if !allowed {
-			web.TooManyRequests(w, wait, "Too many failed sign-in attempts")
-			return nil, false
-		}
-	}
-	return undo, true
 }
 
 func (a *API) setSessionCookies(w http.ResponseWriter, raw, sid string, exp time.Time) {
-	maxAge := int(exp.Sub(a.now()).Round(time.Second).Seconds())
+	maxAge := int(exp.Sub(a.app.Now()).Round(time.Second).Seconds())
 	http.SetCookie(w, &http.Cookie{
 		Name: SessionCookie, Value: raw, Path: "/", MaxAge: maxAge,
-		HttpOnly: true, Secure: a.s.CookieSecure, SameSite: http.SameSiteLaxMode,
+		HttpOnly: true, Secure: a.cfg.CookieSecure, SameSite: http.SameSiteLaxMode,
 	})
 	http.SetCookie(w, &http.Cookie{
 		Name: CSRFCookie, Value: a.csrfToken(sid), Path: "/", MaxAge: maxAge,
-		Secure: a.s.CookieSecure, SameSite: http.SameSiteLaxMode,
+		Secure: a.cfg.CookieSecure, SameSite: http.SameSiteLaxMode,
 	})
 }
 
 func (a *API) clearCookies(w http.ResponseWriter) {
 	for _, name := range []string{SessionCookie, CSRFCookie} {
 		http.SetCookie(w, &http.Cookie{Name: name, Value: "", Path: "/", MaxAge: -1, HttpOnly: name == SessionCookie,
-			Secure: a.s.CookieSecure, SameSite: http.SameSiteLaxMode})
+			Secure: a.cfg.CookieSecure, SameSite: http.SameSiteLaxMode})
 	}
 }
 

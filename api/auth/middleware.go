@@ -4,36 +4,33 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/gorilla/mux"
 
 	"github.com/cfgd/cfgd/api/web"
-	"github.com/cfgd/cfgd/commands/token"
-	"github.com/cfgd/cfgd/commands/user"
-	"github.com/cfgd/cfgd/events/identity"
-	rm "github.com/cfgd/cfgd/readmodels/identity"
+	"github.com/cfgd/cfgd/commands/signin"
 )
 
-// Authentication methods.
+// Principal is who made a request (signin.Principal).
+type Principal = signin.Principal
+
+// Authentication methods, as signin names them.
 const (
-	ViaBearer  = "bearer"
-	ViaBasic   = "basic"
-	ViaSession = "session"
+	ViaBearer  = signin.ViaBearer
+	ViaBasic   = signin.ViaBasic
+	ViaSession = signin.ViaSession
+	ViaAPIKey  = signin.ViaAPIKey
 )
 
-// Principal is who made a request.
-type Principal struct {
-	UserID      int64
-	SessionID   string // empty for HTTP Basic
-	UserVersion int64  // the user version the credential promises readers
-	Via         string
-	User        *rm.User // loaded by Staff; nil under RequireUser
-}
+// APIKeyHeader carries an API key, on HTTP as in gRPC metadata.
+const APIKeyHeader = "X-API-Key"
 
 type principalKey struct{}
 
-// PrincipalFrom returns the principal RequireUser or Staff put in ctx.
+// PrincipalFrom returns the principal RequireUser, Staff or StaffOrAPIKey
+// put in ctx.
 func PrincipalFrom(ctx context.Context) (*Principal, bool) {
 	p, ok := ctx.Value(principalKey{}).(*Principal)
 	return p, ok
@@ -43,31 +40,32 @@ func withPrincipal(r *http.Request, p *Principal) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
 }
 
-// authError is an answer the middleware gives instead of calling next.
-type authError struct {
-	status int
-	code   string
-	msg    string
-	err    error // a failing dependency, for 503
-}
+var errCSRF = errors.New("CSRF check failed: send the csrftoken cookie's value in the X-CSRFToken header")
 
-var (
-	errNoCredentials = &authError{status: http.StatusUnauthorized, code: "not_authenticated", msg: "Authentication credentials were not provided"}
-	errBadToken      = &authError{status: http.StatusUnauthorized, code: "token_not_valid", msg: "Token is invalid or expired"}
-	errBadPassword   = &authError{status: http.StatusUnauthorized, code: "authentication_failed", msg: "Invalid e-mail or password"}
-	errNotStaff      = &authError{status: http.StatusForbidden, code: "forbidden", msg: "You do not have permission to perform this action"}
-	errCSRF          = &authError{status: http.StatusForbidden, code: "csrf_failed", msg: "CSRF check failed: send the csrftoken cookie's value in the X-CSRFToken header"}
-)
-
-func (a *API) answer(w http.ResponseWriter, r *http.Request, e *authError) {
+// answer maps an authenticator outcome to its HTTP answer.
+func (a *API) answer(w http.ResponseWriter, r *http.Request, err error) {
+	var throttled *signin.ThrottledError
 	switch {
-	case e.err != nil:
-		Fail(w, r, e.err)
-		return
-	case e.status == http.StatusUnauthorized:
+	case errors.Is(err, signin.ErrNoCredentials):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="cfgd", Basic realm="cfgd"`)
+		web.Error(w, http.StatusUnauthorized, "not_authenticated", "Authentication credentials were not provided")
+	case errors.Is(err, signin.ErrInvalidToken):
+		w.Header().Set("WWW-Authenticate", `Bearer realm="cfgd", Basic realm="cfgd"`)
+		web.Error(w, http.StatusUnauthorized, "token_not_valid", "Token is invalid or expired")
+	case errors.Is(err, signin.ErrBadPassword):
+		w.Header().Set("WWW-Authenticate", `Bearer realm="cfgd", Basic realm="cfgd"`)
+		web.Error(w, http.StatusUnauthorized, "authentication_failed", "Invalid e-mail or password")
+	case errors.Is(err, signin.ErrInvalidAPIKey):
+		web.Error(w, http.StatusUnauthorized, "api_key_not_valid", "API key is invalid, revoked or expired")
+	case errors.Is(err, signin.ErrNotStaff):
+		web.Error(w, http.StatusForbidden, "forbidden", "You do not have permission to perform this action")
+	case errors.Is(err, errCSRF):
+		web.Error(w, http.StatusForbidden, "csrf_failed", errCSRF.Error())
+	case errors.As(err, &throttled):
+		web.TooManyRequests(w, throttled.RetryAfter, "Too many failed sign-in attempts")
+	default:
+		web.Fail(w, r, err)
 	}
-	web.Error(w, e.status, e.code, e.msg)
 }
 
 // RequireUser lets through requests with a valid, unrevoked Bearer access
@@ -77,12 +75,12 @@ func (a *API) RequireUser() mux.MiddlewareFunc {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			scheme, cred := splitAuthorization(r)
 			if !strings.EqualFold(scheme, "Bearer") || cred == "" {
-				a.answer(w, r, errNoCredentials)
+				a.answer(w, r, signin.ErrNoCredentials)
 				return
 			}
-			p, aerr := a.bearer(r.Context(), cred)
-			if aerr != nil {
-				a.answer(w, r, aerr)
+			p, err := a.app.Auth.Bearer(r.Context(), cred)
+			if err != nil {
+				a.answer(w, r, err)
 				return
 			}
 			next.ServeHTTP(w, withPrincipal(r, p))
@@ -96,102 +94,64 @@ func (a *API) RequireUser() mux.MiddlewareFunc {
 // state-changing request under the session cookie must carry X-CSRFToken
 // equal to the csrftoken cookie. Wrap every admin endpoint in it.
 func (a *API) Staff() mux.MiddlewareFunc {
+	return a.staff(false)
+}
+
+// StaffOrAPIKey is Staff that also lets through any valid API key (sent in
+// X-API-Key), for read-only endpoints machines call.
+func (a *API) StaffOrAPIKey() mux.MiddlewareFunc {
+	return a.staff(true)
+}
+
+func (a *API) staff(keys bool) mux.MiddlewareFunc {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			p, aerr := a.authenticateStaff(w, r)
-			if aerr != nil {
-				a.answer(w, r, aerr)
+			p, err := a.authenticateStaff(r, keys)
+			if err != nil {
+				a.answer(w, r, err)
 				return
-			}
-			if p == nil {
-				return // answered (throttled)
 			}
 			next.ServeHTTP(w, withPrincipal(r, p))
 		})
 	}
 }
 
-func (a *API) authenticateStaff(w http.ResponseWriter, r *http.Request) (*Principal, *authError) {
+func (a *API) authenticateStaff(r *http.Request, keys bool) (*Principal, error) {
 	ctx := r.Context()
+	auth := a.app.Auth
+	if raw := r.Header.Get(APIKeyHeader); keys && raw != "" {
+		return auth.APIKey(ctx, raw)
+	}
 	var p *Principal
+	var err error
 	scheme, cred := splitAuthorization(r)
 	switch {
 	case strings.EqualFold(scheme, "Bearer") && cred != "":
-		var aerr *authError
-		if p, aerr = a.bearer(ctx, cred); aerr != nil {
-			return nil, aerr
-		}
+		p, err = auth.Bearer(ctx, cred)
 	case strings.EqualFold(scheme, "Basic"):
 		email, password, ok := r.BasicAuth()
-		if !ok || email == "" || password == "" || len(password) > 1024 {
-			return nil, errBadPassword
-		}
-		norm, _ := identity.NormaliseEmail(email)
-		undo, ok := a.throttleLogin(w, r, norm)
 		if !ok {
-			return nil, nil
+			return nil, signin.ErrBadPassword
 		}
-		u, err := a.users.ByEmail(ctx, norm)
-		if err != nil && !errors.Is(err, rm.ErrNotFound) {
-			return nil, &authError{err: err}
-		}
-		// Hash even for an unknown address, so timing does not tell.
-		if !user.CheckPassword(u.PasswordHash, password) || u.ID == 0 {
-			return nil, errBadPassword
-		}
-		undo()
-		p = &Principal{UserID: u.ID, UserVersion: u.Version, Via: ViaBasic, User: &u}
+		p, err = auth.Password(ctx, email, password, clientIP(r, a.cfg.TrustedProxies))
 	case scheme != "":
-		return nil, errBadToken
+		return nil, signin.ErrInvalidToken
 	default:
-		c, err := r.Cookie(SessionCookie)
-		if err != nil || c.Value == "" {
-			return nil, errNoCredentials
+		c, cerr := r.Cookie(SessionCookie)
+		if cerr != nil || c.Value == "" {
+			return nil, signin.ErrNoCredentials
 		}
-		claims, err := a.tokens.Parse(c.Value, token.Web)
-		if err != nil {
-			return nil, errBadToken
-		}
-		if revoked, err := a.revocations.Revoked(ctx, claims.SessionID); err != nil {
-			return nil, &authError{err: err}
-		} else if revoked {
-			return nil, errBadToken
-		}
-		if !safeMethod(r.Method) && !a.csrfOK(r, claims.SessionID) {
+		if p, err = auth.Session(ctx, c.Value); err == nil && !safeMethod(r.Method) && !a.csrfOK(r, p.SessionID) {
 			return nil, errCSRF
 		}
-		p = &Principal{UserID: claims.UserID(), SessionID: claims.SessionID, UserVersion: claims.UserVersion, Via: ViaSession}
 	}
-	if p.User == nil {
-		u, err := a.users.ByID(ctx, p.UserID, p.UserVersion)
-		if errors.Is(err, rm.ErrNotFound) {
-			return nil, errBadToken
-		}
-		if err != nil {
-			return nil, &authError{err: err}
-		}
-		p.User = &u
+	if err != nil {
+		return nil, err
 	}
-	if !p.User.IsActive || !p.User.IsStaff {
-		return nil, errNotStaff
+	if err := auth.RequireStaff(ctx, p); err != nil {
+		return nil, err
 	}
 	return p, nil
-}
-
-// bearer checks an access token and its session's revocation.
-func (a *API) bearer(ctx context.Context, raw string) (*Principal, *authError) {
-	claims, err := a.tokens.Parse(raw, token.Access)
-	if err != nil {
-		return nil, errBadToken
-	}
-	revoked, err := a.revocations.Revoked(ctx, claims.SessionID)
-	if err != nil {
-		return nil, &authError{err: err}
-	}
-	if revoked {
-		return nil, errBadToken
-	}
-	return &Principal{UserID: claims.UserID(), SessionID: claims.SessionID, UserVersion: claims.UserVersion, Via: ViaBearer}, nil
 }
 
 func splitAuthorization(r *http.Request) (scheme, cred string) {
@@ -201,4 +161,12 @@ func splitAuthorization(r *http.Request) (scheme, cred string) {
 	}
 	scheme, cred, _ = strings.Cut(h, " ")
 	return scheme, strings.TrimSpace(cred)
+}
+
+// actor names the principal in event metadata.
+func actor(p *Principal) string {
+	if p == nil {
+		return ""
+	}
+	return "user:" + strconv.FormatInt(p.UserID, 10)
 }

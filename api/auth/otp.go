@@ -40,10 +40,10 @@ func (a *API) handleOTPRequest(w http.ResponseWriter, r *http.Request) {
 		web.FieldErrors(w, fields)
 		return
 	}
-	if !a.throttleIP(w, r, "otp-request", a.s.IPRequests) {
+	if !a.throttleIP(w, r, "otp-request", a.app.Config.IPRequests) {
 		return
 	}
-	_, err := a.request.Handle(r.Context(), otp.Request{Email: body.Identifier, SourceURL: body.SourceURL, Meta: meta(r, "")})
+	_, err := a.app.RequestOTP.Handle(r.Context(), otp.Request{Email: body.Identifier, SourceURL: body.SourceURL, Meta: meta(r, "")})
 	var limited *otp.RateLimitedError
 	switch {
 	case err == nil:
@@ -55,14 +55,14 @@ func (a *API) handleOTPRequest(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, otp.ErrDeliveryFailed):
 		web.Error(w, http.StatusServiceUnavailable, "delivery_failed", "The verification code could not be sent. Try again shortly.")
 	default:
-		Fail(w, r, err)
+		web.Fail(w, r, err)
 	}
 }
 
 // throttleIP counts one hit of the client's address against limit per
 // OTP__IP_WINDOW; it answers 429 (or 503 when Redis is down) itself.
 func (a *API) throttleIP(w http.ResponseWriter, r *http.Request, what string, limit int) bool {
-	ok, wait, err := a.limiter.Hit(r.Context(), what+":ip:"+clientIP(r, a.s.TrustedProxies), limit, a.s.IPWindow)
+	ok, wait, err := a.app.Limiter.Hit(r.Context(), what+":ip:"+clientIP(r, a.cfg.TrustedProxies), limit, a.app.Config.IPWindow)
 	if err != nil {
 		// Failing open would let a client spray addresses unchecked.
 		web.Unavailable(w, r, "the rate limiter", err)
@@ -120,10 +120,10 @@ func (a *API) handleOTPVerify(w http.ResponseWriter, r *http.Request) {
 		web.FieldErrors(w, fields)
 		return
 	}
-	if !a.throttleIP(w, r, "otp-verify", a.s.IPVerifications) {
+	if !a.throttleIP(w, r, "otp-verify", a.app.Config.IPVerifications) {
 		return
 	}
-	res, err := a.verify.Handle(r.Context(), otp.Verify{Email: body.Identifier, Code: body.OTPCode, SourceURL: body.SourceURL, Meta: meta(r, "")})
+	res, err := a.app.VerifyOTP.Handle(r.Context(), otp.Verify{Email: body.Identifier, Code: body.OTPCode, SourceURL: body.SourceURL, Meta: meta(r, "")})
 	switch {
 	case err == nil:
 		web.JSON(w, http.StatusOK, otpVerifyResponse{
@@ -135,14 +135,14 @@ func (a *API) handleOTPVerify(w http.ResponseWriter, r *http.Request) {
 		a.waitFloor(r, start)
 		web.Error(w, http.StatusBadRequest, "invalid_otp", "Invalid or expired code")
 	default:
-		Fail(w, r, err)
+		web.Fail(w, r, err)
 	}
 }
 
 // waitFloor holds a failure answer until FailureFloor has passed since
 // start, so every kind of invalid code takes the same time to answer.
 func (a *API) waitFloor(r *http.Request, start time.Time) {
-	d := a.floor - time.Since(start)
+	d := a.app.Config.FailureFloor - time.Since(start)
 	if d <= 0 {
 		return
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cfgd/cfgd/commands/signin"
+
 	"github.com/cfgd/cfgd/api/auth/authtest"
 	"github.com/cfgd/cfgd/events/identity"
 )
@@ -94,7 +96,7 @@ func TestNewCodeReplacesThePreviousOne(t *testing.T) {
 
 func TestAttempts(t *testing.T) {
 	t.Parallel()
-	e := authtest.Start(t, authtest.Options{NoPipeline: true, FailureFloor: time.Millisecond})
+	e := authtest.Start(t, authtest.Options{NoPipeline: true, Config: func(c *signin.Config) { c.FailureFloor = time.Millisecond }})
 	t.Run("fourth attempt with the right code fails", func(t *testing.T) {
 		email := authtest.Email("fourth")
 		code := e.RequestCode(t, email)
@@ -128,7 +130,7 @@ func TestAttempts(t *testing.T) {
 
 func TestTwentyParallelWrongGuesses(t *testing.T) {
 	t.Parallel()
-	e := authtest.Start(t, authtest.Options{NoPipeline: true, FailureFloor: time.Millisecond})
+	e := authtest.Start(t, authtest.Options{NoPipeline: true, Config: func(c *signin.Config) { c.FailureFloor = time.Millisecond }})
 	email := authtest.Email("spray")
 	code := e.RequestCode(t, email)
 	// Twenty different wrong codes, all sent at once.
@@ -150,7 +152,7 @@ func TestTwentyParallelWrongGuesses(t *testing.T) {
 
 func TestParallelRightGuessesExactlyOneWins(t *testing.T) {
 	t.Parallel()
-	e := authtest.Start(t, authtest.Options{NoPipeline: true, FailureFloor: time.Millisecond})
+	e := authtest.Start(t, authtest.Options{NoPipeline: true, Config: func(c *signin.Config) { c.FailureFloor = time.Millisecond }})
 	for _, n := range []int{2, 3} {
 		email := authtest.Email("race")
 		code := e.RequestCode(t, email)
@@ -221,7 +223,7 @@ func TestSecondSignInFindsTheSameUser(t *testing.T) {
 // whatever the account's state: nothing to enumerate.
 func TestInvalidCodeAnswersAreIndistinguishable(t *testing.T) {
 	t.Parallel()
-	e := authtest.Start(t, authtest.Options{NoPipeline: true, Env: map[string]string{"OTP__IP_REQUESTS": "1000", "OTP__IP_VERIFICATIONS": "1000"}})
+	e := authtest.Start(t, authtest.Options{NoPipeline: true, Config: func(c *signin.Config) { c.IPRequests, c.IPVerifications = 1000, 1000 }})
 	const rounds = 5
 	type kase struct {
 		name  string
@@ -311,8 +313,8 @@ func TestUndeliveredCodeIsVoid(t *testing.T) {
 
 func TestSMTPServerDownIs503(t *testing.T) {
 	t.Parallel()
-	e := authtest.Start(t, authtest.Options{NoPipeline: true, Env: map[string]string{
-		"EMAIL__SMTP_HOST": "127.0.0.1", "EMAIL__SMTP_PORT": "1", "EMAIL__SMTP_TIMEOUT": "2s",
+	e := authtest.Start(t, authtest.Options{NoPipeline: true, Config: func(c *signin.Config) {
+		c.Email.SMTPHost, c.Email.SMTPPort, c.Email.SMTPTimeout = "127.0.0.1", 1, 2*time.Second
 	}})
 	r := e.Do(t, http.MethodPost, requestPath, map[string]string{"identifier": authtest.Email("down")})
 	if r.Status != http.StatusServiceUnavailable || r.Str("code") != "delivery_failed" {
@@ -322,8 +324,8 @@ func TestSMTPServerDownIs503(t *testing.T) {
 
 func TestPerIPThrottle(t *testing.T) {
 	t.Parallel()
-	e := authtest.Start(t, authtest.Options{NoPipeline: true, FailureFloor: time.Millisecond, Env: map[string]string{
-		"OTP__IP_REQUESTS": "3", "OTP__IP_VERIFICATIONS": "4", "OTP__IP_WINDOW": "1h",
+	e := authtest.Start(t, authtest.Options{NoPipeline: true, Config: func(c *signin.Config) {
+		c.FailureFloor, c.IPRequests, c.IPVerifications, c.IPWindow = time.Millisecond, 3, 4, time.Hour
 	}})
 	var last string
 	for range 3 {

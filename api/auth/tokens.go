@@ -31,7 +31,7 @@ func (a *API) handleRefresh(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	res, err := a.refresh.Handle(r.Context(), session.Refresh{Token: body.Refresh, Meta: meta(r, "")})
+	res, err := a.app.Refresh.Handle(r.Context(), session.Refresh{Token: body.Refresh, Meta: meta(r, "")})
 	switch {
 	case err == nil:
 		out := refreshResponse{Access: res.Access.Token}
@@ -41,11 +41,11 @@ func (a *API) handleRefresh(w http.ResponseWriter, r *http.Request) {
 		web.JSON(w, http.StatusOK, out)
 	case errors.Is(err, session.ErrInvalidToken):
 		if errors.Is(err, session.ErrReused) {
-			a.log.WarnContext(r.Context(), "rotated refresh token reused; session revoked", "request_id", web.RequestID(r.Context()))
+			a.app.Log.WarnContext(r.Context(), "rotated refresh token reused; session revoked", "request_id", web.RequestID(r.Context()))
 		}
 		tokenInvalid(w)
 	default:
-		Fail(w, r, err)
+		web.Fail(w, r, err)
 	}
 }
 
@@ -68,7 +68,7 @@ func (a *API) handleLogout(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	claims, err := a.tokens.Parse(body.Refresh, token.Refresh)
+	claims, err := a.app.Tokens.Parse(body.Refresh, token.Refresh)
 	if err != nil {
 		tokenInvalid(w)
 		return
@@ -77,7 +77,7 @@ func (a *API) handleLogout(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) logoutWeb(w http.ResponseWriter, r *http.Request, raw string) {
-	claims, err := a.tokens.Parse(raw, token.Web)
+	claims, err := a.app.Tokens.Parse(raw, token.Web)
 	if err != nil {
 		a.clearCookies(w)
 		tokenInvalid(w)
@@ -92,17 +92,17 @@ func (a *API) logoutWeb(w http.ResponseWriter, r *http.Request, raw string) {
 }
 
 func (a *API) endSession(w http.ResponseWriter, r *http.Request, c *token.Claims) {
-	until, err := a.logout.Handle(r.Context(), session.Logout{SessionID: c.SessionID, UserID: c.UserID(), Meta: meta(r, "user:"+strconv.FormatInt(c.UserID(), 10))})
+	until, err := a.app.Logout.Handle(r.Context(), session.Logout{SessionID: c.SessionID, UserID: c.UserID(), Meta: meta(r, "user:"+strconv.FormatInt(c.UserID(), 10))})
 	switch {
 	case err == nil:
 		// This instance refuses the session's tokens at once; the others
 		// when their revocation set next reloads.
-		a.revocations.Add(c.SessionID, until.Add(time.Minute))
+		a.app.Revocations.Add(c.SessionID, until.Add(time.Minute))
 		web.JSON(w, http.StatusOK, logoutResponse{Success: true, Message: "Logged out"})
 	case errors.Is(err, session.ErrNoSession):
 		tokenInvalid(w)
 	default:
-		Fail(w, r, err)
+		web.Fail(w, r, err)
 	}
 }
 

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cfgd/cfgd/commands/signin"
+	"github.com/cfgd/cfgd/deploy/config"
+
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/cfgd/cfgd/api/auth/authtest"
@@ -172,7 +175,7 @@ func TestRefreshWithoutRotation(t *testing.T) {
 
 func TestRefreshRotationAndReuse(t *testing.T) {
 	t.Parallel()
-	e := authtest.Start(t, authtest.Options{Env: map[string]string{"JWT__ROTATE_REFRESH": "true"}})
+	e := authtest.Start(t, authtest.Options{Config: func(c *signin.Config) { c.JWT.RotateRefresh = true }})
 	s := e.SignIn(t, authtest.Email("rotate"))
 	r := e.Do(t, http.MethodPost, refreshPath, map[string]string{"refresh": s.Refresh})
 	if r.Status != http.StatusOK || r.Str("access") == "" || r.Str("refresh") == "" || r.Str("refresh") == s.Refresh {
@@ -246,7 +249,7 @@ func TestLogoutReachesOtherInstances(t *testing.T) {
 func TestHS256Mode(t *testing.T) {
 	t.Parallel()
 	secret := strings.Repeat("k", 40)
-	e := authtest.Start(t, authtest.Options{Env: map[string]string{"JWT__ALGORITHM": "HS256", "JWT__SIGNING_KEY": secret}})
+	e := authtest.Start(t, authtest.Options{Config: func(c *signin.Config) { c.JWT.Algorithm, c.JWT.SigningKey = "HS256", config.NewSecret(secret) }})
 	s := e.SignIn(t, authtest.Email("hs"))
 	c, header := claimsOf(t, s.Access)
 	if header["alg"] != "HS256" {

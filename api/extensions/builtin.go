@@ -1,6 +1,6 @@
 package extensions
 
-import "github.com/cfgd/cfgd/cmd/settings"
+import "github.com/cfgd/cfgd/deploy/config"
 
 // Versions of the built-in extensions, shown by their API roots.
 const (
@@ -21,26 +21,26 @@ const (
 // each call so that no caller can change another's list.
 func Builtin() []Extension {
 	return []Extension{
-		{Name: "payments", Version: PaymentsVersion, Kind: App, Settings: func(r *settings.Reader) any { return ReadPayments(r) }},
-		{Name: "leads", Version: LeadsVersion, Kind: App, Settings: func(r *settings.Reader) any { return ReadLeads(r) }},
-		{Name: "support", Version: SupportVersion, Kind: App, Settings: func(r *settings.Reader) any { return ReadSupport(r) }},
-		{Name: "newsletter", Version: NewsletterVersion, Kind: App, Settings: func(r *settings.Reader) any { return ReadNewsletter(r) }},
+		{Name: "payments", Version: PaymentsVersion, Kind: App, Settings: func(r *config.Reader) any { return ReadPayments(r) }},
+		{Name: "leads", Version: LeadsVersion, Kind: App, Settings: func(r *config.Reader) any { return ReadLeads(r) }},
+		{Name: "support", Version: SupportVersion, Kind: App, Settings: func(r *config.Reader) any { return ReadSupport(r) }},
+		{Name: "newsletter", Version: NewsletterVersion, Kind: App, Settings: func(r *config.Reader) any { return ReadNewsletter(r) }},
 	}
 }
 
 // Payments is the payments extension's own settings.
 type Payments struct {
-	CryptoAPIKey        settings.Secret `json:"crypto_api_key"`
-	CryptoWebhookSecret settings.Secret `json:"crypto_webhook_secret"`
+	CryptoAPIKey        config.Secret `json:"crypto_api_key"`
+	CryptoWebhookSecret config.Secret `json:"crypto_webhook_secret"`
 }
 
 // ReadPayments reads the payments settings; problems are left in r. Neither
 // key is required: the spec only says they come from the environment, and
 // the API root shows "" for one that is missing.
-func ReadPayments(r *settings.Reader) Payments {
+func ReadPayments(r *config.Reader) Payments {
 	return Payments{
-		CryptoAPIKey:        settings.NewSecret(r.Secret("PAYMENTS_API_KEYS__CRYPTO_API_KEY", false)),
-		CryptoWebhookSecret: settings.NewSecret(r.Secret("PAYMENTS_API_KEYS__CRYPTO_WEBHOOK_SECRET", false)),
+		CryptoAPIKey:        config.NewSecret(r.Secret("PAYMENTS_API_KEYS__CRYPTO_API_KEY", false)),
+		CryptoWebhookSecret: config.NewSecret(r.Secret("PAYMENTS_API_KEYS__CRYPTO_WEBHOOK_SECRET", false)),
 	}
 }
 
@@ -48,17 +48,17 @@ func ReadPayments(r *settings.Reader) Payments {
 type Leads struct {
 	TelegramEnabled   bool            `json:"telegram_enabled"`
 	EmailEnabled      bool            `json:"email_enabled"`
-	TelegramBotToken  settings.Secret `json:"telegram_bot_token"`
+	TelegramBotToken  config.Secret `json:"telegram_bot_token"`
 	NotificationEmail string          `json:"notification_email"`
 }
 
 // ReadLeads reads the leads settings; problems are left in r. The token and
 // the address are required whichever channel is on, as the spec has them.
-func ReadLeads(r *settings.Reader) Leads {
+func ReadLeads(r *config.Reader) Leads {
 	return Leads{
 		TelegramEnabled:   r.Bool("LEADS__TELEGRAM_ENABLED", true),
 		EmailEnabled:      r.Bool("LEADS__EMAIL_ENABLED", true),
-		TelegramBotToken:  settings.NewSecret(r.Secret("TELEGRAM__BOT_TOKEN", true)),
+		TelegramBotToken:  config.NewSecret(r.Secret("TELEGRAM__BOT_TOKEN", true)),
 		NotificationEmail: r.Email("LEADS__NOTIFICATION_EMAIL", "", true),
 	}
 }
@@ -73,7 +73,7 @@ type Support struct {
 }
 
 // ReadSupport reads the support settings; problems are left in r.
-func ReadSupport(r *settings.Reader) Support {
+func ReadSupport(r *config.Reader) Support {
 	return Support{
 		TicketAutoAssign:         r.Bool("SUPPORT__TICKET_AUTO_ASSIGN", true),
 		SLATrackingEnabled:       r.Bool("SUPPORT__SLA_TRACKING_ENABLED", true),
@@ -92,7 +92,7 @@ type Newsletter struct {
 }
 
 // ReadNewsletter reads the newsletter settings; problems are left in r.
-func ReadNewsletter(r *settings.Reader) Newsletter {
+func ReadNewsletter(r *config.Reader) Newsletter {
 	return Newsletter{
 		FromEmail:               r.Email("NEWSLETTER__FROM_EMAIL", "", true),
 		FromName:                r.Required("NEWSLETTER__FROM_NAME", "a sender name such as Acme News"),

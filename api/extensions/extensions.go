@@ -14,7 +14,7 @@ package extensions
 import (
 	"net/http"
 
-	"github.com/cfgd/cfgd/cmd/settings"
+	"github.com/cfgd/cfgd/deploy/config"
 )
 
 // Kind tells an app extension from a module extension.
@@ -55,7 +55,7 @@ type Extension struct {
 	// is off never stops start-up. The result is shown, encoded with
 	// encoding/json, by the API root and GET /cfg/extensions/: declare every
 	// secret as a Secret so that it is masked. Nil means no own settings.
-	Settings func(r *settings.Reader) any
+	Settings func(r *config.Reader) any
 
 	// Routes declares an app extension's route groups; own is what Settings
 	// returned. Module extensions must leave it nil.

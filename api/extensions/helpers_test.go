@@ -10,7 +10,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/cfgd/cfgd/api/web"
-	"github.com/cfgd/cfgd/cmd/settings"
+	"github.com/cfgd/cfgd/deploy/config"
 )
 
 // Secret values used throughout the tests; none may ever be seen outside.
@@ -56,7 +56,7 @@ func with(base map[string]string, kv ...string) map[string]string {
 // load runs Load and returns the Set with the problems left in the reader.
 func load(t testing.TB, env, dotenv map[string]string, installed []Extension) (*Set, error) {
 	t.Helper()
-	r := settings.NewReader(settings.FromMaps(env, dotenv))
+	r := config.NewReader(config.FromMaps(env, dotenv))
 	s, err := Load(r, installed)
 	if err != nil {
 		t.Fatalf("Load: %v", err)
@@ -176,7 +176,7 @@ func demo() Extension {
 		}},
 		ConstanceFields: []ConstanceField{{Name: "DEMO_LIMIT", Default: 10, Help: "items per page"}},
 		Schedules:       []Schedule{{Name: "nightly", Cron: "0 3 * * *", Task: "demo.cleanup"}},
-		Settings: func(r *settings.Reader) any {
+		Settings: func(r *config.Reader) any {
 			return struct {
 				Colour string `json:"colour"`
 			}{r.String("DEMO__COLOUR", "blue")}
@@ -204,7 +204,7 @@ func cache() Extension {
 		Name:    "cache",
 		Version: "2.0.0",
 		Kind:    Module,
-		Settings: func(r *settings.Reader) any {
+		Settings: func(r *config.Reader) any {
 			return struct {
 				Size int `json:"size"`
 			}{r.IntRange("CACHE__SIZE", 100, 1, 1000)}

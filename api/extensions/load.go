@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cfgd/cfgd/cmd/settings"
+	"github.com/cfgd/cfgd/deploy/config"
 )
 
 // EnabledVar lists the app extensions to turn on, comma-separated.
@@ -66,7 +66,7 @@ func envPrefix(name string) string {
 // per variable, so the caller reports them together with its own through
 // r.Err(); a Set read with problems refuses to Mount. The error returned is
 // for a faulty installed list, which is a bug in the caller, not bad input.
-func Load(r *settings.Reader, installed []Extension) (*Set, error) {
+func Load(r *config.Reader, installed []Extension) (*Set, error) {
 	if err := checkInstalled(installed); err != nil {
 		return nil, err
 	}
@@ -129,7 +129,7 @@ func (s *Set) find(name string) *entry {
 	return nil
 }
 
-func countProblems(r *settings.Reader) int {
+func countProblems(r *config.Reader) int {
 	err := r.Err()
 	if err == nil {
 		return 0
@@ -192,7 +192,7 @@ func checkInstalled(installed []Extension) error {
 }
 
 // enabledApps reads EXTENSIONS__ENABLED.
-func enabledApps(r *settings.Reader, installed []Extension) map[string]bool {
+func enabledApps(r *config.Reader, installed []Extension) map[string]bool {
 	kinds := map[string]Kind{}
 	var apps []string
 	for _, ext := range installed {
@@ -221,7 +221,7 @@ func enabledApps(r *settings.Reader, installed []Extension) map[string]bool {
 	return on
 }
 
-func readApp(r *settings.Reader, ext Extension, env string) AppSettings {
+func readApp(r *config.Reader, ext Extension, env string) AppSettings {
 	return AppSettings{
 		AdminEnabled:      r.Bool(env+"__ADMIN_ENABLED", true),
 		MiddlewareClasses: readMiddleware(r, env+"__MIDDLEWARE_CLASSES"),
@@ -235,7 +235,7 @@ func readApp(r *settings.Reader, ext Extension, env string) AppSettings {
 
 // readMiddleware reads the middleware names; whether each exists is known
 // only to Mount, which has the registry.
-func readMiddleware(r *settings.Reader, name string) []string {
+func readMiddleware(r *config.Reader, name string) []string {
 	list := r.List(name, nil)
 	seen := map[string]bool{}
 	out := make([]string, 0, len(list))
@@ -252,7 +252,7 @@ func readMiddleware(r *settings.Reader, name string) []string {
 
 // readSegment reads an optional url_prefix or url_namespace. A bad value is
 // reported and dropped, so that it does not also show up as a collision.
-func readSegment(r *settings.Reader, name string) string {
+func readSegment(r *config.Reader, name string) string {
 	v := r.String(name, "")
 	if v != "" && !validSegment(v) {
 		r.Fail(name, fmt.Sprintf("expected one path segment of a-z, 0-9, '-' and '_', at most %d characters", maxSegment), v)
@@ -281,8 +281,8 @@ func reservedPrefix(p string) bool { return p == "extensions" || p == "grpc" }
 // claims finds enabled app extensions that would share a URL prefix or a
 // namespace, or take one cfgd reserves. Extensions mounted under their own
 // name claim first, so a clash is blamed on the url_prefix that caused it.
-func (s *Set) claims() []*settings.Error {
-	var errs []*settings.Error
+func (s *Set) claims() []*config.Error {
+	var errs []*config.Error
 	type claim struct {
 		taken  map[string]string
 		value  func(*entry) string
@@ -309,7 +309,7 @@ func (s *Set) claims() []*settings.Error {
 					c.taken[v] = e.ext.Name
 					continue
 				}
-				errs = append(errs, &settings.Error{Name: e.env() + c.suffix, Want: want, Got: v})
+				errs = append(errs, &config.Error{Name: e.env() + c.suffix, Want: want, Got: v})
 			}
 		}
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"github.com/cfgd/cfgd/cmd/settings"
+	"github.com/cfgd/cfgd/deploy/config"
 )
 
 func own[T any](t *testing.T, s *Set, name string) T {
@@ -140,7 +140,7 @@ func TestPrecedence(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	s := mustLoad(t, allOn(), Builtin())
-	if got, want := own[Leads](t, s, "leads"), (Leads{TelegramEnabled: true, EmailEnabled: true, TelegramBotToken: settings.NewSecret(botToken), NotificationEmail: "leads@example.com"}); got != want {
+	if got, want := own[Leads](t, s, "leads"), (Leads{TelegramEnabled: true, EmailEnabled: true, TelegramBotToken: config.NewSecret(botToken), NotificationEmail: "leads@example.com"}); got != want {
 		t.Errorf("leads: got %+v, want %+v", got, want)
 	}
 	if got, want := own[Support](t, s, "support"), (Support{TicketAutoAssign: true, SLATrackingEnabled: true, SLAHours: 24, LiveChatEnabled: false, KnowledgeBaseIntegration: true}); got != want {
@@ -263,7 +263,7 @@ func TestValidation(t *testing.T) {
 // TestLoadKeepsCallerProblems checks that Load adds to the reader's problems
 // and that earlier ones alone do not stop the Set from mounting.
 func TestLoadKeepsCallerProblems(t *testing.T) {
-	r := settings.NewReader(settings.FromMaps(with(allOn(), "HTTP__ADDR", "nope"), nil))
+	r := config.NewReader(config.FromMaps(with(allOn(), "HTTP__ADDR", "nope"), nil))
 	r.Fail("HTTP__ADDR", "expected host:port", "nope")
 	s, err := Load(r, Builtin())
 	if err != nil {
@@ -296,7 +296,7 @@ func TestInstalledErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Load(settings.NewReader(settings.FromMaps(nil, nil)), tc.ext)
+			_, err := Load(config.NewReader(config.FromMaps(nil, nil)), tc.ext)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.want)
 			}
@@ -305,15 +305,15 @@ func TestInstalledErrors(t *testing.T) {
 }
 
 func TestOwnSettingsMustNotHideBase(t *testing.T) {
-	ext := Extension{Name: "x", Settings: func(*settings.Reader) any {
+	ext := Extension{Name: "x", Settings: func(*config.Reader) any {
 		return map[string]bool{"admin_enabled": false}
 	}}
-	r := settings.NewReader(settings.FromMaps(map[string]string{"EXTENSIONS__ENABLED": "x"}, nil))
+	r := config.NewReader(config.FromMaps(map[string]string{"EXTENSIONS__ENABLED": "x"}, nil))
 	if _, err := Load(r, []Extension{ext}); err == nil || !strings.Contains(err.Error(), `hides a base setting`) {
 		t.Fatalf("got %v", err)
 	}
-	ext.Settings = func(*settings.Reader) any { return 42 }
-	r = settings.NewReader(settings.FromMaps(map[string]string{"EXTENSIONS__ENABLED": "x"}, nil))
+	ext.Settings = func(*config.Reader) any { return 42 }
+	r = config.NewReader(config.FromMaps(map[string]string{"EXTENSIONS__ENABLED": "x"}, nil))
 	if _, err := Load(r, []Extension{ext}); err == nil || !strings.Contains(err.Error(), `JSON object`) {
 		t.Fatalf("got %v", err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/cfgd/cfgd/api/web"
-	"github.com/cfgd/cfgd/cmd/settings"
+	"github.com/cfgd/cfgd/deploy/config"
 )
 
 // ListPath is where staff list the installed extensions.
@@ -171,7 +171,7 @@ func planMount(e *entry, registry map[string]mux.MiddlewareFunc, router *mux.Rou
 	for _, name := range e.app.MiddlewareClasses {
 		mw, ok := registry[name]
 		if !ok || mw == nil {
-			errs = append(errs, &settings.Error{
+			errs = append(errs, &config.Error{
 				Name: e.env() + "__MIDDLEWARE_CLASSES",
 				Want: "expected middleware names from: " + registryNames(registry),
 				Got:  name,

@@ -14,7 +14,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/cfgd/cfgd/api/web"
-	"github.com/cfgd/cfgd/cmd/settings"
+	"github.com/cfgd/cfgd/deploy/config"
 )
 
 func TestMountGroups(t *testing.T) {
@@ -332,12 +332,12 @@ func TestAPIRoots(t *testing.T) {
 	}{
 		{"payments", env, "/cfg/payments/api/", "payments", PaymentsVersion,
 			map[string]any{"path": "/cfg/payments/", "api": "/cfg/payments/api/", "namespace": "payments", "groups": map[string]any{}},
-			merged(emptyBase, "crypto_api_key", settings.Masked, "crypto_webhook_secret", settings.Masked)},
+			merged(emptyBase, "crypto_api_key", config.Masked, "crypto_webhook_secret", config.Masked)},
 		{"payments without keys", noKeys, "/cfg/payments/api/", "payments", PaymentsVersion, nil,
 			merged(emptyBase, "crypto_api_key", "", "crypto_webhook_secret", "")},
 		{"leads", env, "/cfg/leads/api/", "leads", LeadsVersion, nil,
 			merged(emptyBase, "admin_enabled", false, "middleware_classes", []any{"audit"},
-				"telegram_enabled", true, "email_enabled", true, "telegram_bot_token", settings.Masked, "notification_email", "leads@example.com")},
+				"telegram_enabled", true, "email_enabled", true, "telegram_bot_token", config.Masked, "notification_email", "leads@example.com")},
 		{"support", env, "/cfg/support/api/", "support", SupportVersion, nil,
 			merged(emptyBase, "ticket_auto_assign", true, "sla_tracking_enabled", true, "sla_hours", 48.0,
 				"live_chat_enabled", false, "knowledge_base_integration", true)},
@@ -452,7 +452,7 @@ func TestList(t *testing.T) {
 	if body.Count != 6 || !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %d %+v\nwant %+v", body.Count, got, want)
 	}
-	if p := body.Extensions[0].Settings; p["crypto_api_key"] != settings.Masked || p["crypto_webhook_secret"] != settings.Masked {
+	if p := body.Extensions[0].Settings; p["crypto_api_key"] != config.Masked || p["crypto_webhook_secret"] != config.Masked {
 		t.Errorf("payments secrets in list: %v", p)
 	}
 	if c := body.Extensions[5].Settings; !reflect.DeepEqual(c, map[string]any{"enabled": false}) {
@@ -507,7 +507,7 @@ func TestNoSecretLeaks(t *testing.T) {
 	}
 
 	// Settings errors next to set secrets.
-	r := settings.NewReader(settings.FromMaps(with(env, "SUPPORT__SLA_HOURS", "0", "EXTENSIONS__ENABLED", "payments,leads,bogus"), nil))
+	r := config.NewReader(config.FromMaps(with(env, "SUPPORT__SLA_HOURS", "0", "EXTENSIONS__ENABLED", "payments,leads,bogus"), nil))
 	if _, err := Load(r, Builtin()); err != nil {
 		t.Fatal(err)
 	}

@@ -96,7 +96,7 @@ func (h *handler) respond(w http.ResponseWriter, r *http.Request, id, version in
 		web.Error(w, http.StatusNotFound, "not_found", "no profile for this user")
 		return
 	default:
-		auth.Fail(w, r, err)
+		web.Fail(w, r, err)
 		return
 	}
 	var login *time.Time
@@ -193,6 +193,6 @@ func (h *handler) patch(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, user.ErrNoSuchUser):
 		web.Error(w, http.StatusNotFound, "not_found", "no such user")
 	default:
-		auth.Fail(w, r, err)
+		web.Fail(w, r, err)
 	}
 }

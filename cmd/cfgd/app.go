@@ -4,20 +4,24 @@ import (
 	"github.com/cfgd/cfgd/api/auth"
 	"github.com/cfgd/cfgd/api/extensions"
 	"github.com/cfgd/cfgd/cmd/settings"
+	"github.com/cfgd/cfgd/commands/signin"
+	"github.com/cfgd/cfgd/deploy/config"
 )
 
-// appSettings is everything cfgd reads at start-up, so that every problem
-// is reported at once before anything starts.
+// appSettings is everything cfgd reads at start-up, one Config per module,
+// so that every problem is reported at once before anything starts.
 type appSettings struct {
 	Core       settings.Core
-	Auth       auth.Settings
+	Signin     signin.Config
+	AuthHTTP   auth.Config
 	Extensions *extensions.Set
 }
 
 // readApp reads every setting; problems are left in r. The error is for a
 // faulty list of installed extensions, a programming error.
-func readApp(r *settings.Reader) (appSettings, error) {
-	app := appSettings{Core: settings.ReadCore(r), Auth: auth.ReadSettings(r)}
+func readApp(r *config.Reader) (appSettings, error) {
+	app := appSettings{Core: settings.ReadCore(r)}
+	app.Signin, app.AuthHTTP = settings.ReadSignin(r, app.Core.HTTPAddr)
 	set, err := extensions.Load(r, extensions.Builtin())
 	if err != nil {
 		return app, err

@@ -4,12 +4,18 @@ import (
 	"context"
 
 	"github.com/gorilla/mux"
+
+	"github.com/cfgd/cfgd/api/auth"
+	"github.com/cfgd/cfgd/api/module"
 )
 
-// mountExtensions mounts the enabled app extensions under /cfg/{name}/ and
-// the staff-only list at /cfg/extensions/. middleware is the registry that
-// {NAME}__MIDDLEWARE_CLASSES picks from.
-func mountExtensions(ctx context.Context, w wiring, staff mux.MiddlewareFunc, middleware map[string]mux.MiddlewareFunc) error {
+// extensionsModule mounts the enabled app extensions under /cfg/{name}/
+// and the staff-only list at /cfg/extensions/. The staff middleware is
+// also the one {NAME}__MIDDLEWARE_CLASSES can pick.
+func extensionsModule(ctx context.Context, w wiring, a *auth.API) (module.Module, error) {
 	w.app.Extensions.Log(ctx, w.log)
-	return w.app.Extensions.Mount(w.router, middleware, staff)
+	staff := a.Staff()
+	return module.Module{Name: "extensions", Routes: func(r *mux.Router) error {
+		return w.app.Extensions.Mount(r, map[string]mux.MiddlewareFunc{"staff": staff}, staff)
+	}}, nil
 }

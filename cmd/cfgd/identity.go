@@ -4,29 +4,36 @@ import (
 	"os"
 	"time"
 
-	"github.com/gorilla/mux"
-
 	"github.com/cfgd/cfgd/api/analytics"
 	"github.com/cfgd/cfgd/api/auth"
+	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/api/profile"
-	"github.com/cfgd/cfgd/commands/user"
-	"github.com/cfgd/cfgd/projections"
-	identityproj "github.com/cfgd/cfgd/projections/identity"
+	"github.com/cfgd/cfgd/commands/signin"
+	"github.com/gorilla/mux"
+
+	idproj "github.com/cfgd/cfgd/projections/identity"
 )
 
-// buildIdentity wires passwordless sign-in: the auth, profile and
-// analytics endpoints, and the identity projections. It returns the staff
-// middleware every admin endpoint uses.
-func buildIdentity(w wiring) ([]*projections.Projection, mux.MiddlewareFunc, error) {
-	a, err := auth.Build(w.app.Auth, auth.Deps{
+// identityModule is passwordless sign-in: the auth, profile and analytics
+// endpoints over the sign-in core, and the identity projections. It
+// returns the HTTP side too, whose middleware other modules protect their
+// endpoints with.
+func identityModule(w wiring) (module.Module, *auth.API, error) {
+	app, err := signin.New(w.app.Signin, signin.Deps{
 		Pool: w.deps.pg, Redis: w.deps.redis, Log: w.log, Console: os.Stdout, Now: time.Now,
 	})
 	if err != nil {
-		return nil, nil, err
+		return module.Module{}, nil, err
 	}
-	a.Mount(w.router)
-	profile.Mount(w.router, a.RequireUser(), a.Users(), user.NewUpdateProfileHandler(w.deps.pg, time.Now))
-	staff := a.Staff()
-	analytics.Mount(w.router, staff, w.deps.pg, time.Now)
-	return identityproj.All(), staff, nil
+	a := auth.New(app, w.app.AuthHTTP)
+	return module.Module{
+		Name: "identity",
+		Routes: func(r *mux.Router) error {
+			a.Mount(r)
+			profile.Mount(r, a.RequireUser(), app.Users, app.UpdateProfile)
+			analytics.Mount(r, a.Staff(), w.deps.pg, time.Now)
+			return nil
+		},
+		Projections: idproj.All(),
+	}, a, nil
 }

@@ -1,6 +1,7 @@
 // Command cfgd is the whole service in one binary. This package only wires
-// packages together; behaviour lives in commands, events, projections,
-// readmodels and api.
+// packages together: it reads settings into each module's Config, builds
+// the modules and runs them; behaviour lives in commands, events,
+// projections, readmodels and api.
 package main
 
 import (
@@ -15,20 +16,8 @@ import (
 	"syscall"
 
 	"github.com/cfgd/cfgd/cmd/settings"
+	"github.com/cfgd/cfgd/deploy/config"
 )
-
-const usage = `usage: cfgd <command> [flags]
-
-commands:
-  serve     run HTTP + gRPC, the event relay, projections and reactors
-  migrate   apply database migrations and exit
-  user create-superuser --email E [--password P]
-            create a staff superuser (without --password: OTP sign-in only)
-  help      show this text
-
-Settings come from the environment, then the .env file named by
-CFGD_ENV_FILE (default ./.env), then defaults. See README.md.
-`
 
 // exitError carries an exit code out of run; only main calls os.Exit.
 type exitError struct {
@@ -63,31 +52,69 @@ func main() {
 	os.Exit(code)
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return &exitError{code: 2}
+// action is a parsed command, run once settings are read.
+type action func(ctx context.Context, log *slog.Logger, app appSettings) error
+
+// command is one entry of the CLI: the single list usage and dispatch
+// both come from.
+type command struct {
+	name  string
+	usage string // the lines under "commands:"
+	// parse checks the arguments before any setting is read, so a usage
+	// mistake is reported as one whatever the environment holds.
+	parse func(args []string, stdout, stderr io.Writer) (action, error)
+}
+
+func commandList() []command {
+	return []command{
+		{"serve", "serve     run HTTP, the event relay, the projections and every module's runners", noArgs("serve", serve)},
+		{"migrate", "migrate   apply database migrations and exit", noArgs("migrate", migrate)},
+		{"user", "user create-superuser --email E [--password P]\n          create a staff superuser (without --password: OTP sign-in only)", parseUserCommand},
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return nil
-	case "serve", "migrate", "user":
-	default:
-		fmt.Fprintf(stderr, "cfgd: unknown command %q\n\n%s", cmd, usage)
-		return &exitError{code: 2}
+}
+
+func usage(cmds []command) string {
+	var b strings.Builder
+	b.WriteString("usage: cfgd <command> [flags]\n\ncommands:\n")
+	for _, c := range cmds {
+		fmt.Fprintf(&b, "  %s\n", strings.ReplaceAll(c.usage, "\n", "\n  "))
 	}
-	var userCmd func(ctx context.Context, log *slog.Logger, app appSettings) error
-	if cmd == "user" {
-		// Flags are checked before settings, so a usage mistake is reported
-		// as one, whatever the environment holds.
-		var err error
-		if userCmd, err = parseUserCommand(rest, stdout, stderr); err != nil {
-			return err
+	b.WriteString("  help      show this text\n\nSettings come from the environment, then the .env file named by\nCFGD_ENV_FILE (default ./.env), then defaults. See README.md.\n")
+	return b.String()
+}
+
+func noArgs(name string, fn func(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Writer) error) func([]string, io.Writer, io.Writer) (action, error) {
+	return func(args []string, stdout, _ io.Writer) (action, error) {
+		if len(args) > 0 {
+			return nil, &exitError{code: 2, err: fmt.Errorf("%s takes no arguments, got %q", name, args)}
 		}
-	} else if len(rest) > 0 {
-		return &exitError{code: 2, err: fmt.Errorf("%s takes no arguments, got %q", cmd, rest)}
+		return func(ctx context.Context, log *slog.Logger, app appSettings) error { return fn(ctx, log, app, stdout) }, nil
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmds := commandList()
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage(cmds))
+		return &exitError{code: 2}
+	}
+	name, rest := args[0], args[1:]
+	if name == "help" || name == "-h" || name == "--help" {
+		fmt.Fprint(stdout, usage(cmds))
+		return nil
+	}
+	var act action
+	for _, c := range cmds {
+		if c.name == name {
+			var err error
+			if act, err = c.parse(rest, stdout, stderr); err != nil {
+				return err
+			}
+		}
+	}
+	if act == nil {
+		fmt.Fprintf(stderr, "cfgd: unknown command %q\n\n%s", name, usage(cmds))
+		return &exitError{code: 2}
 	}
 	envFile := os.Getenv("CFGD_ENV_FILE")
 	if envFile == "" {
@@ -97,7 +124,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	r := settings.NewReader(src)
+	r := config.NewReader(src)
 	app, err := readApp(r)
 	if err != nil {
 		return err
@@ -106,14 +133,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return &exitError{code: 2, err: err}
 	}
 	log := newLogger(stderr, app.Core.LogLevel)
-	switch cmd {
-	case "migrate":
-		return migrate(ctx, log, app.Core)
-	case "user":
-		return userCmd(ctx, log, app)
-	default:
-		return serve(ctx, log, app, stdout)
-	}
+	// Packages that log without a logger of their own (web.Internal, for
+	// one) honour LOG__LEVEL and the JSON format too.
+	slog.SetDefault(log)
+	return act(ctx, log, app)
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {

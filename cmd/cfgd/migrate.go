@@ -3,16 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
-	"github.com/cfgd/cfgd/cmd/settings"
 	"github.com/cfgd/cfgd/deploy/migrations"
 )
 
 // migrate applies Postgres and ClickHouse migrations once and reports a
 // down server as one line rather than waiting for it.
-func migrate(ctx context.Context, log *slog.Logger, c settings.Core) error {
+func migrate(ctx context.Context, log *slog.Logger, app appSettings, _ io.Writer) error {
+	c := app.Core
 	d, err := openDeps(ctx, c)
 	if err != nil {
 		return err

@@ -4,24 +4,16 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/gorilla/mux"
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/bus"
 	"github.com/cfgd/cfgd/events/identity"
-	"github.com/cfgd/cfgd/projections"
 )
 
-// wiring is what each feature module is built from.
+// wiring is what each module is built from.
 type wiring struct {
-	log     *slog.Logger
-	app     appSettings
-	deps    *deps
-	bus     bus.Config
-	events  *events.Registry
-	metrics prometheus.Registerer
-	router  *mux.Router
+	log  *slog.Logger
+	app  appSettings
+	deps *deps
 }
 
 // eventTypes is the explicit registry of every event type cfgd stores.
@@ -31,17 +23,16 @@ func eventTypes() []events.Event {
 	return all
 }
 
-// buildModules mounts every feature's endpoints on w.router and returns the
-// projections and reactors to feed from Kafka.
-func buildModules(ctx context.Context, w wiring) ([]*projections.Projection, error) {
-	var ps []*projections.Projection
-	idps, staff, err := buildIdentity(w)
+// buildModules builds every capability. A new capability is one more
+// constructor here and nothing else.
+func buildModules(ctx context.Context, w wiring) ([]module.Module, error) {
+	id, a, err := identityModule(w)
 	if err != nil {
 		return nil, err
 	}
-	ps = append(ps, idps...)
-	if err := mountExtensions(ctx, w, staff, map[string]mux.MiddlewareFunc{"staff": staff}); err != nil {
+	ext, err := extensionsModule(ctx, w, a)
+	if err != nil {
 		return nil, err
 	}
-	return ps, nil
+	return []module.Module{id, ext}, nil
 }

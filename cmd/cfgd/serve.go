@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,21 +9,20 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/cfgd/cfgd/api"
 	"github.com/cfgd/cfgd/api/health"
-	"github.com/cfgd/cfgd/cmd/settings"
+	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/bus"
-	"github.com/cfgd/cfgd/events/relay"
-	"github.com/cfgd/cfgd/projections"
+	"github.com/cfgd/cfgd/projections/pipeline"
 )
 
-// serve runs HTTP, the relay and the projections until ctx ends. HTTP comes
-// up first so /healthz and /readyz answer while dependencies are still
-// being waited for.
+// serve runs every module until ctx ends. HTTP comes up at once so
+// /healthz and /readyz answer while dependencies are still being waited
+// for; on the way down HTTP drains first, then the pipeline stops, then
+// the embedded broker.
 func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Writer) error {
 	c := app.Core
 	metrics := prometheus.NewRegistry()
@@ -52,93 +50,58 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	if err != nil {
 		return err
 	}
+	modules, err := buildModules(ctx, wiring{log: log, app: app, deps: d})
+	if err != nil {
+		return err
+	}
+	pipe, err := pipeline.New(pipeline.Config{Bus: busCfg, Wake: d.commits.C(), Metrics: metrics}, d.pg, reg, log, module.Projections(modules...)...)
+	if err != nil {
+		return err
+	}
 
 	router, err := api.NewRouter(log, metrics)
 	if err != nil {
 		return err
 	}
-	health.Mount(router, 2*time.Second,
-		health.Check{Name: "postgres", Ping: d.pg.Ping},
-		health.Check{Name: "clickhouse", Ping: d.ch.Ping},
-		health.Check{Name: "redis", Ping: func(ctx context.Context) error { return d.redis.Ping(ctx).Err() }},
-		health.Check{Name: "kafka", Ping: func(ctx context.Context) error { return bus.Ping(ctx, busCfg) }},
-	)
-	w := wiring{log: log, app: app, deps: d, bus: busCfg, events: reg, metrics: metrics, router: router}
-	ps, err := buildModules(ctx, w)
-	if err != nil {
+	health.Mount(router, 2*time.Second, append([]health.Check{
+		{Name: "postgres", Ping: d.pg.Ping},
+		{Name: "clickhouse", Ping: d.ch.Ping},
+		{Name: "redis", Ping: func(ctx context.Context) error { return d.redis.Ping(ctx).Err() }},
+		{Name: "kafka", Ping: func(ctx context.Context) error { return bus.Ping(ctx, busCfg) }},
+	}, module.Checks(modules...)...)...)
+	if err := module.Mount(router, modules...); err != nil {
 		return err
 	}
-
 	srv := api.NewServer(c.HTTPAddr, router, c.ShutdownTimeout, log)
-	g, gctx := errgroup.WithContext(ctx)
-	// The relay and projections outlive the HTTP drain, so a request still
-	// in flight (say, one waiting for its own write to be projected) can
-	// finish; they stop once HTTP has.
-	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(gctx))
-	defer stopBackground()
-	g.Go(func() error {
-		defer stopBackground()
-		return srv.Run(gctx)
-	})
-	g.Go(func() error {
-		select {
-		case addr := <-srv.Started():
-			fmt.Fprintf(stdout, "cfgd is up\n  API      http://%s/\n  health   http://%s/readyz\n  metrics  http://%s/metrics\n  kafka    %v\n",
-				addr, addr, addr, busCfg.Brokers)
-		case <-gctx.Done():
-		}
-		return nil
-	})
-	g.Go(func() error {
-		err := runBackground(bgCtx, log, d, busCfg, reg, metrics, c, ps)
-		if err != nil && bgCtx.Err() == nil {
-			return err // stops HTTP too, through gctx
-		}
-		return nil
-	})
-	err = g.Wait()
-	if errors.Is(err, context.Canceled) {
-		err = nil
+
+	core := module.Module{
+		Name: "core",
+		Background: []module.Runner{{Name: "pipeline", Run: func(ctx context.Context) error {
+			if err := retry(ctx, log, "postgres", func(ctx context.Context) error { return migrations.Up(ctx, d.pg, log) }); err != nil {
+				return nil
+			}
+			if err := retry(ctx, log, "clickhouse", func(ctx context.Context) error { return migrations.UpClickHouse(ctx, c.ClickHouseURL) }); err != nil {
+				return nil
+			}
+			return pipe.Run(ctx)
+		}}},
+		Servers: []module.Runner{
+			{Name: "http", Run: srv.Run},
+			{Name: "banner", Run: func(ctx context.Context) error {
+				select {
+				case addr := <-srv.Started():
+					fmt.Fprintf(stdout, "cfgd is up\n  API      http://%s/\n  docs     http://%s/api/docs/\n  health   http://%s/readyz\n  metrics  http://%s/metrics\n  kafka    %v\n",
+						addr, addr, addr, addr, busCfg.Brokers)
+				case <-ctx.Done():
+				}
+				<-ctx.Done()
+				return nil
+			}},
+		},
+	}
+	if err := module.Run(ctx, log, append([]module.Module{core}, modules...)...); err != nil {
+		return err
 	}
 	log.Info("cfgd stopped")
-	return err
-}
-
-// runBackground waits for the stores, migrates, then runs the relay and
-// the projections. Each wait is logged by dependency name.
-func runBackground(ctx context.Context, log *slog.Logger, d *deps, busCfg bus.Config, reg *events.Registry,
-	metrics prometheus.Registerer, c settings.Core, ps []*projections.Projection) error {
-	if err := retry(ctx, log, "postgres", func(ctx context.Context) error { return migrations.Up(ctx, d.pg, log) }); err != nil {
-		return nil
-	}
-	if err := retry(ctx, log, "clickhouse", func(ctx context.Context) error { return migrations.UpClickHouse(ctx, c.ClickHouseURL) }); err != nil {
-		return nil
-	}
-	if err := retry(ctx, log, "kafka", func(ctx context.Context) error { return bus.EnsureTopics(ctx, busCfg, log, bus.TopicEvents) }); err != nil {
-		return nil
-	}
-	pub, err := bus.NewPublisher(busCfg)
-	if err != nil {
-		return err
-	}
-	// Close flushes and waits for the producer's in-flight requests.
-	defer func() {
-		if err := pub.Close(); err != nil {
-			log.Warn("kafka publisher close", "err", err)
-		}
-	}()
-	rl, err := relay.New(relay.Config{Topic: busCfg.Topic(bus.TopicEvents), Metrics: metrics, Wake: d.commits.C()}, d.pg, pub, log)
-	if err != nil {
-		return err
-	}
-	runner, err := projections.NewRunner(d.pg, reg, busCfg, log, metrics)
-	if err != nil {
-		return err
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return rl.Run(gctx) })
-	if len(ps) > 0 {
-		g.Go(func() error { return runner.Run(gctx, ps...) })
-	}
-	return g.Wait()
+	return nil
 }

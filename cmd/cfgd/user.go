@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cfgd/cfgd/commands/signin"
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events"
@@ -20,7 +21,7 @@ const userUsage = `usage: cfgd user create-superuser --email E [--password P]
 
 // parseUserCommand checks the arguments of `cfgd user ...` and returns the
 // command to run once settings are read.
-func parseUserCommand(args []string, stdout, stderr io.Writer) (func(ctx context.Context, log *slog.Logger, app appSettings) error, error) {
+func parseUserCommand(args []string, stdout, stderr io.Writer) (action, error) {
 	if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
 		fmt.Fprint(stdout, userUsage)
 		return nil, &exitError{code: 0}
@@ -70,7 +71,11 @@ func createSuperuser(ctx context.Context, log *slog.Logger, app appSettings, cmd
 	if err := migrations.Up(ctx, d.pg, log); err != nil {
 		return err
 	}
-	u, err := user.NewCreateSuperuserHandler(d.pg, time.Now).Handle(ctx, cmd)
+	core, err := signin.New(app.Signin, signin.Deps{Pool: d.pg, Redis: d.redis, Log: log, Now: time.Now})
+	if err != nil {
+		return err
+	}
+	u, err := core.CreateSuperuser.Handle(ctx, cmd)
 	if err != nil {
 		if user.IsInputError(err) {
 			return &exitError{code: 1, err: err}

@@ -1,6 +1,10 @@
 package settings
 
-import "time"
+import (
+	"time"
+
+	"github.com/cfgd/cfgd/deploy/config"
+)
 
 // Core holds the settings every cfgd command shares (DESIGN.md section 5).
 type Core struct {
@@ -30,7 +34,7 @@ const (
 )
 
 // ReadCore reads the core settings; problems are left in r.
-func ReadCore(r *Reader) Core {
+func ReadCore(r *config.Reader) Core {
 	return Core{
 		HTTPAddr:          r.HostPort("HTTP__ADDR", DefaultHTTPAddr),
 		GRPCAddr:          r.HostPort("GRPC__ADDR", DefaultGRPCAddr),

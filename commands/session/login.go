@@ -34,7 +34,7 @@ type LoginResult struct {
 // Login failures. ErrBadCredentials is the same whatever was wrong, so the
 // answer does not tell whether the address has an account.
 var (
-	ErrBadCredentials = errors.New("invalid e-mail or password")
+	ErrBadCredentials = user.ErrBadCredentials
 	ErrNotStaff       = errors.New("this account may not use the administration")
 )
 
@@ -50,22 +50,11 @@ func NewLoginHandler(pool *pgxpool.Pool, tokens Tokens, now func() time.Time) *L
 	return &LoginHandler{pool: pool, tokens: tokens, now: now}
 }
 
-// Handle checks the password against the user's stream and starts a web
-// session. A password is hashed even for an unknown address.
+// Handle checks the password (user.Authenticate) and starts a web session.
 func (h *LoginHandler) Handle(ctx context.Context, cmd Login) (LoginResult, error) {
-	email, err := identity.NormaliseEmail(cmd.Email)
-	var u *user.State
-	if err == nil {
-		if u, err = user.Lookup(ctx, h.pool, email); err != nil {
-			return LoginResult{}, err
-		}
-	}
-	hash := ""
-	if u != nil {
-		hash = u.PasswordHash
-	}
-	if !user.CheckPassword(hash, cmd.Password) || u == nil || !u.IsActive {
-		return LoginResult{}, ErrBadCredentials
+	u, err := user.Authenticate(ctx, h.pool, cmd.Email, cmd.Password)
+	if err != nil {
+		return LoginResult{}, err
 	}
 	if !u.IsStaff {
 		return LoginResult{}, ErrNotStaff

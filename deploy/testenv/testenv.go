@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,10 +22,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cfgd/cfgd/cmd/settings"
 	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/bus"
 )
+
+// localPostgres is the server deploy/local/stack.sh starts (the default of
+// POSTGRES__URL, on its maintenance database).
+const localPostgres = "postgres:///postgres?host=/var/run/postgresql&user=postgres"
 
 // PostgresAdminURL is the server tests create their databases on; override
 // with CFGD_TEST_POSTGRES_URL.
@@ -34,7 +36,7 @@ func PostgresAdminURL() string {
 	if u := os.Getenv("CFGD_TEST_POSTGRES_URL"); u != "" {
 		return u
 	}
-	return strings.Replace(settings.DefaultPostgresURL, "/cfgd?", "/postgres?", 1)
+	return localPostgres
 }
 
 func withDatabase(raw, db string) string {
@@ -58,14 +60,25 @@ func randomName(prefix string) string {
 // so only the first run after a migration change pays for migrating; older
 // templates are dropped when a new one is made.
 var (
-	templateOnce sync.Once
+	templateMu   sync.Mutex
 	templateName string
-	templateErr  error
 )
 
-func template(ctx context.Context) (string, error) {
-	templateOnce.Do(func() { templateName, templateErr = ensureTemplate(ctx) })
-	return templateName, templateErr
+// template returns the template's name; refresh makes it look again (a
+// test binary of another checkout, with other migrations, may have
+// dropped it as stale).
+func template(ctx context.Context, refresh bool) (string, error) {
+	templateMu.Lock()
+	defer templateMu.Unlock()
+	if templateName != "" && !refresh {
+		return templateName, nil
+	}
+	name, err := ensureTemplate(ctx)
+	if err != nil {
+		return "", err
+	}
+	templateName = name
+	return name, nil
 }
 
 func ensureTemplate(ctx context.Context) (string, error) {
@@ -126,7 +139,7 @@ func PostgresURL(t testing.TB) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tpl, err := template(ctx)
+	tpl, err := template(ctx, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,6 +155,12 @@ func PostgresURL(t testing.TB) string {
 		// Two clones of one template at the same instant can collide.
 		if err != nil && errors.As(err, &pg) && pg.Code == "55006" && attempt < 50 {
 			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if err != nil && errors.As(err, &pg) && pg.Code == "3D000" && attempt < 50 {
+			if tpl, err = template(ctx, true); err != nil {
+				t.Fatal(err)
+			}
 			continue
 		}
 		break

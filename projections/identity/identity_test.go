@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/cfgd/cfgd/commands/signin"
+
 	"github.com/cfgd/cfgd/api/auth/authtest"
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/events"
@@ -48,7 +50,7 @@ func snapshot(t *testing.T, e *authtest.Env) string {
 func TestReplayRebuildsTheSameReadModels(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e := authtest.Start(t, authtest.Options{NoPipeline: true, Env: map[string]string{"JWT__ROTATE_REFRESH": "true"}})
+	e := authtest.Start(t, authtest.Options{NoPipeline: true, Config: func(c *signin.Config) { c.JWT.RotateRefresh = true }})
 	a := authtest.Email("replay-a")
 	s := e.SignIn(t, a, "source_url", "https://example.com/?utm_source=news&utm_campaign=launch")
 	e.SignIn(t, a)

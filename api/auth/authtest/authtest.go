@@ -27,7 +27,8 @@ import (
 	"github.com/cfgd/cfgd/api/analytics"
 	"github.com/cfgd/cfgd/api/auth"
 	"github.com/cfgd/cfgd/api/profile"
-	"github.com/cfgd/cfgd/cmd/settings"
+	"github.com/cfgd/cfgd/commands/mail"
+	"github.com/cfgd/cfgd/commands/signin"
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/deploy/testenv"
 	"github.com/cfgd/cfgd/events"
@@ -52,26 +53,25 @@ func (c *Clock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
 
 // Env is one running sign-in stack.
 type Env struct {
-	URL      string
-	Server   *httptest.Server
-	Pool     *pgxpool.Pool
-	Redis    *redis.Client
-	Mail     *SMTPServer
-	Clock    *Clock
-	API      *auth.API
-	Settings auth.Settings
+	URL    string
+	Server *httptest.Server
+	Pool   *pgxpool.Pool
+	Redis  *redis.Client
+	Mail   *SMTPServer
+	Clock  *Clock
+	API    *auth.API
+	App    *signin.App
+	Config signin.Config
 }
 
 // Options change the stack.
 type Options struct {
-	// Env holds setting overrides (variable name to value).
-	Env map[string]string
+	// Config changes the sign-in configuration the stack starts with.
+	Config func(*signin.Config)
 	// MaxConns sizes the Postgres pool (default 16).
 	MaxConns int32
 	// NoPipeline leaves the relay and projections off.
 	NoPipeline bool
-	// FailureFloor overrides auth.DefaultFailureFloor.
-	FailureFloor time.Duration
 }
 
 // Start brings the stack up for t; everything stops when t ends.
@@ -103,32 +103,23 @@ func Start(t testing.TB, o Options) *Env {
 	}
 
 	smtpSrv := StartSMTP(t)
-	env := map[string]string{
-		"EMAIL__BACKEND":       "smtp",
-		"EMAIL__SMTP_HOST":     smtpSrv.Host,
-		"EMAIL__SMTP_PORT":     smtpSrv.Port,
-		"EMAIL__SMTP_SECURITY": "none",
-		"EMAIL__FROM":          "no-reply@cfgd.test",
-		"EMAIL__SMTP_TIMEOUT":  "5s",
-		"AUTH__KEYS_DIR":       t.TempDir(),
-		"AUTH__REDIS_PREFIX":   "cfgd-test:" + randomHex(6) + ":",
-		"JWT__REVOCATION_POLL": "200ms",
+	sc := signin.DefaultConfig()
+	sc.Email = signin.EmailConfig{
+		Backend: "smtp", SMTPHost: smtpSrv.Host, SMTPPort: smtpSrv.PortNumber(), SMTPSecurity: mail.SecurityNone,
+		From: "no-reply@cfgd.test", SMTPTimeout: 5 * time.Second,
 	}
-	for k, v := range o.Env {
-		env[k] = v
-	}
-	r := settings.NewReader(settings.FromMaps(env, nil))
-	s := auth.ReadSettings(r)
-	if err := r.Err(); err != nil {
-		t.Fatalf("authtest: settings: %v", err)
+	sc.KeysDir = t.TempDir()
+	sc.RedisPrefix = "cfgd-test:" + randomHex(6) + ":"
+	sc.JWT.RevocationPoll = 200 * time.Millisecond
+	if o.Config != nil {
+		o.Config(&sc)
 	}
 	clock := &Clock{}
-	a, err := auth.Build(s, auth.Deps{
-		Pool: pool, Redis: rdb, Log: testenv.Quiet(), Console: io.Discard, Now: clock.Now, FailureFloor: o.FailureFloor,
-	})
+	app, err := signin.New(sc, signin.Deps{Pool: pool, Redis: rdb, Log: testenv.Quiet(), Console: io.Discard, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
+	a := auth.New(app, auth.Config{})
 	router := Router(t, a, pool, clock.Now)
 
 	if !o.NoPipeline {
@@ -140,7 +131,7 @@ func Start(t testing.TB, o Options) *Env {
 	}
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)
-	return &Env{URL: srv.URL, Server: srv, Pool: pool, Redis: rdb, Mail: smtpSrv, Clock: clock, API: a, Settings: s}
+	return &Env{URL: srv.URL, Server: srv, Pool: pool, Redis: rdb, Mail: smtpSrv, Clock: clock, API: a, App: app, Config: sc}
 }
 
 func randomHex(n int) string {
@@ -159,17 +150,16 @@ func Email(prefix string) string {
 // e (its revocation set in particular).
 func (e *Env) Replica(t testing.TB) *Env {
 	t.Helper()
-	a, err := auth.Build(e.Settings, auth.Deps{
-		Pool: e.Pool, Redis: e.Redis, Log: testenv.Quiet(), Console: io.Discard, Now: e.Clock.Now,
-	})
+	app, err := signin.New(e.Config, signin.Deps{Pool: e.Pool, Redis: e.Redis, Log: testenv.Quiet(), Console: io.Discard, Now: e.Clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
+	a := auth.New(app, auth.Config{})
 	router := Router(t, a, e.Pool, e.Clock.Now)
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)
 	r := *e
-	r.URL, r.Server, r.API = srv.URL, srv, a
+	r.URL, r.Server, r.API, r.App = srv.URL, srv, a, app
 	return &r
 }
 
@@ -182,7 +172,7 @@ func Router(t testing.TB, a *auth.API, pool *pgxpool.Pool, now func() time.Time)
 		t.Fatal(err)
 	}
 	a.Mount(router)
-	profile.Mount(router, a.RequireUser(), a.Users(), user.NewUpdateProfileHandler(pool, now))
+	profile.Mount(router, a.RequireUser(), a.App().Users, a.App().UpdateProfile)
 	analytics.Mount(router, a.Staff(), pool, now)
 	return router
 }
@@ -204,7 +194,7 @@ func (e *Env) WithRoutes(t testing.TB, add func(r *mux.Router)) *Env {
 // users read model has them.
 func (e *Env) Superuser(t testing.TB, email, password string) int64 {
 	t.Helper()
-	u, err := user.NewCreateSuperuserHandler(e.Pool, e.Clock.Now).Handle(context.Background(), user.CreateSuperuser{Email: email, Password: password})
+	u, err := e.App.CreateSuperuser.Handle(context.Background(), user.CreateSuperuser{Email: email, Password: password})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/mail"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -194,4 +195,10 @@ func parse(raw []byte) (Message, error) {
 		}
 	}
 	return out, nil
+}
+
+// PortNumber is Port as a number.
+func (s *SMTPServer) PortNumber() int {
+	n, _ := strconv.Atoi(s.Port)
+	return n
 }

@@ -1,19 +1,17 @@
-package auth
+package settings
 
 import (
 	"fmt"
-	"net/http/httptest"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cfgd/cfgd/cmd/settings"
+	"github.com/cfgd/cfgd/deploy/config"
 )
 
-func TestReadSettingsDefaults(t *testing.T) {
-	r := settings.NewReader(settings.FromMaps(nil, nil))
-	s := ReadSettings(r)
+func TestReadSigninDefaults(t *testing.T) {
+	r := config.NewReader(config.FromMaps(nil, nil))
+	s, _ := ReadSignin(r, DefaultHTTPAddr)
 	if err := r.Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -28,8 +26,8 @@ func TestSettingsNeverPrintSecrets(t *testing.T) {
 		"JWT__ALGORITHM": "HS256", "JWT__SIGNING_KEY": "jwt-secret-0123456789-0123456789-xyz",
 		"OTP__HMAC_KEY": "otp-secret-0123456789-0123456789-xyz", "EMAIL__SMTP_USERNAME": "u", "EMAIL__SMTP_PASSWORD": "smtp-pass-42",
 	}
-	r := settings.NewReader(settings.FromMaps(secrets, nil))
-	s := ReadSettings(r)
+	r := config.NewReader(config.FromMaps(secrets, nil))
+	s, _ := ReadSignin(r, DefaultHTTPAddr)
 	if err := r.Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +43,7 @@ func TestSettingsNeverPrintSecrets(t *testing.T) {
 	}
 }
 
-func TestReadSettingsProblems(t *testing.T) {
+func TestReadSigninProblems(t *testing.T) {
 	tests := []struct {
 		env  map[string]string
 		want []string // one line per variable, in order
@@ -64,8 +62,8 @@ func TestReadSettingsProblems(t *testing.T) {
 		{map[string]string{"OTP__IP_REQUESTS": "0"}, []string{"OTP__IP_REQUESTS: expected an integer from 1"}},
 	}
 	for _, tc := range tests {
-		r := settings.NewReader(settings.FromMaps(tc.env, nil))
-		ReadSettings(r)
+		r := config.NewReader(config.FromMaps(tc.env, nil))
+		ReadSignin(r, DefaultHTTPAddr)
 		err := r.Err()
 		if err == nil {
 			t.Errorf("%v: no error", tc.env)
@@ -86,32 +84,6 @@ func TestReadSettingsProblems(t *testing.T) {
 			if (strings.Contains(k, "KEY") || strings.Contains(k, "PASSWORD")) && strings.Contains(err.Error(), v) {
 				t.Errorf("%s echoed: %v", k, err)
 			}
-		}
-	}
-}
-
-func TestClientIP(t *testing.T) {
-	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}
-	tests := []struct {
-		remote, xff, want string
-	}{
-		{"203.0.113.7:5000", "", "203.0.113.7"},
-		{"203.0.113.7:5000", "1.2.3.4", "203.0.113.7"}, // untrusted peer: header ignored
-		{"10.1.2.3:5000", "198.51.100.9", "198.51.100.9"},
-		{"10.1.2.3:5000", "6.6.6.6, 198.51.100.9, 10.9.9.9", "198.51.100.9"}, // rightmost untrusted hop
-		{"10.1.2.3:5000", "", "10.1.2.3"},
-		{"10.1.2.3:5000", "garbage", "10.1.2.3"},
-		{"[::1]:5000", "2001:db8::1", "2001:db8::1"},
-		{"[::ffff:203.0.113.7]:5000", "", "203.0.113.7"},
-	}
-	for _, tc := range tests {
-		r := httptest.NewRequest("GET", "/", nil)
-		r.RemoteAddr = tc.remote
-		if tc.xff != "" {
-			r.Header.Set("X-Forwarded-For", tc.xff)
-		}
-		if got := clientIP(r, trusted); got != tc.want {
-			t.Errorf("%s / %q: %s, want %s", tc.remote, tc.xff, got, tc.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package auth
+package settings
 
 import (
 	"net"
@@ -6,82 +6,33 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cfgd/cfgd/cmd/settings"
+	"github.com/cfgd/cfgd/api/auth"
 	"github.com/cfgd/cfgd/commands/mail"
+	"github.com/cfgd/cfgd/commands/signin"
 	"github.com/cfgd/cfgd/commands/token"
+	"github.com/cfgd/cfgd/deploy/config"
 )
 
-// Settings of sign-in, read at start-up (README.md, Passwordless sign-in, has the table).
-type Settings struct {
-	Email EmailSettings
-	JWT   JWTSettings
-
-	// OTPHMACKey is the server-side key codes are HMAC'd with; unset means
-	// "use (or create) the key file in KeysDir".
-	OTPHMACKey settings.Secret
-	KeysDir    string
-
-	// Per-IP throttles on the OTP endpoints, against one client spraying
-	// many addresses (the per-address limits are in the OTP aggregate).
-	IPRequests      int
-	IPVerifications int
-	IPWindow        time.Duration
-
-	// Admin password login.
-	SessionTTL      time.Duration
-	CookieSecure    bool
-	LoginFailures   int // per address
-	LoginIPFailures int // per client IP
-	LoginWindow     time.Duration
-
-	TrustedProxies []netip.Prefix
-	RedisPrefix    string
-
-	DashboardHosts    []string
-	RegistrationPaths []string
-}
-
-// EmailSettings choose how OTP e-mail is sent.
-type EmailSettings struct {
-	Backend      string // console or smtp
-	From         string
-	SMTPHost     string
-	SMTPPort     int
-	SMTPSecurity string
-	SMTPUsername string
-	SMTPPassword settings.Secret
-	SMTPTimeout  time.Duration
-}
-
-// JWTSettings choose how tokens are signed.
-type JWTSettings struct {
-	Algorithm      string
-	SigningKey     settings.Secret // unset: key file in KeysDir
-	AccessTTL      time.Duration
-	RefreshTTL     time.Duration
-	RotateRefresh  bool
-	Issuer         string
-	Audience       string
-	RevocationPoll time.Duration
-}
-
-// ReadSettings reads the sign-in settings; problems are left in r, one per
-// variable. Secrets are read with r.Secret and kept as settings.Secret,
-// so Settings can be printed or logged whole without revealing them.
-func ReadSettings(r *settings.Reader) Settings {
-	s := Settings{
-		Email: EmailSettings{
+// ReadSignin reads the sign-in settings (README.md, Passwordless sign-in,
+// has the table); problems are left in r, one per variable. Secrets are
+// read with r.Secret and kept as config.Secret, so the configuration can be
+// printed or logged whole without revealing them. httpAddr decides the
+// default of ADMIN__COOKIE_SECURE.
+func ReadSignin(r *config.Reader, httpAddr string) (signin.Config, auth.Config) {
+	d := signin.DefaultConfig()
+	s := signin.Config{
+		Email: signin.EmailConfig{
 			Backend:      r.OneOf("EMAIL__BACKEND", "console", "console", "smtp"),
 			From:         r.Email("EMAIL__FROM", "no-reply@localhost", false),
 			SMTPPort:     r.IntRange("EMAIL__SMTP_PORT", 587, 1, 65535),
 			SMTPSecurity: r.OneOf("EMAIL__SMTP_SECURITY", mail.SecurityStartTLS, mail.SecurityStartTLS, mail.SecurityTLS, mail.SecurityNone),
 			SMTPUsername: r.String("EMAIL__SMTP_USERNAME", ""),
-			SMTPPassword: settings.NewSecret(r.Secret("EMAIL__SMTP_PASSWORD", false)),
+			SMTPPassword: config.NewSecret(r.Secret("EMAIL__SMTP_PASSWORD", false)),
 			SMTPTimeout:  r.PositiveDuration("EMAIL__SMTP_TIMEOUT", 10*time.Second),
 		},
-		JWT: JWTSettings{
+		JWT: signin.JWTConfig{
 			Algorithm:      r.OneOf("JWT__ALGORITHM", token.EdDSA, token.EdDSA, token.HS256),
-			SigningKey:     settings.NewSecret(r.Secret("JWT__SIGNING_KEY", false)),
+			SigningKey:     config.NewSecret(r.Secret("JWT__SIGNING_KEY", false)),
 			AccessTTL:      r.PositiveDuration("JWT__ACCESS_TTL", 15*time.Minute),
 			RefreshTTL:     r.PositiveDuration("JWT__REFRESH_TTL", 168*time.Hour),
 			RotateRefresh:  r.Bool("JWT__ROTATE_REFRESH", false),
@@ -89,13 +40,12 @@ func ReadSettings(r *settings.Reader) Settings {
 			Audience:       r.String("JWT__AUDIENCE", "cfgd"),
 			RevocationPoll: r.PositiveDuration("JWT__REVOCATION_POLL", time.Second),
 		},
-		OTPHMACKey:        settings.NewSecret(r.Secret("OTP__HMAC_KEY", false)),
+		OTPHMACKey:        config.NewSecret(r.Secret("OTP__HMAC_KEY", false)),
 		KeysDir:           r.String("AUTH__KEYS_DIR", "./data/keys"),
 		IPRequests:        r.IntRange("OTP__IP_REQUESTS", 20, 1, 1_000_000),
 		IPVerifications:   r.IntRange("OTP__IP_VERIFICATIONS", 60, 1, 1_000_000),
 		IPWindow:          r.PositiveDuration("OTP__IP_WINDOW", time.Hour),
 		SessionTTL:        r.PositiveDuration("ADMIN__SESSION_TTL", 12*time.Hour),
-		CookieSecure:      r.Bool("ADMIN__COOKIE_SECURE", false),
 		LoginFailures:     r.IntRange("LOGIN__MAX_FAILURES", 5, 1, 1000),
 		LoginIPFailures:   r.IntRange("LOGIN__IP_MAX_FAILURES", 20, 1, 100_000),
 		LoginWindow:       r.PositiveDuration("LOGIN__WINDOW", 15*time.Minute),
@@ -129,20 +79,44 @@ func ReadSettings(r *settings.Reader) Settings {
 	if s.JWT.RefreshTTL < s.JWT.AccessTTL {
 		r.Fail("JWT__REFRESH_TTL", "expected a duration at least as long as JWT__ACCESS_TTL", s.JWT.RefreshTTL.String())
 	}
+	h := auth.Config{CookieSecure: cookieSecure(r, httpAddr)}
 	for _, p := range r.List("AUTH__TRUSTED_PROXIES", nil) {
 		pfx, err := parsePrefix(p)
 		if err != nil {
 			r.Fail("AUTH__TRUSTED_PROXIES", "expected IP addresses or CIDR prefixes such as 10.0.0.0/8", p)
 			continue
 		}
-		s.TrustedProxies = append(s.TrustedProxies, pfx)
+		h.TrustedProxies = append(h.TrustedProxies, pfx)
 	}
 	for _, p := range s.RegistrationPaths {
 		if !strings.HasPrefix(p, "/") {
 			r.Fail("SOURCES__REGISTRATION_PATHS", "expected paths starting with /", p)
 		}
 	}
-	return s
+	s.FailureFloor, s.ReadWait = d.FailureFloor, d.ReadWait
+	return s, h
+}
+
+// cookieSecure reads ADMIN__COOKIE_SECURE: true, false, or auto (the
+// default), which marks the admin cookies Secure unless cfgd serves plain
+// HTTP on a loopback address (local development), where a browser would
+// drop a Secure cookie.
+func cookieSecure(r *config.Reader, httpAddr string) bool {
+	switch r.OneOf("ADMIN__COOKIE_SECURE", "auto", "auto", "true", "false") {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	host, _, err := net.SplitHostPort(httpAddr)
+	if err != nil {
+		return true
+	}
+	if host == "localhost" {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err != nil || !ip.IsLoopback()
 }
 
 func parsePrefix(s string) (netip.Prefix, error) {

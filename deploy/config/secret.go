@@ -1,4 +1,4 @@
-package settings
+package config
 
 import (
 	"fmt"
@@ -39,7 +39,7 @@ func (s Secret) masked() string {
 func (s Secret) String() string { return s.masked() }
 
 // GoString masks the value under %#v.
-func (s Secret) GoString() string { return fmt.Sprintf("settings.Secret(%q)", s.masked()) }
+func (s Secret) GoString() string { return fmt.Sprintf("config.Secret(%q)", s.masked()) }
 
 // Format masks the value under every verb; without it a verb that does not
 // fit a string (%d) would make fmt print the raw field.

@@ -1,0 +1,107 @@
+// Package pipeline is cfgd's write-to-read path in one piece: the outbox
+// relay from the Postgres event store to the events topic, and the
+// projection runner from that topic into the read models. cfgd serve and
+// the tests build it with New, so both run exactly the same path.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/relay"
+	"github.com/cfgd/cfgd/projections"
+)
+
+// Config of the pipeline.
+type Config struct {
+	Bus bus.Config
+	// Relay tunes the relay; its Topic, Metrics and Wake are set by New.
+	Relay relay.Config
+	// Wake ticks after this process committed appends
+	// (store.CommitSignal); nil makes the relay poll.
+	Wake <-chan struct{}
+	// Metrics registers the relay and projection metrics; nil for none.
+	Metrics prometheus.Registerer
+}
+
+// Validate joins every problem of c.
+func (c Config) Validate() error {
+	return c.Bus.Validate()
+}
+
+// Pipeline is the relay and the projection runner, built and not yet
+// running.
+type Pipeline struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	log    *slog.Logger
+	relay  *relay.Relay
+	runner *projections.Runner
+	ps     []*projections.Projection
+	pub    *bus.Publisher
+}
+
+// New builds the pipeline feeding ps. Nothing connects until Run.
+func New(cfg Config, pool *pgxpool.Pool, reg *events.Registry, log *slog.Logger, ps ...*projections.Projection) (*Pipeline, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	pub, err := bus.NewPublisher(cfg.Bus)
+	if err != nil {
+		return nil, err
+	}
+	rc := cfg.Relay
+	rc.Topic, rc.Metrics, rc.Wake = cfg.Bus.Topic(bus.TopicEvents), cfg.Metrics, cfg.Wake
+	rl, err := relay.New(rc, pool, pub, log)
+	if err != nil {
+		_ = pub.Close()
+		return nil, err
+	}
+	runner, err := projections.NewRunner(pool, reg, cfg.Bus, log, cfg.Metrics)
+	if err != nil {
+		_ = pub.Close()
+		return nil, err
+	}
+	return &Pipeline{cfg: cfg, pool: pool, log: log, relay: rl, runner: runner, ps: ps, pub: pub}, nil
+}
+
+// Run creates the events topic, then relays and projects until ctx ends.
+// The producer is flushed and closed on the way out.
+func (p *Pipeline) Run(ctx context.Context) error {
+	defer func() {
+		if err := p.pub.Close(); err != nil {
+			p.log.Warn("kafka publisher close", "err", err)
+		}
+	}()
+	// Kafka may still be starting: wait for it rather than fail the process.
+	for backoff := 250 * time.Millisecond; ; backoff = min(2*backoff, 10*time.Second) {
+		err := bus.EnsureTopics(ctx, p.cfg.Bus, p.log, bus.TopicEvents)
+		if err == nil {
+			break
+		}
+		p.log.WarnContext(ctx, "dependency unavailable, retrying", "dependency", "kafka", "err", err, "retry_in", backoff.String())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return p.relay.Run(gctx) })
+	if len(p.ps) > 0 {
+		g.Go(func() error { return p.runner.Run(gctx, p.ps...) })
+	}
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
