@@ -46,10 +46,10 @@ func ReadPayments(r *config.Reader) Payments {
 
 // Leads is the leads extension's own settings.
 type Leads struct {
-	TelegramEnabled   bool            `json:"telegram_enabled"`
-	EmailEnabled      bool            `json:"email_enabled"`
+	TelegramEnabled   bool          `json:"telegram_enabled"`
+	EmailEnabled      bool          `json:"email_enabled"`
 	TelegramBotToken  config.Secret `json:"telegram_bot_token"`
-	NotificationEmail string          `json:"notification_email"`
+	NotificationEmail string        `json:"notification_email"`
 }
 
 // ReadLeads reads the leads settings; problems are left in r. The token and

@@ -47,8 +47,6 @@ func (l *Limiter) Hit(ctx context.Context, key string, limit int, window time.Du
 	return false, wait, nil
 }
 
-
-
 // A password guard counts failed passwords only. Each check first takes
 // an in-flight slot; a check is allowed while failures plus checks in
 // flight stay under the limit, so parallel guesses cannot overrun it,

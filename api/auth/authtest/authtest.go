@@ -111,6 +111,9 @@ func Start(t testing.TB, o Options) *Env {
 	sc.KeysDir = t.TempDir()
 	sc.RedisPrefix = "cfgd-test:" + randomHex(6) + ":"
 	sc.JWT.RevocationPoll = 200 * time.Millisecond
+	// A loaded CI machine can take seconds to start a consumer group;
+	// tests are about answers, not about this bound.
+	sc.ReadWait = 30 * time.Second
 	if o.Config != nil {
 		o.Config(&sc)
 	}
