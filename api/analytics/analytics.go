@@ -10,7 +10,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/cfgd/cfgd/api/web"
-	rm "github.com/cfgd/cfgd/readmodels/identity"
+	identityrm "github.com/cfgd/cfgd/readmodels/identity"
 )
 
 // Paths.
@@ -26,41 +26,41 @@ const (
 )
 
 // Mount adds the endpoints behind staff.
-func Mount(r *mux.Router, staff mux.MiddlewareFunc, db rm.DB, now func() time.Time) {
+func Mount(r *mux.Router, staff mux.MiddlewareFunc, db identityrm.DB, now func() time.Time) {
 	h := &handler{db: db, now: now}
 	r.Handle(PathTopSources, staff(http.HandlerFunc(h.top))).Methods(http.MethodGet, http.MethodHead).Name("analytics:top-sources")
 	r.Handle(PathLinks, staff(http.HandlerFunc(h.links))).Methods(http.MethodGet, http.MethodHead).Name("analytics:source-links")
 }
 
 type handler struct {
-	db  rm.DB
+	db  identityrm.DB
 	now func() time.Time
 }
 
 // TopResponse ranks sources by linked users.
 type TopResponse struct {
-	Sources []rm.SourceCount `json:"sources"`
-	Count   int              `json:"count"`
+	Sources []identityrm.SourceCount `json:"sources"`
+	Count   int                      `json:"count"`
 }
 
 func (h *handler) top(w http.ResponseWriter, r *http.Request) {
-	out, err := rm.TopSources(r.Context(), h.db)
+	out, err := identityrm.TopSources(r.Context(), h.db)
 	if err != nil {
 		web.Fail(w, r, err)
 		return
 	}
 	if out == nil {
-		out = []rm.SourceCount{}
+		out = []identityrm.SourceCount{}
 	}
 	web.JSON(w, http.StatusOK, TopResponse{Sources: out, Count: len(out)})
 }
 
 // LinksResponse groups the links of a window by source URL.
 type LinksResponse struct {
-	Days    int            `json:"days"`
-	Since   time.Time      `json:"since"`
-	Sources []rm.LinkCount `json:"sources"`
-	Total   int64          `json:"total"`
+	Days    int                    `json:"days"`
+	Since   time.Time              `json:"since"`
+	Sources []identityrm.LinkCount `json:"sources"`
+	Total   int64                  `json:"total"`
 }
 
 func (h *handler) links(w http.ResponseWriter, r *http.Request) {
@@ -74,13 +74,13 @@ func (h *handler) links(w http.ResponseWriter, r *http.Request) {
 		days = n
 	}
 	since := h.now().UTC().Add(-time.Duration(days) * 24 * time.Hour)
-	out, err := rm.LinksSince(r.Context(), h.db, since)
+	out, err := identityrm.LinksSince(r.Context(), h.db, since)
 	if err != nil {
 		web.Fail(w, r, err)
 		return
 	}
 	if out == nil {
-		out = []rm.LinkCount{}
+		out = []identityrm.LinkCount{}
 	}
 	var total int64
 	for _, c := range out {

@@ -20,7 +20,7 @@ import (
 	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/events"
-	rm "github.com/cfgd/cfgd/readmodels/identity"
+	identityrm "github.com/cfgd/cfgd/readmodels/identity"
 )
 
 // Path of the profile endpoint.
@@ -28,7 +28,7 @@ const Path = "/api/profile/"
 
 // Reader is the read model the endpoint reads.
 type Reader interface {
-	Profile(ctx context.Context, id, atLeast int64) (rm.User, rm.Profile, error)
+	Profile(ctx context.Context, id, atLeast int64) (identityrm.User, identityrm.Profile, error)
 }
 
 // Updater is the command the endpoint runs.
@@ -92,7 +92,7 @@ func (h *handler) respond(w http.ResponseWriter, r *http.Request, id, version in
 	u, prof, err := h.reader.Profile(r.Context(), id, version)
 	switch {
 	case err == nil:
-	case errors.Is(err, rm.ErrNotFound):
+	case errors.Is(err, identityrm.ErrNotFound):
 		web.Error(w, http.StatusNotFound, "not_found", "no profile for this user")
 		return
 	default:

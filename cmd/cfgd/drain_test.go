@@ -82,4 +82,3 @@ func TestFailedServeDoesNotClaimACleanStop(t *testing.T) {
 		t.Fatalf("a failed serve logged a clean stop:\n%s", stderr)
 	}
 }
-

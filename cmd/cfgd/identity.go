@@ -11,7 +11,7 @@ import (
 	"github.com/cfgd/cfgd/commands/signin"
 	"github.com/gorilla/mux"
 
-	idproj "github.com/cfgd/cfgd/projections/identity"
+	identityproj "github.com/cfgd/cfgd/projections/identity"
 )
 
 // identityModule is passwordless sign-in: the auth, profile and analytics
@@ -34,6 +34,6 @@ func identityModule(w wiring) (module.Module, *auth.API, error) {
 			analytics.Mount(r, a.Staff(), w.deps.pg, time.Now)
 			return nil
 		},
-		Projections: idproj.All(),
+		Projections: identityproj.All(),
 	}, a, nil
 }

@@ -26,7 +26,7 @@ import (
 	"github.com/cfgd/cfgd/commands/session"
 	"github.com/cfgd/cfgd/commands/token"
 	"github.com/cfgd/cfgd/commands/user"
-	rm "github.com/cfgd/cfgd/readmodels/identity"
+	identityrm "github.com/cfgd/cfgd/readmodels/identity"
 )
 
 // Deps are the connections and overrides New needs besides Config.
@@ -49,8 +49,8 @@ type App struct {
 	Now    func() time.Time
 
 	Tokens      *token.Service
-	Users       *rm.Users
-	Revocations *rm.Revocations
+	Users       *identityrm.Users
+	Revocations *identityrm.Revocations
 	Limiter     *Limiter
 	Auth        *Authenticator
 
@@ -112,8 +112,8 @@ func New(cfg Config, d Deps) (*App, error) {
 	sources := user.Sources{DashboardHosts: cfg.DashboardHosts, RegistrationPaths: cfg.RegistrationPaths}
 	a := &App{
 		Config: cfg, Log: d.Log, Now: d.Now, Tokens: tokens, secret: secret,
-		Users:           rm.NewUsers(d.Pool, cfg.ReadWait),
-		Revocations:     rm.NewRevocations(d.Pool, cfg.JWT.RevocationPoll, cfg.JWT.AccessTTL, d.Now),
+		Users:           identityrm.NewUsers(d.Pool, cfg.ReadWait),
+		Revocations:     identityrm.NewRevocations(d.Pool, cfg.JWT.RevocationPoll, cfg.JWT.AccessTTL, d.Now),
 		Limiter:         NewLimiter(d.Redis, cfg.RedisPrefix),
 		RequestOTP:      otp.NewRequestHandler(d.Pool, hasher, templates, sender, d.Now, d.Log),
 		VerifyOTP:       otp.NewVerifyHandler(d.Pool, hasher, tokens, sources, d.Now),

@@ -11,7 +11,7 @@ import (
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/store"
-	rm "github.com/cfgd/cfgd/readmodels/identity"
+	identityrm "github.com/cfgd/cfgd/readmodels/identity"
 )
 
 // How a principal proved who it is.
@@ -32,7 +32,7 @@ type Principal struct {
 	KeyName     string // API keys only
 	// User is set once the principal's user has been loaded (RequireStaff,
 	// Password); nil after a bare token check.
-	User *rm.User
+	User *identityrm.User
 }
 
 // Credential failures. Transports map them to 401/403 (HTTP) or
@@ -125,7 +125,7 @@ func (a *Authenticator) Password(ctx context.Context, email, password, clientIP 
 	if err != nil {
 		return nil, err
 	}
-	return &Principal{UserID: u.ID, UserVersion: u.Version, Via: ViaBasic, User: &rm.User{
+	return &Principal{UserID: u.ID, UserVersion: u.Version, Via: ViaBasic, User: &identityrm.User{
 		ID: u.ID, Email: u.Email, FirstName: u.FirstName, LastName: u.LastName, IsActive: u.IsActive,
 		IsStaff: u.IsStaff, IsSuperuser: u.IsSuperuser, DateJoined: u.JoinedAt, Version: u.Version,
 	}}, nil
@@ -171,7 +171,7 @@ func (a *Authenticator) LoadUser(ctx context.Context, p *Principal) error {
 		p.User = &u
 		return nil
 	}
-	if err != nil && !errors.Is(err, rm.ErrNotFound) {
+	if err != nil && !errors.Is(err, identityrm.ErrNotFound) {
 		return err
 	}
 	stored, err := store.Version(ctx, a.pool, identity.UserStream(p.UserID))

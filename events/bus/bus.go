@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/cfgd/cfgd/events"
 )
 
 // Topic names, before Config.TopicPrefix.
@@ -95,7 +96,7 @@ func (c Config) ConsumerSarama() *sarama.Config {
 // Marshaler keys every message by its stream id (metadata "stream").
 func Marshaler() kafka.MarshalerUnmarshaler {
 	return kafka.NewWithPartitioningMarshaler(func(_ string, msg *message.Message) (string, error) {
-		if s := msg.Metadata.Get("stream"); s != "" {
+		if s := msg.Metadata.Get(events.HeaderStream); s != "" {
 			return s, nil
 		}
 		return msg.UUID, nil

@@ -13,8 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/projections"
-	projection "github.com/cfgd/cfgd/projections/identity"
+	identityproj "github.com/cfgd/cfgd/projections/identity"
 )
 
 // DB is what the queries need; *pgxpool.Pool satisfies it.
@@ -106,7 +107,7 @@ func (q *Users) ByID(ctx context.Context, id, atLeast int64) (User, error) {
 func (q *Users) waitFor(ctx context.Context, id, version int64) error {
 	wctx, cancel := context.WithTimeout(ctx, q.wait)
 	defer cancel()
-	if err := projections.Wait(wctx, q.db, projection.UsersName, fmt.Sprintf("user-%d", id), version); err != nil {
+	if err := projections.Wait(wctx, q.db, identityproj.UsersName, identity.UserStream(id), version); err != nil {
 		return fmt.Errorf("user %d is not projected yet: %w", id, err)
 	}
 	return nil
