@@ -6,6 +6,7 @@ package api
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,7 +22,8 @@ import (
 )
 
 // NewRouter returns the root router with JSON 404/405 answers, request
-// logging, latency metrics and /metrics.
+// logging and latency metrics. /metrics is mounted by the caller
+// (MountMetrics), on this router or on a listener of its own.
 func NewRouter(log *slog.Logger, reg *prometheus.Registry) (*mux.Router, error) {
 	m, err := web.NewMetrics(reg)
 	if err != nil {
@@ -31,8 +33,31 @@ func NewRouter(log *slog.Logger, reg *prometheus.Registry) (*mux.Router, error) 
 	r.NotFoundHandler = web.Observe(log, m)(web.NotFound())
 	r.MethodNotAllowedHandler = web.Observe(log, m)(web.MethodNotAllowed())
 	r.Use(web.Observe(log, m))
-	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})).Methods(http.MethodGet)
 	return r, nil
+}
+
+// MetricsPath is where Prometheus scrapes.
+const MetricsPath = "/metrics"
+
+// MountMetrics serves reg's metrics at /metrics on r. A non-empty token
+// must come as "Authorization: Bearer <token>" (compared in constant time):
+// metrics name routes, dependencies and volumes, which is more than a
+// stranger should see.
+func MountMetrics(r *mux.Router, reg *prometheus.Registry, token string) {
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	if token != "" {
+		want := []byte("Bearer " + token)
+		next := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if subtle.ConstantTimeCompare([]byte(req.Header.Get("Authorization")), want) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="cfgd metrics"`)
+				web.Error(w, http.StatusUnauthorized, "not_authenticated", "metrics need the METRICS__TOKEN bearer token")
+				return
+			}
+			next.ServeHTTP(w, req)
+		})
+	}
+	r.Handle(MetricsPath, h).Methods(http.MethodGet)
 }
 
 // Server is an http.Server with cfgd's timeouts and graceful shutdown.

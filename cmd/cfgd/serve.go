@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"time"
 
+	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -73,6 +75,14 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 		return err
 	}
 	srv := api.NewServer(c.HTTPAddr, router, c.ShutdownTimeout, log)
+	servers := []module.Runner{{Name: "http", Run: srv.Run}}
+	if c.MetricsAddr == "" {
+		api.MountMetrics(router, metrics, c.MetricsToken.Reveal())
+	} else {
+		mr := mux.NewRouter()
+		api.MountMetrics(mr, metrics, c.MetricsToken.Reveal())
+		servers = append(servers, module.Runner{Name: "metrics", Run: api.NewServer(c.MetricsAddr, mr, c.ShutdownTimeout, log).Run})
+	}
 
 	core := module.Module{
 		Name: "core",
@@ -85,19 +95,17 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 			}
 			return pipe.Run(ctx)
 		}}},
-		Servers: []module.Runner{
-			{Name: "http", Run: srv.Run},
-			{Name: "banner", Run: func(ctx context.Context) error {
-				select {
-				case addr := <-srv.Started():
-					fmt.Fprintf(stdout, "cfgd is up\n  API      http://%s/\n  docs     http://%s/api/docs/\n  health   http://%s/readyz\n  metrics  http://%s/metrics\n  kafka    %v\n",
-						addr, addr, addr, addr, busCfg.Brokers)
-				case <-ctx.Done():
-				}
-				<-ctx.Done()
-				return nil
-			}},
-		},
+		Servers: append(servers, module.Runner{Name: "banner", Run: func(ctx context.Context) error {
+			select {
+			case addr := <-srv.Started():
+				metricsAddr := cmp.Or(c.MetricsAddr, addr)
+				fmt.Fprintf(stdout, "cfgd is up\n  API      http://%s/\n  docs     http://%s/api/docs/\n  health   http://%s/readyz\n  metrics  http://%s%s\n  kafka    %v\n",
+					addr, addr, addr, metricsAddr, api.MetricsPath, busCfg.Brokers)
+			case <-ctx.Done():
+			}
+			<-ctx.Done()
+			return nil
+		}}),
 	}
 	if err := module.Run(ctx, log, append([]module.Module{core}, modules...)...); err != nil {
 		return err

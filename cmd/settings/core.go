@@ -22,6 +22,12 @@ type Core struct {
 
 	LogLevel        string
 	ShutdownTimeout time.Duration
+
+	// MetricsAddr, when set, serves /metrics on a listener of its own
+	// (and not on HTTPAddr); MetricsToken, when set, is required as a
+	// bearer token.
+	MetricsAddr  string
+	MetricsToken config.Secret
 }
 
 // Defaults of the core settings, shared with the README's settings table.
@@ -35,7 +41,7 @@ const (
 
 // ReadCore reads the core settings; problems are left in r.
 func ReadCore(r *config.Reader) Core {
-	return Core{
+	c := Core{
 		HTTPAddr:          r.HostPort("HTTP__ADDR", DefaultHTTPAddr),
 		GRPCAddr:          r.HostPort("GRPC__ADDR", DefaultGRPCAddr),
 		PostgresURL:       r.URL("POSTGRES__URL", DefaultPostgresURL, "postgres", "postgresql"),
@@ -48,5 +54,10 @@ func ReadCore(r *config.Reader) Core {
 		KafkaTopicPrefix:  r.String("KAFKA__TOPIC_PREFIX", "cfgd."),
 		LogLevel:          r.OneOf("LOG__LEVEL", "info", "debug", "info", "warn", "error"),
 		ShutdownTimeout:   r.PositiveDuration("HTTP__SHUTDOWN_TIMEOUT", 15*time.Second),
+		MetricsToken:      config.NewSecret(r.Secret("METRICS__TOKEN", false)),
 	}
+	if r.Has("METRICS__ADDR") {
+		c.MetricsAddr = r.HostPort("METRICS__ADDR", "")
+	}
+	return c
 }
