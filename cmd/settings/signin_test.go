@@ -87,3 +87,32 @@ func TestReadSigninProblems(t *testing.T) {
 		}
 	}
 }
+
+func TestCookieSecureUnlessPlainHTTPOnLoopback(t *testing.T) {
+	tests := []struct {
+		httpAddr, setting string
+		want              bool
+	}{
+		{"127.0.0.1:8080", "", false},
+		{"[::1]:8080", "", false},
+		{"localhost:8080", "", false},
+		{"0.0.0.0:8080", "", true},
+		{"10.1.2.3:8080", "", true},
+		{"127.0.0.1:8080", "true", true},
+		{"0.0.0.0:8080", "false", false},
+	}
+	for _, tc := range tests {
+		env := map[string]string{}
+		if tc.setting != "" {
+			env["ADMIN__COOKIE_SECURE"] = tc.setting
+		}
+		r := config.NewReader(config.FromMaps(env, nil))
+		_, h := ReadSignin(r, tc.httpAddr)
+		if err := r.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if h.CookieSecure != tc.want {
+			t.Errorf("%s with %q: Secure=%v, want %v", tc.httpAddr, tc.setting, h.CookieSecure, tc.want)
+		}
+	}
+}
