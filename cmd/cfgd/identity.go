@@ -8,6 +8,7 @@ import (
 
 	"github.com/cfgd/cfgd/api/analytics"
 	"github.com/cfgd/cfgd/api/auth"
+	"github.com/cfgd/cfgd/api/media"
 	"github.com/cfgd/cfgd/api/profile"
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/projections"
@@ -25,7 +26,17 @@ func buildIdentity(w wiring) ([]*projections.Projection, mux.MiddlewareFunc, err
 		return nil, nil, err
 	}
 	a.Mount(w.router)
-	profile.Mount(w.router, a.RequireUser(), a.Users(), user.NewUpdateProfileHandler(w.deps.pg, time.Now))
+	store, err := media.Open(w.app.Pages.Media)
+	if err != nil {
+		return nil, nil, err
+	}
+	store.Mount(w.router)
+	if err := profile.Mount(w.router, w.app.Pages.Profile, profile.Deps{
+		RequireUser: a.RequireUser(), Reader: a.Users(), Updater: user.NewUpdateProfileHandler(w.deps.pg, time.Now),
+		Avatars: user.NewChangeAvatarHandler(w.deps.pg, time.Now), Media: store,
+	}); err != nil {
+		return nil, nil, err
+	}
 	staff := a.Staff()
 	analytics.Mount(w.router, staff, w.deps.pg, time.Now)
 	return identityproj.All(), staff, nil

@@ -63,6 +63,9 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 		health.Check{Name: "redis", Ping: func(ctx context.Context) error { return d.redis.Ping(ctx).Err() }},
 		health.Check{Name: "kafka", Ping: func(ctx context.Context) error { return bus.Ping(ctx, busCfg) }},
 	)
+	if err := mountFront(router, app.Pages); err != nil {
+		return err
+	}
 	w := wiring{log: log, app: app, deps: d, bus: busCfg, events: reg, metrics: metrics, router: router}
 	ps, err := buildModules(ctx, w)
 	if err != nil {

@@ -26,7 +26,10 @@ import (
 	"github.com/cfgd/cfgd/api"
 	"github.com/cfgd/cfgd/api/analytics"
 	"github.com/cfgd/cfgd/api/auth"
+	"github.com/cfgd/cfgd/api/front"
+	"github.com/cfgd/cfgd/api/media"
 	"github.com/cfgd/cfgd/api/profile"
+	"github.com/cfgd/cfgd/api/static"
 	"github.com/cfgd/cfgd/cmd/settings"
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/deploy/testenv"
@@ -60,6 +63,8 @@ type Env struct {
 	Clock    *Clock
 	API      *auth.API
 	Settings auth.Settings
+	// MediaDir is where uploaded files (avatars) are stored.
+	MediaDir string
 }
 
 // Options change the stack.
@@ -129,7 +134,8 @@ func Start(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	router := Router(t, a, pool, clock.Now)
+	mediaDir := t.TempDir()
+	router := newRouter(t, a, pool, clock.Now, mediaDir)
 
 	if !o.NoPipeline {
 		reg, err := events.NewRegistry(identity.Events()...)
@@ -140,7 +146,7 @@ func Start(t testing.TB, o Options) *Env {
 	}
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)
-	return &Env{URL: srv.URL, Server: srv, Pool: pool, Redis: rdb, Mail: smtpSrv, Clock: clock, API: a, Settings: s}
+	return &Env{URL: srv.URL, Server: srv, Pool: pool, Redis: rdb, Mail: smtpSrv, Clock: clock, API: a, Settings: s, MediaDir: mediaDir}
 }
 
 func randomHex(n int) string {
@@ -165,7 +171,7 @@ func (e *Env) Replica(t testing.TB) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	router := Router(t, a, e.Pool, e.Clock.Now)
+	router := newRouter(t, a, e.Pool, e.Clock.Now, e.MediaDir)
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)
 	r := *e
@@ -173,17 +179,41 @@ func (e *Env) Replica(t testing.TB) *Env {
 	return &r
 }
 
-// Router is the root router with the auth, profile and analytics endpoints
-// mounted as cmd/cfgd mounts them.
+// Router is the root router with the front door, auth, profile, media and
+// analytics endpoints mounted as cmd/cfgd mounts them (media in a fresh
+// temporary folder).
 func Router(t testing.TB, a *auth.API, pool *pgxpool.Pool, now func() time.Time) *mux.Router {
+	t.Helper()
+	return newRouter(t, a, pool, now, t.TempDir())
+}
+
+func newRouter(t testing.TB, a *auth.API, pool *pgxpool.Pool, now func() time.Time, mediaDir string) *mux.Router {
 	t.Helper()
 	router, err := api.NewRouter(testenv.Quiet(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.Mount(router)
-	profile.Mount(router, a.RequireUser(), a.Users(), user.NewUpdateProfileHandler(pool, now))
+	store, err := media.Open(media.Config{Dir: mediaDir, URL: media.PathPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.Mount(router)
+	if err := profile.Mount(router, profile.DefaultConfig(), profile.Deps{
+		RequireUser: a.RequireUser(), Reader: a.Users(), Updater: user.NewUpdateProfileHandler(pool, now),
+		Avatars: user.NewChangeAvatarHandler(pool, now), Media: store,
+	}); err != nil {
+		t.Fatal(err)
+	}
 	analytics.Mount(router, a.Staff(), pool, now)
+	assets, err := static.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	assets.Mount(router)
+	if err := front.Mount(router, front.DefaultConfig(), assets, front.Link{Rel: "extensions", Href: "/cfg/extensions/", Title: "Installed extensions"}); err != nil {
+		t.Fatal(err)
+	}
 	return router
 }
 
@@ -191,7 +221,7 @@ func Router(t testing.TB, a *auth.API, pool *pgxpool.Pool, now func() time.Time)
 // routes add mounts (tests put probes behind the middleware this way).
 func (e *Env) WithRoutes(t testing.TB, add func(r *mux.Router)) *Env {
 	t.Helper()
-	router := Router(t, e.API, e.Pool, e.Clock.Now)
+	router := newRouter(t, e.API, e.Pool, e.Clock.Now, e.MediaDir)
 	add(router)
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)
