@@ -13,6 +13,8 @@
 package static
 
 import (
+	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -21,7 +23,9 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -72,8 +76,17 @@ func contentType(ext string) string {
 
 // Assets is the embedded file set with each file's content hash.
 type Assets struct {
-	fsys   fs.FS
-	hashes map[string]string // name -> hex sha256 prefix
+	fsys  fs.FS
+	files map[string]*asset
+}
+
+type asset struct {
+	hash string // hex sha256 prefix: the version and the ETag
+	// gz is the gzip encoding of a text asset, made on its first request
+	// (the docs bundle shrinks from 1.7 MB to 0.46 MB) rather than
+	// at start-up, which every test router would pay for.
+	gzOnce sync.Once
+	gz     []byte
 }
 
 // New indexes the embedded assets.
@@ -86,7 +99,7 @@ func New() (*Assets, error) {
 }
 
 func newAssets(fsys fs.FS) (*Assets, error) {
-	a := &Assets{fsys: fsys, hashes: map[string]string{}}
+	a := &Assets{fsys: fsys, files: map[string]*asset{}}
 	err := fs.WalkDir(fsys, ".", func(name string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -96,7 +109,7 @@ func newAssets(fsys fs.FS) (*Assets, error) {
 			return err
 		}
 		sum := sha256.Sum256(b)
-		a.hashes[name] = hex.EncodeToString(sum[:8])
+		a.files[name] = &asset{hash: hex.EncodeToString(sum[:8])}
 		return nil
 	})
 	if err != nil {
@@ -109,11 +122,11 @@ func newAssets(fsys fs.FS) (*Assets, error) {
 // "swagger-ui/swagger-ui.css"). It panics on a name that is not embedded:
 // that is a programming error a page's first test catches.
 func (a *Assets) URL(name string) string {
-	h, ok := a.hashes[name]
+	f, ok := a.files[name]
 	if !ok {
 		panic("static: no embedded asset " + name)
 	}
-	return Prefix + name + "?" + versionParameter + "=" + h
+	return Prefix + name + "?" + versionParameter + "=" + f.hash
 }
 
 // Mount serves the assets under Prefix (GET and HEAD).
@@ -121,36 +134,96 @@ func (a *Assets) Mount(r *mux.Router) {
 	r.Handle(Prefix+"{asset:.+}", a).Methods(http.MethodGet, http.MethodHead).Name("static")
 }
 
-// ServeHTTP answers one asset; directories and unknown names are 404s.
+// ServeHTTP answers one asset, gzip-encoded when it is text and the client
+// accepts that; directories and unknown names are 404s.
 func (a *Assets) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name := strings.TrimPrefix(r.URL.Path, Prefix)
-	hash, ok := a.hashes[name]
+	as, ok := a.files[name]
 	if !ok {
-		http.NotFound(w, r)
+		web.Error(w, http.StatusNotFound, "not_found", "no such asset")
 		return
 	}
-	f, err := a.fsys.Open(name)
-	if err != nil {
-		http.NotFound(w, r)
-		return
-	}
-	defer f.Close()
+	ct := contentType(path.Ext(name))
 	h := w.Header()
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Content-Type", contentType(path.Ext(name)))
-	h.Set("ETag", `"`+hash+`"`)
-	if r.URL.Query().Get(versionParameter) == hash {
+	h.Set("Content-Type", ct)
+	if r.URL.Query().Get(versionParameter) == as.hash {
 		h.Set("Cache-Control", cacheImmutable)
 	} else {
 		h.Set("Cache-Control", cacheRevalidate)
 	}
-	// embed files implement io.ReadSeeker; ServeContent handles ranges,
-	// HEAD and If-None-Match against the ETag set above. Embedded files
-	// carry no modification time.
+	compressible := strings.HasPrefix(ct, "text/") || ct == "application/json" || ct == "image/svg+xml"
+	if compressible {
+		h.Add("Vary", "Accept-Encoding")
+	}
+	if compressible && acceptsGzip(r.Header.Get("Accept-Encoding")) {
+		gz, err := a.gzipped(name, as)
+		if err != nil {
+			web.Internal(w, r, err)
+			return
+		}
+		// Each encoding is its own representation, with its own ETag.
+		h.Set("ETag", `"`+as.hash+`-gz"`)
+		h.Set("Content-Encoding", "gzip")
+		http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(gz))
+		return
+	}
+	f, err := a.fsys.Open(name)
+	if err != nil {
+		web.Internal(w, r, fmt.Errorf("static asset %s: %w", name, err))
+		return
+	}
+	defer f.Close()
 	rs, ok := f.(io.ReadSeeker)
 	if !ok {
 		web.Internal(w, r, fmt.Errorf("static asset %s cannot seek", name))
 		return
 	}
+	h.Set("ETag", `"`+as.hash+`"`)
+	// ServeContent handles ranges, HEAD and If-None-Match against the ETag
+	// set above. Embedded files carry no modification time.
 	http.ServeContent(w, r, name, time.Time{}, rs)
+}
+
+func (a *Assets) gzipped(name string, as *asset) ([]byte, error) {
+	var err error
+	as.gzOnce.Do(func() {
+		var raw []byte
+		if raw, err = fs.ReadFile(a.fsys, name); err != nil {
+			return
+		}
+		var b bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&b, gzip.DefaultCompression) // best saves 0.4% for twice the time
+		if _, err = zw.Write(raw); err != nil {
+			return
+		}
+		if err = zw.Close(); err != nil {
+			return
+		}
+		as.gz = b.Bytes()
+	})
+	if err == nil && as.gz == nil {
+		err = fmt.Errorf("static asset %s: compression failed earlier", name)
+	}
+	return as.gz, err
+}
+
+// acceptsGzip reads an Accept-Encoding header: gzip (or *) listed without
+// q=0.
+func acceptsGzip(header string) bool {
+	for part := range strings.SplitSeq(header, ",") {
+		coding, params, _ := strings.Cut(part, ";")
+		coding = strings.ToLower(strings.TrimSpace(coding))
+		if coding != "gzip" && coding != "*" {
+			continue
+		}
+		q, ok := strings.CutPrefix(strings.ReplaceAll(params, " ", ""), "q=")
+		if !ok {
+			return true
+		}
+		if v, err := strconv.ParseFloat(q, 64); err == nil && v > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -1,6 +1,8 @@
 package static_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -95,6 +97,90 @@ func TestAssetsServedWithTypeAndCache(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusNotModified {
 		t.Errorf("revalidation: %d", res.StatusCode)
+	}
+}
+
+// Text assets go gzip-encoded to clients that accept it, as their own
+// representation (ETag); the decoded bytes are the embedded file.
+func TestGzipEncoding(t *testing.T) {
+	t.Parallel()
+	assets, err := static.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mux.NewRouter()
+	assets.Mount(r)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	// The default transport would ask for gzip and decode it unseen.
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	fetch := func(path, acceptEncoding, ifNoneMatch string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		if acceptEncoding != "" {
+			req.Header.Set("Accept-Encoding", acceptEncoding)
+		}
+		if ifNoneMatch != "" {
+			req.Header.Set("If-None-Match", ifNoneMatch)
+		}
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, b
+	}
+	bundle := assets.URL("swagger-ui/swagger-ui-bundle.js")
+	plainRes, plain := fetch(bundle, "identity", "")
+	if plainRes.Header.Get("Content-Encoding") != "" || len(plain) < 1_000_000 {
+		t.Fatalf("identity: %v, %d bytes", plainRes.Header, len(plain))
+	}
+	tests := []struct {
+		accept string
+		gzip   bool
+	}{
+		{"gzip", true},
+		{"br, gzip, deflate", true},
+		{"gzip;q=0.5, identity", true},
+		{"*", true},
+		{"gzip;q=0", false},
+		{"br", false},
+		{"", false},
+	}
+	for _, tc := range tests {
+		res, body := fetch(bundle, tc.accept, "")
+		if got := res.Header.Get("Content-Encoding") == "gzip"; got != tc.gzip {
+			t.Errorf("%q: Content-Encoding %q", tc.accept, res.Header.Get("Content-Encoding"))
+			continue
+		}
+		if !strings.Contains(res.Header.Get("Vary"), "Accept-Encoding") || res.Header.Get("Content-Type") != "text/javascript; charset=utf-8" {
+			t.Errorf("%q: headers %v", tc.accept, res.Header)
+		}
+		if !tc.gzip {
+			continue
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		decoded, err := io.ReadAll(zr)
+		if err != nil || !bytes.Equal(decoded, plain) || len(body) > len(plain)/2 {
+			t.Fatalf("%q: %d bytes decode to %d (%v)", tc.accept, len(body), len(decoded), err)
+		}
+		if res.Header.Get("ETag") == plainRes.Header.Get("ETag") {
+			t.Errorf("both encodings have ETag %s", res.Header.Get("ETag"))
+		}
+		if again, _ := fetch(bundle, tc.accept, res.Header.Get("ETag")); again.StatusCode != http.StatusNotModified {
+			t.Errorf("%q: revalidation %d", tc.accept, again.StatusCode)
+		}
+	}
+	// Binary files are not compressed.
+	if res, _ := fetch(assets.URL("swagger-ui/NOTICE"), "gzip", ""); res.Header.Get("Content-Encoding") != "" {
+		t.Errorf("octet-stream was gzipped")
 	}
 }
 
