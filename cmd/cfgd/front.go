@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/gorilla/mux"
 
+	"github.com/cfgd/cfgd/api/analytics"
 	"github.com/cfgd/cfgd/api/extensions"
 	"github.com/cfgd/cfgd/api/front"
 	"github.com/cfgd/cfgd/api/media"
@@ -41,7 +42,7 @@ func mountFront(router *mux.Router, s pagesSettings) error {
 	assets.Mount(router)
 	return front.Mount(router, s.Front, assets,
 		front.Link{Rel: "extensions", Href: extensions.ListPath, Title: "Installed extensions"},
-		front.Link{Rel: "top_sources", Href: "/api/analytics/sources/top/", Title: "Top registration sources"},
-		front.Link{Rel: "source_links", Href: "/api/analytics/sources/links/", Title: "Registrations by source"},
+		front.Link{Rel: "top_sources", Href: analytics.PathTopSources, Title: "Top registration sources"},
+		front.Link{Rel: "source_links", Href: analytics.PathLinks, Title: "Registrations by source"},
 	)
 }
