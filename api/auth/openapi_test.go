@@ -2,6 +2,7 @@ package auth_test
 
 import (
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -18,7 +19,8 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := authtest.Start(t, authtest.Options{NoPipeline: true})
-	router := authtest.Router(t, e.API, e.Pool, e.Clock.Now)
+	router := authtest.Router(t, e.App, e.Pool, e.Clock.Now)
+	pattern := regexp.MustCompile(`\{([a-z_]+):[^}]*\}`)
 	seen := 0
 	err = router.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
 		tpl, err := route.GetPathTemplate()
@@ -26,6 +28,8 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 			return nil
 		}
 		seen++
+		// A mux variable's pattern ({file:.+}) is not part of an OpenAPI path.
+		tpl = pattern.ReplaceAllString(tpl, "{$1}")
 		if !strings.Contains(string(spec), "\n  "+tpl+":\n") {
 			t.Errorf("docs/openapi.yaml does not describe %s", tpl)
 		}

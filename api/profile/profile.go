@@ -1,7 +1,8 @@
-// Package profile serves GET and PATCH /api/profile/ for the holder of a
-// Bearer access token: the user and profile read models
-// (readmodels/identity), and profile changes through
-// commands/user.UpdateProfile.
+// Package profile serves GET and PATCH /api/profile/ and POST and DELETE
+// /api/profile/avatar/ for the holder of a Bearer access token: the user
+// and profile read models (readmodels/identity), profile changes through
+// commands/user.UpdateProfile, avatars stored through api/media and
+// recorded through commands/user.ChangeAvatar.
 package profile
 
 import (
@@ -23,8 +24,11 @@ import (
 	identityrm "github.com/cfgd/cfgd/readmodels/identity"
 )
 
-// Path of the profile endpoint.
-const Path = "/api/profile/"
+// Paths of the profile endpoints.
+const (
+	Path       = "/api/profile/"
+	AvatarPath = "/api/profile/avatar/"
+)
 
 // Reader is the read model the endpoint reads.
 type Reader interface {
@@ -36,16 +40,47 @@ type Updater interface {
 	Handle(ctx context.Context, cmd user.UpdateProfile) (int64, error)
 }
 
-// Mount adds GET and PATCH /api/profile/ behind requireUser.
-func Mount(r *mux.Router, requireUser mux.MiddlewareFunc, reader Reader, updater Updater) {
-	h := &handler{reader: reader, updater: updater}
-	r.Handle(Path, requireUser(http.HandlerFunc(h.get))).Methods(http.MethodGet, http.MethodHead).Name("profile:get")
-	r.Handle(Path, requireUser(http.HandlerFunc(h.patch))).Methods(http.MethodPatch).Name("profile:update")
+// AvatarChanger is the command that records a new avatar.
+type AvatarChanger interface {
+	Handle(ctx context.Context, cmd user.ChangeAvatar) (user.AvatarChange, error)
+}
+
+// Media stores avatar files and tells their address; *media.Store is the
+// real one.
+type Media interface {
+	Write(name string, data []byte) error
+	Remove(name string) error
+	URL(name string) string
+}
+
+// Deps are what the endpoints call.
+type Deps struct {
+	RequireUser mux.MiddlewareFunc
+	Reader      Reader
+	Updater     Updater
+	Avatars     AvatarChanger
+	Media       Media
+}
+
+// Mount adds the profile and avatar endpoints, each behind d.RequireUser.
+func Mount(r *mux.Router, cfg Config, d Deps) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	h := &handler{cfg: cfg, reader: d.Reader, updater: d.Updater, avatars: d.Avatars, media: d.Media}
+	r.Handle(Path, d.RequireUser(http.HandlerFunc(h.get))).Methods(http.MethodGet, http.MethodHead).Name("profile:get")
+	r.Handle(Path, d.RequireUser(http.HandlerFunc(h.patch))).Methods(http.MethodPatch).Name("profile:update")
+	r.Handle(AvatarPath, d.RequireUser(http.HandlerFunc(h.uploadAvatar))).Methods(http.MethodPost).Name("profile:avatar-upload")
+	r.Handle(AvatarPath, d.RequireUser(http.HandlerFunc(h.deleteAvatar))).Methods(http.MethodDelete).Name("profile:avatar-delete")
+	return nil
 }
 
 type handler struct {
+	cfg     Config
 	reader  Reader
 	updater Updater
+	avatars AvatarChanger
+	media   Media
 }
 
 // UserView is the user part of the answer.
@@ -65,8 +100,9 @@ type UserView struct {
 
 // ProfileView is the profile part of the answer.
 type ProfileView struct {
-	Bio         string    `json:"bio"`
-	Avatar      *string   `json:"avatar"`
+	Bio    string  `json:"bio"`
+	Avatar *string `json:"avatar"` // URL of the image
+
 	Phone       string    `json:"phone"`
 	DateOfBirth *string   `json:"date_of_birth"`
 	CreatedAt   time.Time `json:"created_at"`
@@ -99,6 +135,11 @@ func (h *handler) respond(w http.ResponseWriter, r *http.Request, id, version in
 		web.Fail(w, r, err)
 		return
 	}
+	var avatar *string
+	if prof.Avatar != nil {
+		u := h.media.URL(*prof.Avatar)
+		avatar = &u
+	}
 	var login *time.Time
 	if u.LastLogin != nil {
 		t := u.LastLogin.UTC()
@@ -111,7 +152,7 @@ func (h *handler) respond(w http.ResponseWriter, r *http.Request, id, version in
 			IsActive: u.IsActive, IsStaff: u.IsStaff, IsSuperuser: u.IsSuperuser, DateJoined: u.DateJoined.UTC(), LastLogin: login,
 		},
 		Profile: ProfileView{
-			Bio: prof.Bio, Avatar: prof.Avatar, Phone: prof.Phone, DateOfBirth: prof.DateOfBirth,
+			Bio: prof.Bio, Avatar: avatar, Phone: prof.Phone, DateOfBirth: prof.DateOfBirth,
 			CreatedAt: prof.CreatedAt.UTC(), UpdatedAt: prof.UpdatedAt.UTC(),
 		},
 	})

@@ -1,7 +1,8 @@
 package main
 
 import (
-	"github.com/cfgd/cfgd/api/auth"
+	"github.com/cfgd/cfgd/api/front"
+	identityapi "github.com/cfgd/cfgd/api/identity"
 	"github.com/cfgd/cfgd/api/extensions"
 	"github.com/cfgd/cfgd/cmd/settings"
 	"github.com/cfgd/cfgd/commands/signin"
@@ -13,7 +14,8 @@ import (
 type appSettings struct {
 	Core       settings.Core
 	Signin     signin.Config
-	AuthHTTP   auth.Config
+	Identity   identityapi.Config
+	Front      front.Config
 	Extensions *extensions.Set
 }
 
@@ -21,7 +23,9 @@ type appSettings struct {
 // faulty list of installed extensions, a programming error.
 func readApp(r *config.Reader) (appSettings, error) {
 	app := appSettings{Core: settings.ReadCore(r)}
-	app.Signin, app.AuthHTTP = settings.ReadSignin(r, app.Core.HTTPAddr)
+	app.Signin, app.Identity.HTTP = settings.ReadSignin(r, app.Core.HTTPAddr)
+	app.Identity.Media, app.Identity.Profile = settings.ReadMedia(r), settings.ReadProfile(r)
+	app.Front = settings.ReadFront(r)
 	set, err := extensions.Load(r, extensions.Builtin())
 	if err != nil {
 		return app, err

@@ -34,5 +34,9 @@ func buildModules(ctx context.Context, w wiring) ([]module.Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []module.Module{id, ext}, nil
+	front, err := frontModule(w)
+	if err != nil {
+		return nil, err
+	}
+	return []module.Module{id, ext, front}, nil
 }

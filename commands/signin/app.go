@@ -60,6 +60,7 @@ type App struct {
 	Logout          *session.LogoutHandler
 	Login           *session.LoginHandler
 	UpdateProfile   *user.UpdateProfileHandler
+	ChangeAvatar    *user.ChangeAvatarHandler
 	CreateSuperuser *user.CreateSuperuserHandler
 
 	secret []byte
@@ -121,6 +122,7 @@ func New(cfg Config, d Deps) (*App, error) {
 		Logout:          session.NewLogoutHandler(d.Pool, d.Now),
 		Login:           session.NewLoginHandler(d.Pool, tokens, d.Now),
 		UpdateProfile:   user.NewUpdateProfileHandler(d.Pool, d.Now),
+		ChangeAvatar:    user.NewChangeAvatarHandler(d.Pool, d.Now),
 		CreateSuperuser: user.NewCreateSuperuserHandler(d.Pool, d.Now),
 	}
 	a.Auth = &Authenticator{app: a, pool: d.Pool}

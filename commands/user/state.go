@@ -29,6 +29,7 @@ type State struct {
 	Bio          string
 	Phone        string
 	DateOfBirth  string
+	Avatar       string // path under the media directory; empty: none
 	Version      int64
 }
 
@@ -63,6 +64,12 @@ func Fold(envs []events.Envelope) (*State, error) {
 				return nil, err
 			}
 			s.FirstName, s.LastName, s.Bio, s.Phone, s.DateOfBirth = e.FirstName, e.LastName, e.Bio, e.Phone, e.DateOfBirth
+		case identity.AvatarChanged{}.EventType():
+			e, err := identity.Data[identity.AvatarChanged](env)
+			if err != nil {
+				return nil, err
+			}
+			s.Avatar = e.Avatar
 		}
 	}
 	if s.ID == 0 {

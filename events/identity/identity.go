@@ -132,6 +132,19 @@ type ProfileUpdated struct {
 
 func (ProfileUpdated) EventType() string { return "user.profile_updated" }
 
+// AvatarChanged: the user's avatar is now the file Avatar, a path relative
+// to the media directory (avatars/<user id>/<random>.<ext>), chosen by the
+// server; empty means no avatar. Previous is the path it replaces, so a
+// reactor can clean up without reading earlier events.
+type AvatarChanged struct {
+	UserID   int64     `json:"user_id"`
+	Avatar   string    `json:"avatar"`
+	Previous string    `json:"previous,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+func (AvatarChanged) EventType() string { return "user.avatar_changed" }
+
 // Session kinds.
 const (
 	SessionAPI = "api" // JWT access/refresh pair from an OTP sign-in

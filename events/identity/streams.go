@@ -16,7 +16,7 @@ import (
 func Events() []events.Event {
 	return []events.Event{
 		OTPIssued{}, OTPDeliveryFailed{}, OTPAttempted{}, OTPVerified{},
-		EmailClaimed{}, UserRegistered{}, SourceLinked{}, LoggedIn{}, ProfileUpdated{},
+		EmailClaimed{}, UserRegistered{}, SourceLinked{}, LoggedIn{}, ProfileUpdated{}, AvatarChanged{},
 		SessionStarted{}, SessionRefreshed{}, SessionRevoked{},
 	}
 }

@@ -91,6 +91,16 @@ func Users() *projections.Projection {
 		}
 		return nil
 	})
+	projections.On(p, func(ctx context.Context, tx pgx.Tx, env events.Envelope, e *identity.AvatarChanged) error {
+		var avatar *string
+		if e.Avatar != "" {
+			avatar = &e.Avatar
+		}
+		if _, err := tx.Exec(ctx, `UPDATE profiles SET avatar = $2, updated_at = $3 WHERE user_id = $1`, e.UserID, avatar, e.At); err != nil {
+			return fmt.Errorf("update avatar: %w", err)
+		}
+		return bumpVersion(ctx, tx, e.UserID, env.Version)
+	})
 	return p
 }
 

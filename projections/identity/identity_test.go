@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/cfgd/cfgd/commands/signin"
@@ -23,7 +24,7 @@ func snapshot(t *testing.T, e *authtest.Env) string {
 	out := ""
 	for _, q := range []string{
 		`SELECT id, email, first_name, last_name, password_hash IS NOT NULL, is_active, is_staff, is_superuser, date_joined, last_login, version FROM users ORDER BY id`,
-		`SELECT user_id, bio, phone, date_of_birth, created_at, updated_at FROM profiles ORDER BY user_id`,
+		`SELECT user_id, bio, avatar, phone, date_of_birth, created_at, updated_at FROM profiles ORDER BY user_id`,
 		`SELECT url, name FROM registration_sources ORDER BY url`,
 		`SELECT l.user_id, s.url, l.created_at FROM user_registration_sources l JOIN registration_sources s ON s.id = l.source_id ORDER BY 1, 2`,
 		`SELECT session_id, user_id, kind, reason, revoked_at, expires_at FROM session_revocations ORDER BY session_id`,
@@ -62,6 +63,16 @@ func TestReplayRebuildsTheSameReadModels(t *testing.T) {
 	if _, err := user.NewCreateSuperuserHandler(e.Pool, e.Clock.Now).Handle(ctx, user.CreateSuperuser{Email: authtest.Email("replay-admin"), Password: "admin-password"}); err != nil {
 		t.Fatal(err)
 	}
+	avatars := user.NewChangeAvatarHandler(e.Pool, e.Clock.Now)
+	for range 2 {
+		p, err := user.NewAvatarPath(s.UserID, user.AvatarPNG)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := avatars.Handle(ctx, user.ChangeAvatar{UserID: s.UserID, Avatar: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	mailsBefore := len(e.Mail.Messages())
 
 	reg, err := events.NewRegistry(identity.Events()...)
@@ -83,6 +94,9 @@ func TestReplayRebuildsTheSameReadModels(t *testing.T) {
 	}
 	apply()
 	first := snapshot(t, e)
+	if !strings.Contains(first, fmt.Sprintf("avatars/%d/", s.UserID)) {
+		t.Fatalf("the avatar was not projected:\n%s", first)
+	}
 	apply() // every event again: all duplicates
 	if again := snapshot(t, e); again != first {
 		t.Fatalf("re-delivery changed the read models:\n%s\nvs\n%s", first, again)

@@ -49,7 +49,7 @@ func (u User) ShortName() string { return u.FirstName }
 // Profile is a row of the profiles read model.
 type Profile struct {
 	Bio         string
-	Avatar      *string // a path under avatars/
+	Avatar      *string // avatars/<user id>/<file>, relative to the media directory
 	Phone       string
 	DateOfBirth *string // YYYY-MM-DD
 	CreatedAt   time.Time

@@ -18,15 +18,17 @@ import (
 	"testing"
 	"time"
 
+	identityapi "github.com/cfgd/cfgd/api/identity"
+
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cfgd/cfgd/api"
-	"github.com/cfgd/cfgd/api/analytics"
 	"github.com/cfgd/cfgd/api/auth"
-	"github.com/cfgd/cfgd/api/profile"
+	"github.com/cfgd/cfgd/api/front"
+	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/commands/mail"
 	"github.com/cfgd/cfgd/commands/signin"
 	"github.com/cfgd/cfgd/commands/user"
@@ -62,6 +64,8 @@ type Env struct {
 	API    *auth.API
 	App    *signin.App
 	Config signin.Config
+	// MediaDir is where uploaded files (avatars) are stored.
+	MediaDir string
 }
 
 // Options change the stack.
@@ -122,8 +126,8 @@ func Start(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := auth.New(app, auth.Config{})
-	router := Router(t, a, pool, clock.Now)
+	mediaDir := t.TempDir()
+	router, a := newRouter(t, app, pool, clock.Now, mediaDir)
 
 	if !o.NoPipeline {
 		reg, err := events.NewRegistry(identity.Events()...)
@@ -134,7 +138,7 @@ func Start(t testing.TB, o Options) *Env {
 	}
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)
-	return &Env{URL: srv.URL, Server: srv, Pool: pool, Redis: rdb, Mail: smtpSrv, Clock: clock, API: a, App: app, Config: sc}
+	return &Env{URL: srv.URL, Server: srv, Pool: pool, Redis: rdb, Mail: smtpSrv, Clock: clock, API: a, App: app, Config: sc, MediaDir: mediaDir}
 }
 
 func randomHex(n int) string {
@@ -157,8 +161,7 @@ func (e *Env) Replica(t testing.TB) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := auth.New(app, auth.Config{})
-	router := Router(t, a, e.Pool, e.Clock.Now)
+	router, a := newRouter(t, app, e.Pool, e.Clock.Now, e.MediaDir)
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)
 	r := *e
@@ -166,30 +169,47 @@ func (e *Env) Replica(t testing.TB) *Env {
 	return &r
 }
 
-// Router is the root router with the auth, profile and analytics endpoints
-// mounted as cmd/cfgd mounts them.
-func Router(t testing.TB, a *auth.API, pool *pgxpool.Pool, now func() time.Time) *mux.Router {
+// Router is the root router with the identity and front modules mounted
+// as cfgd serve mounts them (api/identity.New, api/front.Module), media in
+// a fresh temporary folder.
+func Router(t testing.TB, app *signin.App, pool *pgxpool.Pool, now func() time.Time) *mux.Router {
+	t.Helper()
+	r, _ := newRouter(t, app, pool, now, t.TempDir())
+	return r
+}
+
+func newRouter(t testing.TB, app *signin.App, pool *pgxpool.Pool, now func() time.Time, mediaDir string) (*mux.Router, *auth.API) {
 	t.Helper()
 	router, err := api.NewRouter(testenv.Quiet(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Mount(router)
-	profile.Mount(router, a.RequireUser(), a.App().Users, a.App().UpdateProfile)
-	analytics.Mount(router, a.Staff(), pool, now)
-	return router
+	cfg := identityapi.DefaultConfig()
+	cfg.Media.Dir = mediaDir
+	id, a, err := identityapi.New(app, cfg, pool, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr, err := front.Module(front.DefaultConfig(), front.Link{Rel: "extensions", Href: "/cfg/extensions/", Title: "Installed extensions"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := module.Mount(router, id, fr); err != nil {
+		t.Fatal(err)
+	}
+	return router, a
 }
 
 // WithRoutes serves e's API on a new server whose router also has the
 // routes add mounts (tests put probes behind the middleware this way).
 func (e *Env) WithRoutes(t testing.TB, add func(r *mux.Router)) *Env {
 	t.Helper()
-	router := Router(t, e.API, e.Pool, e.Clock.Now)
+	router, a := newRouter(t, e.App, e.Pool, e.Clock.Now, e.MediaDir)
 	add(router)
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)
 	r := *e
-	r.URL, r.Server = srv.URL, srv
+	r.URL, r.Server, r.API = srv.URL, srv, a
 	return &r
 }
 

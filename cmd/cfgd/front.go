@@ -1,0 +1,18 @@
+package main
+
+import (
+	"github.com/cfgd/cfgd/api/analytics"
+	"github.com/cfgd/cfgd/api/extensions"
+	"github.com/cfgd/cfgd/api/front"
+	"github.com/cfgd/cfgd/api/module"
+)
+
+// frontModule serves / (index), /api/schema/, /api/docs/ and the embedded
+// assets under /static/.
+func frontModule(w wiring) (module.Module, error) {
+	return front.Module(w.app.Front,
+		front.Link{Rel: "extensions", Href: extensions.ListPath, Title: "Installed extensions"},
+		front.Link{Rel: "top_sources", Href: analytics.PathTopSources, Title: "Top registration sources"},
+		front.Link{Rel: "source_links", Href: analytics.PathLinks, Title: "Registrations by source"},
+	)
+}
