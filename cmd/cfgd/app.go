@@ -1,9 +1,9 @@
 package main
 
 import (
+	"github.com/cfgd/cfgd/api/extensions"
 	"github.com/cfgd/cfgd/api/front"
 	identityapi "github.com/cfgd/cfgd/api/identity"
-	"github.com/cfgd/cfgd/api/extensions"
 	"github.com/cfgd/cfgd/cmd/settings"
 	"github.com/cfgd/cfgd/commands/signin"
 	"github.com/cfgd/cfgd/deploy/config"
