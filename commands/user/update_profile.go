@@ -159,5 +159,11 @@ func checkText(v string, max int, multiline bool) string {
 	}) >= 0 {
 		return "must not contain control characters"
 	}
+	// A right-to-left override in a name makes every list that shows it
+	// read differently from what is stored. Joiners stay allowed: Persian
+	// and Indic names need them.
+	if !multiline && strings.IndexFunc(v, func(r rune) bool { return unicode.Is(unicode.Bidi_Control, r) }) >= 0 {
+		return "must not contain bidirectional-formatting characters"
+	}
 	return ""
 }
