@@ -57,15 +57,27 @@ func randomName(prefix string) string {
 // template is named after the migrations' fingerprint and kept between runs,
 // so only the first run after a migration change pays for migrating; older
 // templates are dropped when a new one is made.
+//
+// Another checkout with other migrations, sharing the server, drops this
+// template as stale when it makes its own; a clone that finds the template
+// gone asks for it again (fresh=true), which rebuilds it.
 var (
-	templateOnce sync.Once
+	templateMu   sync.Mutex
 	templateName string
-	templateErr  error
 )
 
-func template(ctx context.Context) (string, error) {
-	templateOnce.Do(func() { templateName, templateErr = ensureTemplate(ctx) })
-	return templateName, templateErr
+func template(ctx context.Context, fresh bool) (string, error) {
+	templateMu.Lock()
+	defer templateMu.Unlock()
+	if templateName != "" && !fresh {
+		return templateName, nil
+	}
+	name, err := ensureTemplate(ctx)
+	if err != nil {
+		return "", err
+	}
+	templateName = name
+	return name, nil
 }
 
 func ensureTemplate(ctx context.Context) (string, error) {
@@ -126,7 +138,7 @@ func PostgresURL(t testing.TB) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tpl, err := template(ctx)
+	tpl, err := template(ctx, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,6 +154,13 @@ func PostgresURL(t testing.TB) string {
 		// Two clones of one template at the same instant can collide.
 		if err != nil && errors.As(err, &pg) && pg.Code == "55006" && attempt < 50 {
 			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		// The template was dropped by another checkout (see template).
+		if err != nil && errors.As(err, &pg) && pg.Code == "3D000" && attempt < 50 {
+			if tpl, err = template(ctx, true); err != nil {
+				t.Fatal(err)
+			}
 			continue
 		}
 		break
