@@ -194,8 +194,9 @@ func script(r rune) string {
 	return ""
 }
 
-// Data decodes the payload of env as T; folds use it after switching on
-// env.Type.
+// Data decodes the payload of env as T. The command handlers' folds decode
+// through commands.When instead; Data serves code that reads one event
+// whose type it already checked.
 func Data[T events.Event](env events.Envelope) (T, error) {
 	var v T
 	if err := json.Unmarshal(env.Data, &v); err != nil {
