@@ -40,6 +40,8 @@ type loginResponse struct {
 // password limits (only wrong passwords count). It sets the HttpOnly
 // session cookie and the CSRF cookie.
 func (a *API) handleLogin(w http.ResponseWriter, r *http.Request) {
+	// Every answer, not only the 200: none may be cached next to a token.
+	web.NoStore(w)
 	var body loginBody
 	if !web.DecodeOr400(w, r, &body) {
 		return
@@ -47,6 +49,10 @@ func (a *API) handleLogin(w http.ResponseWriter, r *http.Request) {
 	fields := map[string]string{}
 	if strings.TrimSpace(body.Email) == "" {
 		fields["email"] = identity.ErrEmailRequired.Error()
+	} else if _, err := identity.NormaliseEmail(body.Email); errors.Is(err, identity.ErrHiddenCharacter) || errors.Is(err, identity.ErrMixedScript) {
+		// A look-alike of an address is refused for what it is, like the
+		// OTP endpoints do, rather than answered as wrong credentials.
+		fields["email"] = err.Error()
 	}
 	if body.Password == "" {
 		fields["password"] = "this field is required"

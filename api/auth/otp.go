@@ -101,6 +101,8 @@ type otpVerifyResponse struct {
 
 // handleOTPVerify: POST /api/auth/otp/verify/ → otp.Verify.
 func (a *API) handleOTPVerify(w http.ResponseWriter, r *http.Request) {
+	// Every answer, not only the 200: none may be cached next to a token.
+	web.NoStore(w)
 	start := time.Now()
 	var body otpVerifyBody
 	if !web.DecodeOr400(w, r, &body) {

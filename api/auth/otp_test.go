@@ -369,6 +369,23 @@ func TestBadInputIs400(t *testing.T) {
 		{"/api/auth/token/refresh/", `{}`, "refresh", "this field is required"},
 		{"/api/auth/logout/", `{"refresh": ""}`, "refresh", "this field is required"},
 		{"/api/auth/login/", `{"email": "", "password": "x"}`, "email", "Email is required"},
+		// Look-alike addresses (issue 9.10).
+		{requestPath, `{"identifier": "norm\u200b5@example.com"}`, "identifier", "enter a valid e-mail address: " + identity.ErrHiddenCharacter.Error() + " (found U+200B)"},
+		{requestPath, `{"identifier": "\u202enorm5@example.com"}`, "identifier", "enter a valid e-mail address: " + identity.ErrHiddenCharacter.Error() + " (found U+202E)"},
+		{requestPath, `{"identifier": "norm\u00a05@example.com"}`, "identifier", "enter a valid e-mail address: " + identity.ErrHiddenCharacter.Error() + " (found U+00A0)"},
+		{requestPath, `{"identifier": "n\u043erm5@example.com"}`, "identifier", "enter a valid e-mail address: " + identity.ErrMixedScript.Error()},
+		{verifyPath, `{"identifier": "norm5\ufeff@example.com", "otp_code": "123456"}`, "identifier", "enter a valid e-mail address: " + identity.ErrHiddenCharacter.Error() + " (found U+FEFF)"},
+		{"/api/auth/login/", `{"email": "adm\u200bin@example.com", "password": "x"}`, "email", "enter a valid e-mail address: " + identity.ErrHiddenCharacter.Error() + " (found U+200B)"},
+		{"/api/auth/login/", `{"email": "\u0430dmin@example.com", "password": "x"}`, "email", "enter a valid e-mail address: " + identity.ErrMixedScript.Error()},
+		// source_url (issue 9.12).
+		{requestPath, `{"identifier": "a@example.com", "source_url": "/\\evil.example/"}`, "source_url", "source_url must be an http(s) URL or a path starting with /"},
+		{requestPath, `{"identifier": "a@example.com", "source_url": "https://user:pass@example.com/"}`, "source_url", "source_url must be an http(s) URL or a path starting with /"},
+		{verifyPath, `{"identifier": "a@example.com", "otp_code": "123456", "source_url": "file:///etc/passwd"}`, "source_url", "source_url must be an http(s) URL or a path starting with /"},
+		// Strict JSON (issue 9.11).
+		{requestPath, `{"identifier": "a@example.com", "identifier": "b@example.com"}`, "", `duplicate key "identifier"`},
+		{requestPath, `{"Identifier": "a@example.com"}`, "", `unknown field "Identifier" (field names are case-sensitive: did you mean "identifier"?)`},
+		{verifyPath, "{\"identifier\": \"a\xff@example.com\", \"otp_code\": \"123456\"}", "", "request body is not valid UTF-8"},
+		{"/api/auth/token/refresh/", `{"refresh": "x", "REFRESH": "y"}`, "", `unknown field "REFRESH" (field names are case-sensitive: did you mean "refresh"?)`},
 	}
 	for _, tc := range tests {
 		r := e.Do(t, http.MethodPost, tc.path, tc.body)
@@ -387,8 +404,48 @@ func TestBadInputIs400(t *testing.T) {
 	if r := e.Do(t, http.MethodGet, requestPath, nil); r.Status != http.StatusMethodNotAllowed {
 		t.Errorf("GET %s: %d", requestPath, r.Status)
 	}
-	if r := e.Do(t, http.MethodPost, requestPath, `{"identifier":"a@example.com"}`, "Content-Type", "text/plain"); r.Status != http.StatusBadRequest {
-		t.Errorf("text/plain body: %d %s", r.Status, r.Raw)
+	for _, ct := range []string{"text/plain", "application/json-evil", "application/x-www-form-urlencoded", "application/json; charset=latin1"} {
+		for _, path := range []string{requestPath, verifyPath, "/api/auth/token/refresh/", "/api/auth/login/"} {
+			if r := e.Do(t, http.MethodPost, path, `{"identifier":"a@example.com"}`, "Content-Type", ct); r.Status != http.StatusUnsupportedMediaType || r.Body["success"] != false {
+				t.Errorf("%s with %s: %d %s, want 415", path, ct, r.Status, r.Raw)
+			}
+		}
+	}
+	if r := e.Do(t, http.MethodPost, requestPath, `{"identifier":"a@example.com"}`, "Content-Type", "application/json; charset=utf-8"); r.Status != http.StatusOK {
+		t.Errorf("application/json; charset=utf-8: %d %s", r.Status, r.Raw)
+	}
+}
+
+// TestLookAlikeAddressesAreOneAccount: a fullwidth spelling of an address,
+// and one padded with no-break spaces, sign in to the account of the plain
+// address instead of creating another.
+func TestLookAlikeAddressesAreOneAccount(t *testing.T) {
+	t.Parallel()
+	e := authtest.Start(t, authtest.Options{NoPipeline: true, Config: func(c *signin.Config) { c.FailureFloor = time.Millisecond }})
+	email := authtest.Email("norm")
+	first := e.SignIn(t, email)
+	local, domain, _ := strings.Cut(email, "@")
+	fullwidth := strings.Map(func(r rune) rune {
+		if r >= '!' && r <= '~' {
+			return r - '!' + '\uff01'
+		}
+		return r
+	}, strings.ToUpper(local)) + "\uff20" + domain
+	for _, alike := range []string{fullwidth, "\u00a0" + email + "\u3000"} {
+		if r := e.Do(t, http.MethodPost, requestPath, map[string]string{"identifier": alike}); r.Status != http.StatusOK {
+			t.Fatalf("request for %+q: %d %s", alike, r.Status, r.Raw)
+		}
+		m, ok := e.Mail.Last(email)
+		if !ok {
+			t.Fatalf("the code for %+q was not sent to %s", alike, email)
+		}
+		r := e.Verify(t, alike, m.Code())
+		if r.Status != http.StatusOK || int64(r.Obj("user")["id"].(float64)) != first.UserID || r.Obj("user")["email"] != email {
+			t.Fatalf("verify as %+q: %d %s, want user %d", alike, r.Status, r.Raw, first.UserID)
+		}
+	}
+	if n := e.EventCount(t, identity.EmailStream(email), "user.email_claimed"); n != 1 {
+		t.Fatalf("%d claims of %s", n, email)
 	}
 }
 

@@ -27,6 +27,8 @@ func tokenInvalid(w http.ResponseWriter) {
 
 // handleRefresh: POST /api/auth/token/refresh/ → session.Refresh.
 func (a *API) handleRefresh(w http.ResponseWriter, r *http.Request) {
+	// Every answer, not only the 200: none may be cached next to a token.
+	web.NoStore(w)
 	body, ok := decodeRefresh(w, r)
 	if !ok {
 		return

@@ -1,6 +1,7 @@
 package auth_test
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/cfgd/cfgd/api/auth/authtest"
 	"github.com/cfgd/cfgd/commands/token"
+	"github.com/cfgd/cfgd/commands/user"
 )
 
 const (
@@ -280,5 +282,49 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 			t.Fatalf("not within %s: %s", within, what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestTokenAnswersAreNeverStored: every answer of an endpoint that hands
+// out tokens or sets the session cookie says no-store, failures included
+// (a cache keyed loosely could otherwise serve one client's tokens to
+// another), and every answer is nosniff.
+func TestTokenAnswersAreNeverStored(t *testing.T) {
+	t.Parallel()
+	e := authtest.Start(t, authtest.Options{NoPipeline: true, Config: func(c *signin.Config) { c.FailureFloor = time.Millisecond }})
+	admin := authtest.Email("nostore")
+	if _, err := user.NewCreateSuperuserHandler(e.Pool, e.Clock.Now).Handle(context.Background(), user.CreateSuperuser{Email: admin, Password: "correct horse battery"}); err != nil {
+		t.Fatal(err)
+	}
+	email := authtest.Email("nostore")
+	code := e.RequestCode(t, email)
+	bad := e.Verify(t, email, wrong(code))
+	good := e.Verify(t, email, code)
+	if good.Status != http.StatusOK {
+		t.Fatalf("verify: %d %s", good.Status, good.Raw)
+	}
+	refresh := good.Obj("tokens")["refresh"].(string)
+	tests := []struct {
+		name   string
+		r      authtest.Response
+		status int
+	}{
+		{"verify", good, http.StatusOK},
+		{"verify, wrong code", bad, http.StatusBadRequest},
+		{"verify, bad body", e.Do(t, http.MethodPost, verifyPath, `{}`), http.StatusBadRequest},
+		{"refresh", e.Do(t, http.MethodPost, refreshPath, map[string]string{"refresh": refresh}), http.StatusOK},
+		{"refresh, bad token", e.Do(t, http.MethodPost, refreshPath, map[string]string{"refresh": "x"}), http.StatusUnauthorized},
+		{"login", e.Do(t, http.MethodPost, "/api/auth/login/", map[string]string{"email": admin, "password": "correct horse battery"}), http.StatusOK},
+		{"login, wrong password", e.Do(t, http.MethodPost, "/api/auth/login/", map[string]string{"email": admin, "password": "wrong"}), http.StatusUnauthorized},
+	}
+	for _, tc := range tests {
+		if tc.r.Status != tc.status || tc.r.Header.Get("Cache-Control") != "no-store" || tc.r.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: %d, Cache-Control %q, X-Content-Type-Options %q", tc.name, tc.r.Status, tc.r.Header.Get("Cache-Control"), tc.r.Header.Get("X-Content-Type-Options"))
+		}
+	}
+	for _, path := range []string{requestPath, "/nowhere", "/.well-known/jwks.json"} {
+		if r := e.Do(t, http.MethodGet, path, nil); r.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("GET %s: %d without nosniff", path, r.Status)
+		}
 	}
 }

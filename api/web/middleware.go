@@ -71,7 +71,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // Observe is the middleware that logs each request and records its latency
 // under the route template (never the raw path, which would explode the
 // label set). It also turns a panic into a JSON 500 without a stack trace in
-// the response.
+// the response, and marks every response nosniff, so a browser never
+// renders a JSON body (which may echo client input) as HTML or script.
 func Observe(log *slog.Logger, m *Metrics) mux.MiddlewareFunc {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -83,6 +84,7 @@ func Observe(log *slog.Logger, m *Metrics) mux.MiddlewareFunc {
 				id = hex.EncodeToString(b)
 			}
 			w.Header().Set("X-Request-ID", id)
+			w.Header().Set("X-Content-Type-Options", "nosniff")
 			r = r.WithContext(context.WithValue(r.Context(), requestIDKey, id))
 			sw := &statusWriter{ResponseWriter: w}
 			defer func() {
@@ -119,6 +121,12 @@ func Observe(log *slog.Logger, m *Metrics) mux.MiddlewareFunc {
 			next.ServeHTTP(sw, r)
 		})
 	}
+}
+
+// NoStore forbids every cache (browser, proxy) to keep the response: for
+// answers that carry tokens or set a session cookie.
+func NoStore(w http.ResponseWriter) {
+	w.Header().Set("Cache-Control", "no-store")
 }
 
 // NotFound answers unknown paths with the JSON error shape.

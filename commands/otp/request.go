@@ -63,39 +63,42 @@ func (h *RequestHandler) Handle(ctx context.Context, cmd Request) (RequestResult
 		}
 	}
 	var plain string
-	res, err := commands.Retry(ctx, 8, func(ctx context.Context) (RequestResult, error) {
-		stream := identity.OTPStream(email)
-		envs, err := store.Load(ctx, h.pool, stream)
-		if err != nil {
-			return RequestResult{}, err
-		}
-		s, err := fold(envs)
-		if err != nil {
-			return RequestResult{}, err
-		}
-		now := h.now()
-		if wait := s.retryAfter(now); wait > 0 {
-			return RequestResult{}, &RateLimitedError{RetryAfter: wait}
-		}
-		if plain, err = NewCode(); err != nil {
-			return RequestResult{}, err
-		}
-		id := uuid.NewString()
-		issued := identity.OTPIssued{
-			CodeID: id, Email: email, CodeHMAC: h.hasher.Sum(id, email, plain),
-			IssuedAt: now.UTC(), ExpiresAt: now.Add(CodeTTL).UTC(), SourceURL: source,
-		}
-		env, err := events.New(stream, issued, cmd.Meta, now)
-		if err != nil {
-			return RequestResult{}, err
-		}
-		// One INSERT is its own transaction; the unique (stream, version)
-		// index turns a concurrent request into a conflict and a retry.
-		if _, err := store.Append(ctx, h.pool, stream, s.version, env); err != nil {
-			return RequestResult{}, err
-		}
-		return RequestResult{CodeID: id, ExpiresAt: issued.ExpiresAt}, nil
-	})
+	stream := identity.OTPStream(email)
+	res, err := commands.Execute(ctx, h.pool, "request otp",
+		func(ctx context.Context) (state, error) {
+			envs, err := store.Load(ctx, h.pool, stream)
+			if err != nil {
+				return state{}, err
+			}
+			return fold(envs)
+		},
+		func(_ context.Context, s state) (commands.Decision[RequestResult], error) {
+			type none = commands.Decision[RequestResult]
+			now := h.now()
+			if wait := s.retryAfter(now); wait > 0 {
+				return none{}, &RateLimitedError{RetryAfter: wait}
+			}
+			var err error
+			if plain, err = NewCode(); err != nil {
+				return none{}, err
+			}
+			id := uuid.NewString()
+			issued := identity.OTPIssued{
+				CodeID: id, Email: email, CodeHMAC: h.hasher.Sum(id, email, plain),
+				IssuedAt: now.UTC(), ExpiresAt: now.Add(CodeTTL).UTC(), SourceURL: source,
+			}
+			env, err := events.New(stream, issued, cmd.Meta, now)
+			if err != nil {
+				return none{}, err
+			}
+			// One INSERT is its own transaction; the unique (stream,
+			// version) index turns a concurrent request into a conflict and
+			// a retry.
+			return none{
+				Writes: []store.Write{{Stream: stream, Expected: s.version, Events: []events.Envelope{env}}},
+				Result: RequestResult{CodeID: id, ExpiresAt: issued.ExpiresAt},
+			}, nil
+		})
 	if err != nil {
 		return RequestResult{}, err
 	}
@@ -125,14 +128,15 @@ func (h *RequestHandler) void(ctx context.Context, email, codeID string, cause e
 	if errors.As(cause, &ce) && ce.Timeout() {
 		reason = "send timed out"
 	}
-	_, err := commands.Retry(ctx, 20, func(ctx context.Context) (struct{}, error) {
-		stream := identity.OTPStream(email)
-		env, err := events.New(stream, identity.OTPDeliveryFailed{CodeID: codeID, Reason: reason}, md, h.now())
-		if err != nil {
-			return struct{}{}, err
-		}
-		_, err = store.Append(ctx, h.pool, stream, events.AnyVersion, env)
-		return struct{}{}, err
-	})
+	stream := identity.OTPStream(email)
+	_, err := commands.Execute(ctx, h.pool, "void otp",
+		func(context.Context) (struct{}, error) { return struct{}{}, nil }, // a fact needs no state
+		func(context.Context, struct{}) (commands.Decision[struct{}], error) {
+			env, err := events.New(stream, identity.OTPDeliveryFailed{CodeID: codeID, Reason: reason}, md, h.now())
+			if err != nil {
+				return commands.Decision[struct{}]{}, err
+			}
+			return commands.Decision[struct{}]{Writes: []store.Write{{Stream: stream, Expected: events.AnyVersion, Events: []events.Envelope{env}}}}, nil
+		})
 	return err
 }

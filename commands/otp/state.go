@@ -3,6 +3,7 @@ package otp
 import (
 	"time"
 
+	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
 )
@@ -32,46 +33,36 @@ type state struct {
 	issued  []time.Time // every request, oldest first, for the hourly limit
 }
 
+// stateFold folds an otp stream. Events about a code other than the
+// current one are stale (a newer code replaced it) and change nothing.
+var stateFold = commands.NewFold(
+	commands.When(func(s *state, e identity.OTPIssued) {
+		s.current = &code{ID: e.CodeID, HMAC: e.CodeHMAC, IssuedAt: e.IssuedAt, ExpiresAt: e.ExpiresAt, SourceURL: e.SourceURL}
+		s.issued = append(s.issued, e.IssuedAt)
+	}),
+	commands.When(func(s *state, e identity.OTPAttempted) {
+		if s.current != nil && s.current.ID == e.CodeID {
+			s.current.Attempts = e.Attempt
+		}
+	}),
+	commands.When(func(s *state, e identity.OTPVerified) {
+		if s.current != nil && s.current.ID == e.CodeID {
+			s.current.Used = true
+			s.current.Attempts = max(s.current.Attempts, e.Attempt)
+		}
+	}),
+	commands.When(func(s *state, e identity.OTPDeliveryFailed) {
+		if s.current != nil && s.current.ID == e.CodeID {
+			s.current.Voided = true
+		}
+	}),
+)
+
 func fold(envs []events.Envelope) (state, error) {
 	var s state
-	for _, env := range envs {
-		s.version = env.Version
-		switch env.Type {
-		case identity.OTPIssued{}.EventType():
-			e, err := identity.Data[identity.OTPIssued](env)
-			if err != nil {
-				return s, err
-			}
-			s.current = &code{ID: e.CodeID, HMAC: e.CodeHMAC, IssuedAt: e.IssuedAt, ExpiresAt: e.ExpiresAt, SourceURL: e.SourceURL}
-			s.issued = append(s.issued, e.IssuedAt)
-		case identity.OTPAttempted{}.EventType():
-			e, err := identity.Data[identity.OTPAttempted](env)
-			if err != nil {
-				return s, err
-			}
-			if s.current != nil && s.current.ID == e.CodeID {
-				s.current.Attempts = e.Attempt
-			}
-		case identity.OTPVerified{}.EventType():
-			e, err := identity.Data[identity.OTPVerified](env)
-			if err != nil {
-				return s, err
-			}
-			if s.current != nil && s.current.ID == e.CodeID {
-				s.current.Used = true
-				s.current.Attempts = max(s.current.Attempts, e.Attempt)
-			}
-		case identity.OTPDeliveryFailed{}.EventType():
-			e, err := identity.Data[identity.OTPDeliveryFailed](env)
-			if err != nil {
-				return s, err
-			}
-			if s.current != nil && s.current.ID == e.CodeID {
-				s.current.Voided = true
-			}
-		}
-	}
-	return s, nil
+	v, err := stateFold.Apply(&s, envs)
+	s.version = v
+	return s, err
 }
 
 // retryAfter returns how long until another request is allowed at now, or

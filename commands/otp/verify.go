@@ -2,7 +2,6 @@ package otp
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -46,12 +45,6 @@ func NewVerifyHandler(pool *pgxpool.Pool, hasher *Hasher, tokens session.Tokens,
 	return &VerifyHandler{pool: pool, hasher: hasher, tokens: tokens, sources: sources, now: now}
 }
 
-// maxVerifyRounds bounds the conflict retries. A round is lost only when
-// another command appended to the same otp stream, and at most MaxAttempts
-// attempts (plus one verification) can ever be appended for a code, so a
-// handful of rounds always suffices.
-const maxVerifyRounds = 12
-
 // Handle checks the code and signs the user in. Every way of failing is
 // ErrInvalidCode, except a malformed source URL (user.ErrBadSourceURL).
 //
@@ -75,46 +68,54 @@ func (h *VerifyHandler) Handle(ctx context.Context, cmd Verify) (VerifyResult, e
 			return VerifyResult{}, err
 		}
 	}
-	return commands.Retry(ctx, maxVerifyRounds, func(ctx context.Context) (VerifyResult, error) {
-		return h.round(ctx, email, cmd.Code, source, cmd.Meta)
-	})
+	stream, claim := identity.OTPStream(email), identity.EmailStream(email)
+	return commands.Execute(ctx, h.pool, "verify otp",
+		// One round trip reads the code and the address claim.
+		func(ctx context.Context) (verifyState, error) {
+			loaded, err := store.LoadMany(ctx, h.pool, stream, claim)
+			if err != nil {
+				return verifyState{}, err
+			}
+			s, err := fold(loaded[stream])
+			return verifyState{code: s, claim: loaded[claim]}, err
+		},
+		func(ctx context.Context, vs verifyState) (commands.Decision[VerifyResult], error) {
+			return h.decide(ctx, email, cmd.Code, source, cmd.Meta, vs)
+		})
 }
 
-// round is one try: one round trip reads the code and the address claim, a
-// returning user's stream is read, a new user takes an id, and one
-// statement appends everything the outcome decides.
-func (h *VerifyHandler) round(ctx context.Context, email, submitted, source string, md events.Metadata) (VerifyResult, error) {
+// verifyState is what a verify decides on: the otp stream folded and the
+// address claim as loaded (its user is read only if the code is live).
+type verifyState struct {
+	code  state
+	claim []events.Envelope
+}
+
+// decide compares the code: a returning user's stream is read, a new user
+// takes an id, and the decision holds everything the outcome appends.
+func (h *VerifyHandler) decide(ctx context.Context, email, submitted, source string, md events.Metadata, vs verifyState) (commands.Decision[VerifyResult], error) {
+	type none = commands.Decision[VerifyResult]
 	now := h.now()
-	stream, claim := identity.OTPStream(email), identity.EmailStream(email)
-	loaded, err := store.LoadMany(ctx, h.pool, stream, claim)
-	if err != nil {
-		return VerifyResult{}, err
-	}
-	s, err := fold(loaded[stream])
-	if err != nil {
-		return VerifyResult{}, err
-	}
+	stream, s := identity.OTPStream(email), vs.code
 	c := s.current
 	if !c.live(now) {
 		h.hasher.Equal("", "", email, submitted)
-		return VerifyResult{}, ErrInvalidCode
+		return none{}, ErrInvalidCode
 	}
 	// A user created after this read makes the claim below conflict, and
 	// the next round finds them.
-	u, err := user.FromClaim(ctx, h.pool, loaded[claim])
+	u, err := user.FromClaim(ctx, h.pool, vs.claim)
 	if err != nil {
-		return VerifyResult{}, err
+		return none{}, err
 	}
 	attempt := c.Attempts + 1
 	if !h.hasher.Equal(c.HMAC, c.ID, email, submitted) || (u != nil && !u.IsActive) {
 		miss, err := events.New(stream, identity.OTPAttempted{CodeID: c.ID, Attempt: attempt}, md, now)
 		if err != nil {
-			return VerifyResult{}, err
+			return none{}, err
 		}
-		if _, err := store.Append(ctx, h.pool, stream, s.version, miss); err != nil {
-			return VerifyResult{}, fmt.Errorf("verify otp: %w", err)
-		}
-		return VerifyResult{}, ErrInvalidCode
+		// The miss is answered only once it is counted.
+		return none{Writes: []store.Write{{Stream: stream, Expected: s.version, Events: []events.Envelope{miss}}}, Err: ErrInvalidCode}, nil
 	}
 
 	var (
@@ -132,33 +133,33 @@ func (h *VerifyHandler) round(ctx context.Context, email, submitted, source stri
 		}
 		id, err := user.NextID(ctx, h.pool)
 		if err != nil {
-			return VerifyResult{}, err
+			return none{}, err
 		}
 		if writes, u, err = user.Register(id, n, md, now); err != nil {
-			return VerifyResult{}, err
+			return none{}, err
 		}
 		res.Created = true
 	} else {
 		us := identity.UserStream(u.ID)
 		login, err := events.New(us, identity.LoggedIn{UserID: u.ID, SessionID: sid, At: now.UTC(), Method: "otp"}, md, now)
 		if err != nil {
-			return VerifyResult{}, err
+			return none{}, err
 		}
 		writes = append(writes, store.Write{Stream: us, Expected: u.Version, Events: []events.Envelope{login}})
 		u.Version, u.LastLogin = u.Version+1, now.UTC()
 	}
 	verified, err := events.New(stream, identity.OTPVerified{CodeID: c.ID, Attempt: attempt, UserID: u.ID, SessionID: sid}, md, now)
 	if err != nil {
-		return VerifyResult{}, err
+		return none{}, err
 	}
 	started, pair, err := session.StartAPI(h.tokens, sid, u.ID, u.Version, md, now)
 	if err != nil {
-		return VerifyResult{}, err
+		return none{}, err
 	}
+	// At the version the code was read at, like a miss: a match that lost
+	// the race to a counted miss is compared again, and never accepted
+	// after the last attempt.
 	writes = append(writes, started, store.Write{Stream: stream, Expected: s.version, Events: []events.Envelope{verified}})
-	if _, err := store.AppendMany(ctx, h.pool, writes...); err != nil {
-		return VerifyResult{}, fmt.Errorf("verify otp: %w", err)
-	}
 	res.User, res.Session = u, pair
-	return res, nil
+	return commands.Decision[VerifyResult]{Writes: writes, Result: res}, nil
 }

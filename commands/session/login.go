@@ -3,7 +3,6 @@ package session
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -60,41 +59,44 @@ func (h *LoginHandler) Handle(ctx context.Context, cmd Login) (LoginResult, erro
 		return LoginResult{}, ErrNotStaff
 	}
 	sid := uuid.NewString()
-	return commands.Retry(ctx, 8, func(ctx context.Context) (LoginResult, error) {
-		now := h.now()
-		cur, err := user.Load(ctx, h.pool, u.ID)
-		if err != nil {
-			return LoginResult{}, err
-		}
-		if cur.PasswordHash != u.PasswordHash || !cur.IsStaff || !cur.IsActive {
-			return LoginResult{}, ErrBadCredentials
-		}
-		exp := now.Add(h.tokens.TTL(token.Web))
-		us := identity.UserStream(cur.ID)
-		login, err := events.New(us, identity.LoggedIn{UserID: cur.ID, SessionID: sid, At: now.UTC(), Method: "password"}, cmd.Meta, now)
-		if err != nil {
-			return LoginResult{}, err
-		}
-		userVersion := cur.Version + 1
-		ss := identity.SessionStream(sid)
-		start, err := events.New(ss, identity.SessionStarted{
-			SessionID: sid, UserID: cur.ID, Kind: identity.SessionWeb, UserVersion: userVersion,
-			StartedAt: now.UTC(), ExpiresAt: exp.UTC(),
-		}, cmd.Meta, now)
-		if err != nil {
-			return LoginResult{}, err
-		}
-		if _, err := store.AppendMany(ctx, h.pool,
-			store.Write{Stream: us, Expected: cur.Version, Events: []events.Envelope{login}},
-			store.Write{Stream: ss, Expected: events.NoStream, Events: []events.Envelope{start}},
-		); err != nil {
-			return LoginResult{}, fmt.Errorf("login: %w", err)
-		}
-		t, err := h.tokens.Issue(token.Spec{Kind: token.Web, UserID: cur.ID, SessionID: sid, UserVersion: userVersion, ExpiresAt: exp})
-		if err != nil {
-			return LoginResult{}, err
-		}
-		cur.LastLogin, cur.Version = now.UTC(), userVersion
-		return LoginResult{User: cur, SessionID: sid, Token: t}, nil
-	})
+	type none = commands.Decision[LoginResult]
+	return commands.Execute(ctx, h.pool, "login",
+		func(ctx context.Context) (*user.State, error) { return user.Load(ctx, h.pool, u.ID) },
+		func(_ context.Context, cur *user.State) (commands.Decision[LoginResult], error) {
+			// The password was checked against u; the user may have
+			// changed since.
+			if cur == nil || cur.PasswordHash != u.PasswordHash || !cur.IsStaff || !cur.IsActive {
+				return none{}, ErrBadCredentials
+			}
+			now := h.now()
+			exp := now.Add(h.tokens.TTL(token.Web))
+			us := identity.UserStream(cur.ID)
+			login, err := events.New(us, identity.LoggedIn{UserID: cur.ID, SessionID: sid, At: now.UTC(), Method: "password"}, cmd.Meta, now)
+			if err != nil {
+				return none{}, err
+			}
+			userVersion := cur.Version + 1
+			ss := identity.SessionStream(sid)
+			start, err := events.New(ss, identity.SessionStarted{
+				SessionID: sid, UserID: cur.ID, Kind: identity.SessionWeb, UserVersion: userVersion,
+				StartedAt: now.UTC(), ExpiresAt: exp.UTC(),
+			}, cmd.Meta, now)
+			if err != nil {
+				return none{}, err
+			}
+			// Signing is pure: the token is handed out only once the
+			// writes committed.
+			t, err := h.tokens.Issue(token.Spec{Kind: token.Web, UserID: cur.ID, SessionID: sid, UserVersion: userVersion, ExpiresAt: exp})
+			if err != nil {
+				return none{}, err
+			}
+			cur.LastLogin, cur.Version = now.UTC(), userVersion
+			return commands.Decision[LoginResult]{
+				Writes: []store.Write{
+					{Stream: us, Expected: userVersion - 1, Events: []events.Envelope{login}},
+					{Stream: ss, Expected: events.NoStream, Events: []events.Envelope{start}},
+				},
+				Result: LoginResult{User: cur, SessionID: sid, Token: t},
+			}, nil
+		})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
+	"github.com/cfgd/cfgd/events/store"
 )
 
 // Logout revokes a session.
@@ -38,17 +39,19 @@ func NewLogoutHandler(pool *pgxpool.Pool, now func() time.Time) *LogoutHandler {
 // It returns when the session would have expired, which is how long the
 // revocation must be remembered.
 func (h *LogoutHandler) Handle(ctx context.Context, cmd Logout) (time.Time, error) {
-	return commands.Retry(ctx, 8, func(ctx context.Context) (time.Time, error) {
-		s, err := Load(ctx, h.pool, cmd.SessionID)
-		if err != nil {
-			return time.Time{}, err
-		}
-		if s == nil || s.UserID != cmd.UserID {
-			return time.Time{}, ErrNoSession
-		}
-		if s.Revoked {
-			return s.ExpiresAt, nil
-		}
-		return s.ExpiresAt, revoke(ctx, h.pool, s, identity.RevokedLogout, cmd.Meta, h.now())
-	})
+	return commands.Execute(ctx, h.pool, "logout",
+		func(ctx context.Context) (*State, error) { return Load(ctx, h.pool, cmd.SessionID) },
+		func(_ context.Context, s *State) (commands.Decision[time.Time], error) {
+			if s == nil || s.UserID != cmd.UserID {
+				return commands.Decision[time.Time]{}, ErrNoSession
+			}
+			if s.Revoked {
+				return commands.Decision[time.Time]{Result: s.ExpiresAt}, nil
+			}
+			w, err := revoke(s, identity.RevokedLogout, cmd.Meta, h.now())
+			if err != nil {
+				return commands.Decision[time.Time]{}, err
+			}
+			return commands.Decision[time.Time]{Writes: []store.Write{w}, Result: s.ExpiresAt}, nil
+		})
 }

@@ -53,53 +53,53 @@ func (h *RefreshHandler) Handle(ctx context.Context, cmd Refresh) (RefreshResult
 	if err != nil {
 		return RefreshResult{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
-	return commands.Retry(ctx, 8, func(ctx context.Context) (RefreshResult, error) {
-		s, err := Load(ctx, h.pool, claims.SessionID)
-		if err != nil {
-			return RefreshResult{}, err
-		}
-		now := h.now()
-		switch {
-		case s == nil, s.Kind != identity.SessionAPI, s.UserID != claims.UserID():
-			return RefreshResult{}, fmt.Errorf("%w: unknown session", ErrInvalidToken)
-		case s.Revoked:
-			return RefreshResult{}, fmt.Errorf("%w: session revoked", ErrInvalidToken)
-		case !now.Before(s.ExpiresAt):
-			return RefreshResult{}, fmt.Errorf("%w: session expired", ErrInvalidToken)
-		case s.Rotated[claims.ID]:
-			// Someone holds a token that was already exchanged: either the
-			// client or a thief is replaying it. End the session for both.
-			if err := revoke(ctx, h.pool, s, identity.RevokedReuse, cmd.Meta, now); err != nil {
-				return RefreshResult{}, err
+	type none = commands.Decision[RefreshResult]
+	return commands.Execute(ctx, h.pool, "refresh",
+		func(ctx context.Context) (*State, error) { return Load(ctx, h.pool, claims.SessionID) },
+		func(_ context.Context, s *State) (commands.Decision[RefreshResult], error) {
+			now := h.now()
+			switch {
+			case s == nil, s.Kind != identity.SessionAPI, s.UserID != claims.UserID():
+				return none{}, fmt.Errorf("%w: unknown session", ErrInvalidToken)
+			case s.Revoked:
+				return none{}, fmt.Errorf("%w: session revoked", ErrInvalidToken)
+			case !now.Before(s.ExpiresAt):
+				return none{}, fmt.Errorf("%w: session expired", ErrInvalidToken)
+			case s.Rotated[claims.ID]:
+				// Someone holds a token that was already exchanged: either
+				// the client or a thief is replaying it. End the session
+				// for both, and say so only once that is recorded.
+				w, err := revoke(s, identity.RevokedReuse, cmd.Meta, now)
+				if err != nil {
+					return none{}, err
+				}
+				return none{Writes: []store.Write{w}, Err: ErrReused}, nil
+			case claims.ID != s.RefreshID:
+				return none{}, fmt.Errorf("%w: not the session's refresh token", ErrInvalidToken)
 			}
-			return RefreshResult{}, ErrReused
-		case claims.ID != s.RefreshID:
-			return RefreshResult{}, fmt.Errorf("%w: not the session's refresh token", ErrInvalidToken)
-		}
-		var res RefreshResult
-		if h.rotate {
-			next := uuid.NewString()
-			exp := now.Add(h.tokens.TTL(token.Refresh))
-			stream := identity.SessionStream(s.ID)
-			env, err := events.New(stream, identity.SessionRefreshed{
-				SessionID: s.ID, PreviousID: claims.ID, RefreshID: next, At: now.UTC(), ExpiresAt: exp.UTC(),
-			}, cmd.Meta, now)
+			var d none
+			if h.rotate {
+				next := uuid.NewString()
+				exp := now.Add(h.tokens.TTL(token.Refresh))
+				stream := identity.SessionStream(s.ID)
+				env, err := events.New(stream, identity.SessionRefreshed{
+					SessionID: s.ID, PreviousID: claims.ID, RefreshID: next, At: now.UTC(), ExpiresAt: exp.UTC(),
+				}, cmd.Meta, now)
+				if err != nil {
+					return none{}, err
+				}
+				d.Writes = []store.Write{{Stream: stream, Expected: s.Version, Events: []events.Envelope{env}}}
+				r, err := h.tokens.Issue(token.Spec{Kind: token.Refresh, UserID: s.UserID, SessionID: s.ID, ID: next, UserVersion: s.UserVersion, ExpiresAt: exp})
+				if err != nil {
+					return none{}, err
+				}
+				d.Result.Refresh = &r
+			}
+			access, err := h.tokens.Issue(token.Spec{Kind: token.Access, UserID: s.UserID, SessionID: s.ID, UserVersion: s.UserVersion})
 			if err != nil {
-				return RefreshResult{}, err
+				return none{}, err
 			}
-			if _, err := store.Append(ctx, h.pool, stream, s.Version, env); err != nil {
-				return RefreshResult{}, err
-			}
-			r, err := h.tokens.Issue(token.Spec{Kind: token.Refresh, UserID: s.UserID, SessionID: s.ID, ID: next, UserVersion: s.UserVersion, ExpiresAt: exp})
-			if err != nil {
-				return RefreshResult{}, err
-			}
-			res.Refresh = &r
-		}
-		res.Access, err = h.tokens.Issue(token.Spec{Kind: token.Access, UserID: s.UserID, SessionID: s.ID, UserVersion: s.UserVersion})
-		if err != nil {
-			return RefreshResult{}, err
-		}
-		return res, nil
-	})
+			d.Result.Access = access
+			return d, nil
+		})
 }

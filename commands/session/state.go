@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/token"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
@@ -44,36 +45,33 @@ type State struct {
 	Version     int64
 }
 
+// stateFold folds a session stream.
+var stateFold = commands.NewFold(
+	commands.When(func(s *State, e identity.SessionStarted) {
+		s.ID, s.UserID, s.Kind, s.RefreshID, s.UserVersion = e.SessionID, e.UserID, e.Kind, e.RefreshID, e.UserVersion
+		s.StartedAt, s.ExpiresAt = e.StartedAt, e.ExpiresAt
+	}),
+	commands.When(func(s *State, e identity.SessionRefreshed) {
+		s.Rotated[e.PreviousID] = true
+		s.RefreshID, s.ExpiresAt = e.RefreshID, e.ExpiresAt
+	}),
+	commands.When(func(s *State, _ identity.SessionRevoked) { s.Revoked = true }),
+)
+
 // Fold builds the state of one session stream; nil for an empty stream.
 func Fold(envs []events.Envelope) (*State, error) {
 	if len(envs) == 0 {
 		return nil, nil
 	}
 	s := &State{Rotated: map[string]bool{}}
-	for _, env := range envs {
-		s.Version = env.Version
-		switch env.Type {
-		case identity.SessionStarted{}.EventType():
-			e, err := identity.Data[identity.SessionStarted](env)
-			if err != nil {
-				return nil, err
-			}
-			s.ID, s.UserID, s.Kind, s.RefreshID, s.UserVersion = e.SessionID, e.UserID, e.Kind, e.RefreshID, e.UserVersion
-			s.StartedAt, s.ExpiresAt = e.StartedAt, e.ExpiresAt
-		case identity.SessionRefreshed{}.EventType():
-			e, err := identity.Data[identity.SessionRefreshed](env)
-			if err != nil {
-				return nil, err
-			}
-			s.Rotated[e.PreviousID] = true
-			s.RefreshID, s.ExpiresAt = e.RefreshID, e.ExpiresAt
-		case identity.SessionRevoked{}.EventType():
-			s.Revoked = true
-		}
+	v, err := stateFold.Apply(s, envs)
+	if err != nil {
+		return nil, err
 	}
 	if s.ID == "" {
 		return nil, fmt.Errorf("session stream %s has no %s event", envs[0].Stream, identity.SessionStarted{}.EventType())
 	}
+	s.Version = v
 	return s, nil
 }
 
@@ -124,15 +122,15 @@ func StartAPI(tokens Tokens, sid string, userID, userVersion int64, md events.Me
 	return w, Pair{SessionID: sid, Access: access, Refresh: refresh}, nil
 }
 
-// revoke appends session.revoked at the session's version.
-func revoke(ctx context.Context, db store.DB, s *State, reason string, md events.Metadata, now time.Time) error {
+// revoke returns the write that appends session.revoked at the session's
+// version.
+func revoke(s *State, reason string, md events.Metadata, now time.Time) (store.Write, error) {
 	stream := identity.SessionStream(s.ID)
 	env, err := events.New(stream, identity.SessionRevoked{
 		SessionID: s.ID, UserID: s.UserID, Kind: s.Kind, Reason: reason, At: now.UTC(), ExpiresAt: s.ExpiresAt,
 	}, md, now)
 	if err != nil {
-		return err
+		return store.Write{}, err
 	}
-	_, err = store.Append(ctx, db, stream, s.Version, env)
-	return err
+	return store.Write{Stream: stream, Expected: s.Version, Events: []events.Envelope{env}}, nil
 }

@@ -95,28 +95,26 @@ func (h *ChangeAvatarHandler) Handle(ctx context.Context, cmd ChangeAvatar) (Ava
 		return AvatarChange{}, &commands.ValidationError{Fields: map[string]string{"avatar": "is not a stored avatar of this user"}}
 	}
 	now := h.now()
-	return commands.Retry(ctx, 8, func(ctx context.Context) (AvatarChange, error) {
-		s, err := Load(ctx, h.pool, cmd.UserID)
-		if err != nil {
-			return AvatarChange{}, err
-		}
-		if s == nil {
-			return AvatarChange{}, ErrNoSuchUser
-		}
-		if s.Avatar == cmd.Avatar {
-			return AvatarChange{Version: s.Version}, nil // a retried request: already recorded
-		}
-		stream := identity.UserStream(s.ID)
-		env, err := events.New(stream, identity.AvatarChanged{
-			UserID: s.ID, Avatar: cmd.Avatar, Previous: s.Avatar, At: now.UTC(),
-		}, cmd.Meta, now)
-		if err != nil {
-			return AvatarChange{}, err
-		}
-		out, err := store.Append(ctx, h.pool, stream, s.Version, env)
-		if err != nil {
-			return AvatarChange{}, err
-		}
-		return AvatarChange{Version: out[0].Version, Previous: s.Avatar}, nil
-	})
+	return commands.Execute(ctx, h.pool, "change avatar",
+		func(ctx context.Context) (*State, error) { return Load(ctx, h.pool, cmd.UserID) },
+		func(_ context.Context, s *State) (commands.Decision[AvatarChange], error) {
+			if s == nil {
+				return commands.Decision[AvatarChange]{}, ErrNoSuchUser
+			}
+			if s.Avatar == cmd.Avatar {
+				// A retried request: already recorded.
+				return commands.Decision[AvatarChange]{Result: AvatarChange{Version: s.Version}}, nil
+			}
+			stream := identity.UserStream(s.ID)
+			env, err := events.New(stream, identity.AvatarChanged{
+				UserID: s.ID, Avatar: cmd.Avatar, Previous: s.Avatar, At: now.UTC(),
+			}, cmd.Meta, now)
+			if err != nil {
+				return commands.Decision[AvatarChange]{}, err
+			}
+			return commands.Decision[AvatarChange]{
+				Writes: []store.Write{{Stream: stream, Expected: s.Version, Events: []events.Envelope{env}}},
+				Result: AvatarChange{Version: s.Version + 1, Previous: s.Avatar},
+			}, nil
+		})
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
-	"github.com/cfgd/cfgd/events/store"
 )
 
 // CreateSuperuser creates a staff superuser, with a password or without one
@@ -61,29 +60,24 @@ func (h *CreateSuperuserHandler) Handle(ctx context.Context, cmd CreateSuperuser
 			return nil, err
 		}
 	}
-	return commands.Retry(ctx, 5, func(ctx context.Context) (*State, error) {
-		existing, err := Lookup(ctx, h.pool, email)
-		if err != nil {
-			return nil, err
-		}
-		if existing != nil {
-			return nil, ErrEmailTaken
-		}
-		id, err := NextID(ctx, h.pool)
-		if err != nil {
-			return nil, err
-		}
-		writes, created, err := Register(id, New{
-			Email: email, PasswordHash: hash, IsStaff: true, IsSuperuser: true, Via: identity.ViaCommand,
-		}, cmd.Meta, h.now())
-		if err != nil {
-			return nil, err
-		}
-		if _, err := store.AppendMany(ctx, h.pool, writes...); err != nil {
-			return nil, fmt.Errorf("create superuser: %w", err)
-		}
-		return created, nil
-	})
+	return commands.Execute(ctx, h.pool, "create superuser",
+		func(ctx context.Context) (*State, error) { return Lookup(ctx, h.pool, email) },
+		func(ctx context.Context, existing *State) (commands.Decision[*State], error) {
+			if existing != nil {
+				return commands.Decision[*State]{}, ErrEmailTaken
+			}
+			id, err := NextID(ctx, h.pool)
+			if err != nil {
+				return commands.Decision[*State]{}, err
+			}
+			writes, created, err := Register(id, New{
+				Email: email, PasswordHash: hash, IsStaff: true, IsSuperuser: true, Via: identity.ViaCommand,
+			}, cmd.Meta, h.now())
+			if err != nil {
+				return commands.Decision[*State]{}, err
+			}
+			return commands.Decision[*State]{Writes: writes, Result: created}, nil
+		})
 }
 
 // IsInputError tells whether err is the caller's mistake rather than a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/store"
@@ -28,8 +29,8 @@ func FromClaim(ctx context.Context, db store.DB, claim []events.Envelope) (*Stat
 	if len(claim) == 0 {
 		return nil, nil
 	}
-	c, err := identity.Data[identity.EmailClaimed](claim[0])
-	if err != nil {
+	var c identity.EmailClaimed
+	if _, err := claimFold.Apply(&c, claim); err != nil {
 		return nil, err
 	}
 	u, err := Load(ctx, db, c.UserID)
@@ -41,6 +42,12 @@ func FromClaim(ctx context.Context, db store.DB, claim []events.Envelope) (*Stat
 	}
 	return u, nil
 }
+
+// claimFold folds a user-email-<email> stream, whose only event is the
+// claim.
+var claimFold = commands.NewFold(
+	commands.When(func(c *identity.EmailClaimed, e identity.EmailClaimed) { *c = e }),
+)
 
 // New describes a user to create.
 type New struct {

@@ -12,7 +12,7 @@ import (
 const MaxSourceURLLength = 2048
 
 // ErrBadSourceURL rejects a source_url that is neither an http(s) URL nor a
-// site path.
+// site path, or that holds a backslash or user credentials.
 var ErrBadSourceURL = errors.New("source_url must be an http(s) URL or a path starting with /")
 
 // Sources categorises registration source URLs (SPEC 2.3.1).
@@ -30,19 +30,25 @@ const (
 )
 
 // CheckSourceURL trims raw and checks it is an absolute http(s) URL with a
-// host, or a path on the site; it returns the trimmed URL.
+// host and no userinfo, or a path on the site, with no backslash anywhere;
+// it returns the trimmed URL.
 func CheckSourceURL(raw string) (string, error) {
 	s := strings.TrimSpace(raw)
 	if s == "" || len(s) > MaxSourceURLLength || !utf8.ValidString(s) {
 		return "", ErrBadSourceURL
 	}
 	for _, r := range s {
-		if unicode.IsControl(r) || unicode.IsSpace(r) {
+		// Browsers read a backslash in an http(s) URL as a slash, so
+		// "/\evil.example" is the protocol-relative "//evil.example" to
+		// them while it looks like a path here.
+		if unicode.IsControl(r) || unicode.IsSpace(r) || r == '\\' {
 			return "", ErrBadSourceURL
 		}
 	}
 	u, err := url.Parse(s)
-	if err != nil {
+	if err != nil || u.User != nil {
+		// user:pass@ is how "https://example.com@evil.example" disguises
+		// its host, and a link must never carry credentials.
 		return "", ErrBadSourceURL
 	}
 	switch {

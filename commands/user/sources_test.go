@@ -45,6 +45,12 @@ func TestCheckSourceURLRejects(t *testing.T) {
 	for _, bad := range []string{
 		"", " ", "javascript:alert(1)", "ftp://example.com/", "//evil.example/x", "https:///path", "mailto:a@b.c",
 		"https://exa mple.com/", "relative/path", "https://example.com/\x00", "data:text/html,hi", "http://[::1", strings.Repeat("/a", 1025),
+		// Backslashes: browsers read "/\\host" as "//host".
+		"/\\evil.example", "/\\/evil.example", "\\\\evil.example", "https://example.com\\@evil.example/", "https://example.com/a\\b",
+		// Userinfo disguises the host and carries credentials.
+		"https://user:pass@example.com/", "https://user@example.com/", "http://example.com@evil.example/", "https://:@example.com/",
+		// Schemes other than http(s), however written.
+		"file:///etc/passwd", "ws://example.com/", "vbscript:msgbox(1)", "JaVaScRiPt:alert(1)",
 	} {
 		if got, err := user.CheckSourceURL(bad); err == nil {
 			t.Errorf("CheckSourceURL(%q) accepted as %q", bad, got)

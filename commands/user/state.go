@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/store"
@@ -29,52 +30,40 @@ type State struct {
 	Bio          string
 	Phone        string
 	DateOfBirth  string
-	Avatar       string // path under the media directory; empty: none
+	Avatar       string // path under the media folder; "" for none
 	Version      int64
 }
 
-// Fold builds the state of one user stream.
+// stateFold folds a user stream.
+var stateFold = commands.NewFold(
+	commands.When(func(s *State, e identity.UserRegistered) {
+		s.ID, s.Email, s.FirstName, s.LastName = e.UserID, e.Email, e.FirstName, e.LastName
+		s.PasswordHash, s.IsActive, s.IsStaff, s.IsSuperuser, s.JoinedAt = e.PasswordHash, e.IsActive, e.IsStaff, e.IsSuperuser, e.JoinedAt
+		if e.SignedInAt != nil {
+			s.LastLogin = *e.SignedInAt
+		}
+	}),
+	commands.When(func(s *State, e identity.LoggedIn) { s.LastLogin = e.At }),
+	commands.When(func(s *State, e identity.ProfileUpdated) {
+		s.FirstName, s.LastName, s.Bio, s.Phone, s.DateOfBirth = e.FirstName, e.LastName, e.Bio, e.Phone, e.DateOfBirth
+	}),
+	commands.When(func(s *State, e identity.AvatarChanged) { s.Avatar = e.Avatar }),
+)
+
+// Fold builds the state of one user stream; nil for an empty stream.
 func Fold(envs []events.Envelope) (*State, error) {
 	if len(envs) == 0 {
 		return nil, nil
 	}
 	s := &State{}
-	for _, env := range envs {
-		s.Version = env.Version
-		switch env.Type {
-		case identity.UserRegistered{}.EventType():
-			e, err := identity.Data[identity.UserRegistered](env)
-			if err != nil {
-				return nil, err
-			}
-			s.ID, s.Email, s.FirstName, s.LastName = e.UserID, e.Email, e.FirstName, e.LastName
-			s.PasswordHash, s.IsActive, s.IsStaff, s.IsSuperuser, s.JoinedAt = e.PasswordHash, e.IsActive, e.IsStaff, e.IsSuperuser, e.JoinedAt
-			if e.SignedInAt != nil {
-				s.LastLogin = *e.SignedInAt
-			}
-		case identity.LoggedIn{}.EventType():
-			e, err := identity.Data[identity.LoggedIn](env)
-			if err != nil {
-				return nil, err
-			}
-			s.LastLogin = e.At
-		case identity.ProfileUpdated{}.EventType():
-			e, err := identity.Data[identity.ProfileUpdated](env)
-			if err != nil {
-				return nil, err
-			}
-			s.FirstName, s.LastName, s.Bio, s.Phone, s.DateOfBirth = e.FirstName, e.LastName, e.Bio, e.Phone, e.DateOfBirth
-		case identity.AvatarChanged{}.EventType():
-			e, err := identity.Data[identity.AvatarChanged](env)
-			if err != nil {
-				return nil, err
-			}
-			s.Avatar = e.Avatar
-		}
+	v, err := stateFold.Apply(s, envs)
+	if err != nil {
+		return nil, err
 	}
 	if s.ID == 0 {
 		return nil, fmt.Errorf("user stream %s has no %s event", envs[0].Stream, identity.UserRegistered{}.EventType())
 	}
+	s.Version = v
 	return s, nil
 }
 

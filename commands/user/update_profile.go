@@ -59,43 +59,41 @@ func (h *UpdateProfileHandler) Handle(ctx context.Context, cmd UpdateProfile) (i
 	if err != nil {
 		return 0, err
 	}
-	return commands.Retry(ctx, 8, func(ctx context.Context) (int64, error) {
-		s, err := Load(ctx, h.pool, cmd.UserID)
-		if err != nil {
-			return 0, err
-		}
-		if s == nil {
-			return 0, ErrNoSuchUser
-		}
-		next := identity.ProfileUpdated{
-			UserID: s.ID, FirstName: s.FirstName, LastName: s.LastName, Bio: s.Bio, Phone: s.Phone,
-			DateOfBirth: s.DateOfBirth, At: now.UTC(),
-		}
-		set := func(dst *string, v *string) {
-			if v != nil {
-				*dst = *v
+	return commands.Execute(ctx, h.pool, "update profile",
+		func(ctx context.Context) (*State, error) { return Load(ctx, h.pool, cmd.UserID) },
+		func(_ context.Context, s *State) (commands.Decision[int64], error) {
+			if s == nil {
+				return commands.Decision[int64]{}, ErrNoSuchUser
 			}
-		}
-		set(&next.FirstName, clean.FirstName)
-		set(&next.LastName, clean.LastName)
-		set(&next.Bio, clean.Bio)
-		set(&next.Phone, clean.Phone)
-		set(&next.DateOfBirth, clean.DateOfBirth)
-		if next.FirstName == s.FirstName && next.LastName == s.LastName && next.Bio == s.Bio &&
-			next.Phone == s.Phone && next.DateOfBirth == s.DateOfBirth {
-			return s.Version, nil // nothing changed: no event
-		}
-		stream := identity.UserStream(s.ID)
-		env, err := events.New(stream, next, cmd.Meta, now)
-		if err != nil {
-			return 0, err
-		}
-		out, err := store.Append(ctx, h.pool, stream, s.Version, env)
-		if err != nil {
-			return 0, err
-		}
-		return out[0].Version, nil
-	})
+			next := identity.ProfileUpdated{
+				UserID: s.ID, FirstName: s.FirstName, LastName: s.LastName, Bio: s.Bio, Phone: s.Phone,
+				DateOfBirth: s.DateOfBirth, At: now.UTC(),
+			}
+			set := func(dst *string, v *string) {
+				if v != nil {
+					*dst = *v
+				}
+			}
+			set(&next.FirstName, clean.FirstName)
+			set(&next.LastName, clean.LastName)
+			set(&next.Bio, clean.Bio)
+			set(&next.Phone, clean.Phone)
+			set(&next.DateOfBirth, clean.DateOfBirth)
+			if next.FirstName == s.FirstName && next.LastName == s.LastName && next.Bio == s.Bio &&
+				next.Phone == s.Phone && next.DateOfBirth == s.DateOfBirth {
+				return commands.Decision[int64]{Result: s.Version}, nil // nothing changed: no event
+			}
+			stream := identity.UserStream(s.ID)
+			env, err := events.New(stream, next, cmd.Meta, now)
+			if err != nil {
+				return commands.Decision[int64]{}, err
+			}
+			// The append puts the one event right after the version read.
+			return commands.Decision[int64]{
+				Writes: []store.Write{{Stream: stream, Expected: s.Version, Events: []events.Envelope{env}}},
+				Result: s.Version + 1,
+			}, nil
+		})
 }
 
 func validateProfile(cmd UpdateProfile, now time.Time) (UpdateProfile, error) {
@@ -158,6 +156,12 @@ func checkText(v string, max int, multiline bool) string {
 		return unicode.IsControl(r) && !(multiline && (r == '\n' || r == '\t' || r == '\r'))
 	}) >= 0 {
 		return "must not contain control characters"
+	}
+	// A right-to-left override in a name makes every list that shows it
+	// read differently from what is stored. Joiners stay allowed: Persian
+	// and Indic names need them.
+	if !multiline && strings.IndexFunc(v, func(r rune) bool { return unicode.Is(unicode.Bidi_Control, r) }) >= 0 {
+		return "must not contain bidirectional-formatting characters"
 	}
 	return ""
 }

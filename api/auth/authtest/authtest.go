@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"io"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -39,8 +40,18 @@ import (
 	identityproj "github.com/cfgd/cfgd/projections/identity"
 )
 
-// RedisURL is the Redis the tests use; override with CFGD_TEST_REDIS_URL.
-const RedisURL = "redis://127.0.0.1:6379/0"
+// DefaultRedisURL is the Redis the tests use unless CFGD_TEST_REDIS_URL
+// names another (a stack started with CFGD_REDIS_PORT, a CI service).
+const DefaultRedisURL = "redis://127.0.0.1:6379/0"
+
+// RedisURL is the Redis the tests use: CFGD_TEST_REDIS_URL when set, else
+// DefaultRedisURL.
+func RedisURL() string {
+	if u := os.Getenv("CFGD_TEST_REDIS_URL"); u != "" {
+		return u
+	}
+	return DefaultRedisURL
+}
 
 // Clock is a settable test clock: real time plus an offset.
 type Clock struct {
@@ -96,14 +107,15 @@ func Start(t testing.TB, o Options) *Env {
 	}
 	t.Cleanup(pool.Close)
 
-	ropts, err := redis.ParseURL(RedisURL)
+	redisURL := RedisURL()
+	ropts, err := redis.ParseURL(redisURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rdb := redis.NewClient(ropts)
 	t.Cleanup(func() { _ = rdb.Close() })
 	if err := rdb.Ping(context.Background()).Err(); err != nil {
-		t.Fatalf("authtest: redis at %s: %v (run deploy/local/stack.sh up)", RedisURL, err)
+		t.Fatalf("authtest: redis at %s: %v (run deploy/local/stack.sh up)", redisURL, err)
 	}
 
 	smtpSrv := StartSMTP(t)
