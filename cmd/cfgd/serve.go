@@ -61,17 +61,8 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 		return err
 	}
 
-	router, err := api.NewRouter(log, metrics)
+	router, err := newRouter(log, metrics, d, busCfg, modules)
 	if err != nil {
-		return err
-	}
-	health.Mount(router, 2*time.Second, append([]health.Check{
-		{Name: "postgres", Ping: d.pg.Ping},
-		{Name: "clickhouse", Ping: d.ch.Ping},
-		{Name: "redis", Ping: func(ctx context.Context) error { return d.redis.Ping(ctx).Err() }},
-		{Name: "kafka", Ping: func(ctx context.Context) error { return bus.Ping(ctx, busCfg) }},
-	}, module.Checks(modules...)...)...)
-	if err := module.Mount(router, modules...); err != nil {
 		return err
 	}
 	srv := api.NewServer(c.HTTPAddr, router, c.ShutdownTimeout, log)
@@ -112,4 +103,23 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	}
 	log.Info("cfgd stopped")
 	return nil
+}
+
+// newRouter is the root router with health, readiness and every module's
+// routes (not /metrics, which may have a listener of its own).
+func newRouter(log *slog.Logger, metrics *prometheus.Registry, d *deps, busCfg bus.Config, modules []module.Module) (*mux.Router, error) {
+	router, err := api.NewRouter(log, metrics)
+	if err != nil {
+		return nil, err
+	}
+	health.Mount(router, 2*time.Second, append([]health.Check{
+		{Name: "postgres", Ping: d.pg.Ping},
+		{Name: "clickhouse", Ping: d.ch.Ping},
+		{Name: "redis", Ping: func(ctx context.Context) error { return d.redis.Ping(ctx).Err() }},
+		{Name: "kafka", Ping: func(ctx context.Context) error { return bus.Ping(ctx, busCfg) }},
+	}, module.Checks(modules...)...)...)
+	if err := module.Mount(router, modules...); err != nil {
+		return nil, err
+	}
+	return router, nil
 }
