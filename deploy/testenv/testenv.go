@@ -144,6 +144,14 @@ func PostgresURL(t testing.TB) string {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
+		// Another checkout with other migrations dropped the template as
+		// stale while this binary ran: make it again.
+		if err != nil && errors.As(err, &pg) && pg.Code == "3D000" && attempt < 50 {
+			if tpl, err = ensureTemplate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
 		break
 	}
 	if err != nil {

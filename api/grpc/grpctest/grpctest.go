@@ -139,6 +139,9 @@ func Start(t testing.TB) *Env {
 			return apigrpc.Health{Running: st.Running, Uptime: st.Uptime, Services: st.Services}
 		},
 		Protos: dir,
+		// A consumer group's first join can take seconds on a loaded
+		// machine; the tests are about answers, not that latency.
+		ReadWait: 30 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
