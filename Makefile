@@ -5,7 +5,7 @@ BIN      := $(CURDIR)/bin/cfgd
 export CFGD_DATA_DIR := $(DATA_DIR)
 export KAFKA__DATA_DIR ?= $(DATA_DIR)/kafka
 
-.PHONY: all build run test test-short bench stack-up stack-down stack-status migrate lint fmt clean
+.PHONY: all build run test test-short bench stack-up stack-down stack-status migrate lint fmt clean proto
 
 all: build
 
@@ -41,6 +41,10 @@ test-short: stack-up
 ## bench: benchmarks with their same-run baselines (see README, Performance)
 bench: stack-up
 	@if [ -x deploy/bench/run.sh ]; then deploy/bench/run.sh; else $(GO) test -run '^$$' -bench . -benchtime 3s ./...; fi
+
+## proto: regenerate the Go code of api/protos with protoc (Debian protobuf-compiler) and the pinned plugins
+proto: stack-up
+	api/protos/generate.sh
 
 lint:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
