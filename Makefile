@@ -43,7 +43,8 @@ bench: stack-up
 	@if [ -x deploy/bench/run.sh ]; then deploy/bench/run.sh; else $(GO) test -run '^$$' -bench . -benchtime 3s ./...; fi
 
 ## proto: regenerate the Go code of api/protos with protoc (Debian protobuf-compiler) and the pinned plugins
-proto: stack-up
+proto:
+	@command -v protoc >/dev/null || deploy/local/stack.sh up
 	api/protos/generate.sh
 
 lint:

@@ -113,7 +113,9 @@ func TestProtoFileLabelTraversal(t *testing.T) {
 func TestProtoFilesGenerate(t *testing.T) {
 	t.Parallel()
 	e, _, hdr := adminEnv(t)
-	post := func(body any) authtest.Response { return e.Do(t, http.MethodPost, "/cfg/grpc/proto-files/generate/", body, hdr...) }
+	post := func(body any) authtest.Response {
+		return e.Do(t, http.MethodPost, "/cfg/grpc/proto-files/generate/", body, hdr...)
+	}
 	// Start wrote every file; unforced, nothing changes.
 	r := post(map[string]any{})
 	if r.Status != http.StatusOK || r.Body["status"] != "success" || r.Body["generated_count"] != 0.0 || r.Body["proto_dir"] != e.Protos.Root() {
