@@ -24,6 +24,10 @@ commands:
   migrate   apply database migrations and exit
   user create-superuser --email E [--password P]
             create a staff superuser (without --password: OTP sign-in only)
+  apikey create --name N --type T --user EMAIL [--expires 720h]
+            create an API key and print it once
+  apikey revoke --id N
+            revoke an API key
   help      show this text
 
 Settings come from the environment, then the .env file named by
@@ -73,17 +77,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
-	case "serve", "migrate", "user":
+	case "serve", "migrate", "user", "apikey":
 	default:
 		fmt.Fprintf(stderr, "cfgd: unknown command %q\n\n%s", cmd, usage)
 		return &exitError{code: 2}
 	}
 	var userCmd func(ctx context.Context, log *slog.Logger, app appSettings) error
-	if cmd == "user" {
+	if cmd == "user" || cmd == "apikey" {
 		// Flags are checked before settings, so a usage mistake is reported
 		// as one, whatever the environment holds.
+		parse := parseUserCommand
+		if cmd == "apikey" {
+			parse = parseAPIKeyCommand
+		}
 		var err error
-		if userCmd, err = parseUserCommand(rest, stdout, stderr); err != nil {
+		if userCmd, err = parse(rest, stdout, stderr); err != nil {
 			return err
 		}
 	} else if len(rest) > 0 {
@@ -109,7 +117,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch cmd {
 	case "migrate":
 		return migrate(ctx, log, app.Core)
-	case "user":
+	case "user", "apikey":
 		return userCmd(ctx, log, app)
 	default:
 		return serve(ctx, log, app, stdout)

@@ -64,7 +64,7 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 		health.Check{Name: "kafka", Ping: func(ctx context.Context) error { return bus.Ping(ctx, busCfg) }},
 	)
 	w := wiring{log: log, app: app, deps: d, bus: busCfg, events: reg, metrics: metrics, router: router}
-	ps, err := buildModules(ctx, w)
+	ps, runners, err := buildModules(ctx, w)
 	if err != nil {
 		return err
 	}
@@ -80,6 +80,9 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 		defer stopBackground()
 		return srv.Run(gctx)
 	})
+	for _, run := range runners {
+		g.Go(func() error { return run(gctx) })
+	}
 	g.Go(func() error {
 		select {
 		case addr := <-srv.Started():
