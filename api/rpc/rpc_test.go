@@ -317,3 +317,79 @@ func TestPanicBecomesInternalAndServerKeepsServing(t *testing.T) {
 		t.Fatal("a stopped server answered")
 	}
 }
+
+// slow answers after a pause, long enough to be caught by a stop.
+type slow struct {
+	monitorv1.UnimplementedMonitorServiceServer
+	entered chan struct{}
+}
+
+func (s slow) Health(context.Context, *monitorv1.HealthRequest) (*monitorv1.HealthResponse, error) {
+	close(s.entered)
+	time.Sleep(300 * time.Millisecond)
+	return &monitorv1.HealthResponse{Status: "healthy"}, nil
+}
+
+// A stop lets the call in flight finish and refuses new ones.
+func TestGracefulStopFinishesCallsInFlight(t *testing.T) {
+	t.Parallel()
+	srv, err := rpc.New(rpc.Config{Addr: "127.0.0.1:0"}, slogTo(&grpctest.Logs{}), anyone{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	impl := slow{entered: make(chan struct{})}
+	srv.Register(&monitorv1.MonitorService_ServiceDesc, impl)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	addr := <-srv.Started()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	answer := make(chan error, 1)
+	go func() {
+		_, err := monitorv1.NewMonitorServiceClient(conn).Health(withKey("x"), &monitorv1.HealthRequest{})
+		answer <- err
+	}()
+	<-impl.entered
+	cancel()
+	if err := <-answer; err != nil {
+		t.Fatalf("the call in flight failed: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
+	defer ccancel()
+	if _, err := healthpb.NewHealthClient(fresh).Check(cctx, &healthpb.HealthCheckRequest{}); err == nil {
+		t.Fatal("a stopped server took a new call")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		cfg  rpc.Config
+		want string
+	}{
+		{rpc.Config{Addr: "127.0.0.1:50051"}, ""},
+		{rpc.Config{Addr: "localhost"}, "expected host:port"},
+		{rpc.Config{Addr: "x", ShutdownTimeout: -1}, "must not be negative"},
+	}
+	for _, tc := range tests {
+		err := tc.cfg.Validate()
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%+v: %v", tc.cfg, err)
+		}
+	}
+	if _, err := rpc.New(rpc.Config{Addr: "127.0.0.1:0"}, slogTo(&grpctest.Logs{}), nil); err == nil {
+		t.Error("no authenticator accepted")
+	}
+}
