@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/metadata"
+
 	"github.com/cfgd/cfgd/api/auth"
 	"github.com/cfgd/cfgd/api/auth/authtest"
+	apikeysv1 "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
 	"github.com/cfgd/cfgd/commands/apikey"
 )
 
@@ -132,7 +135,19 @@ func TestFullKeyIsNeverStoredOrShownAgain(t *testing.T) {
 		}
 		answers = append(answers, string(r.Raw))
 	}
+	// And over gRPC, so the interceptors' log lines are searched too.
+	grpcCtx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key)
+	list, err := apikeysv1.NewAPIKeyServiceClient(e.Conn).List(grpcCtx, &apikeysv1.ListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers = append(answers, list.String())
 	answers = append(answers, string(e.Do(t, http.MethodPost, fmt.Sprintf("/admin/api-keys/%d/revoke/", id), nil, withCSRF...).Raw))
+	if _, err := apikeysv1.NewAPIKeyServiceClient(e.Conn).List(grpcCtx, &apikeysv1.ListRequest{}); err == nil {
+		// Within the cache TTL the key may still pass; either way the
+		// call is logged.
+		t.Log("revoked key still inside the authenticator's cache TTL")
+	}
 	answers = append(answers, string(e.Do(t, http.MethodGet, "/cfg/grpc/proto-files/", nil, "X-API-Key", key).Raw))
 
 	secretParts := []string{key, key[len("cfgd_"):], key[5:20], key[20:40]}
@@ -142,6 +157,9 @@ func TestFullKeyIsNeverStoredOrShownAgain(t *testing.T) {
 				t.Fatalf("an answer holds the key: %s", a)
 			}
 		}
+	}
+	if logs := e.Logs.String(); !strings.Contains(logs, `"grpc.service":"cfgd.apikeys.v1.APIKeyService"`) || !strings.Contains(logs, `"msg":"http request"`) {
+		t.Fatalf("the servers' log lines were not captured:\n%s", logs)
 	}
 	for _, s := range secretParts {
 		if strings.Contains(e.Logs.String(), s) {
