@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -19,10 +20,11 @@ import (
 type APIKeys struct {
 	apikeysv1.UnimplementedAPIKeyServiceServer
 	keys *rmapikey.Keys
+	log  *slog.Logger
 }
 
 // NewAPIKeys returns the service.
-func NewAPIKeys(keys *rmapikey.Keys) *APIKeys { return &APIKeys{keys: keys} }
+func NewAPIKeys(keys *rmapikey.Keys, log *slog.Logger) *APIKeys { return &APIKeys{keys: keys, log: log} }
 
 // List implements APIKeyService.List.
 func (s *APIKeys) List(ctx context.Context, req *apikeysv1.ListRequest) (*apikeysv1.ListResponse, error) {
@@ -45,7 +47,7 @@ func (s *APIKeys) List(ctx context.Context, req *apikeysv1.ListRequest) (*apikey
 	}
 	keys, count, err := s.keys.List(ctx, f, rmapikey.Page{Number: page, Size: size})
 	if err != nil {
-		return nil, internal(err)
+		return nil, s.unavailable(ctx, err)
 	}
 	out := &apikeysv1.ListResponse{Count: count, Results: make([]*apikeysv1.APIKey, 0, len(keys))}
 	for _, k := range keys {
@@ -64,7 +66,7 @@ func (s *APIKeys) Get(ctx context.Context, req *apikeysv1.GetRequest) (*apikeysv
 		return nil, status.Error(codes.NotFound, "API key not found")
 	}
 	if err != nil {
-		return nil, internal(err)
+		return nil, s.unavailable(ctx, err)
 	}
 	return toProto(k), nil
 }
@@ -76,7 +78,7 @@ func (s *APIKeys) Stats(ctx context.Context, _ *apikeysv1.StatsRequest) (*apikey
 	}
 	st, err := s.keys.Stats(ctx)
 	if err != nil {
-		return nil, internal(err)
+		return nil, s.unavailable(ctx, err)
 	}
 	return &apikeysv1.StatsResponse{
 		TotalKeys: st.TotalKeys, ActiveKeys: st.ActiveKeys, ExpiredKeys: st.ExpiredKeys,
@@ -98,12 +100,13 @@ func toProto(k rmapikey.Key) *apikeysv1.APIKey {
 	}
 }
 
-// internal hides a dependency failure's text from the caller; a read
-// model that is down is Unavailable, and the client may retry.
-func internal(err error) error {
+// unavailable logs a read-model failure and hides its text from the
+// caller, who may retry.
+func (s *APIKeys) unavailable(ctx context.Context, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return status.FromContextError(err).Err()
 	}
+	s.log.ErrorContext(ctx, "api key read model", "err", err)
 	return status.Error(codes.Unavailable, "the read model is unavailable, try again shortly")
 }
 

@@ -47,7 +47,7 @@ func buildGRPC(w wiring, a *auth.API) ([]*projections.Projection, runner, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	srv.Register(&apikeysv1.APIKeyService_ServiceDesc, rpc.NewAPIKeys(keys))
+	srv.Register(&apikeysv1.APIKeyService_ServiceDesc, rpc.NewAPIKeys(keys, w.log))
 	srv.Register(&monitorv1.MonitorService_ServiceDesc, rpc.NewMonitor(srv.Status))
 
 	dir, err := protos.NewDir(w.app.GRPC.ProtoDir)

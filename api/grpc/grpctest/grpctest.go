@@ -95,7 +95,7 @@ func Start(t testing.TB) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Register(&apikeysv1.APIKeyService_ServiceDesc, rpc.NewAPIKeys(keys))
+	srv.Register(&apikeysv1.APIKeyService_ServiceDesc, rpc.NewAPIKeys(keys, log))
 	srv.Register(&monitorv1.MonitorService_ServiceDesc, rpc.NewMonitor(srv.Status))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
