@@ -24,7 +24,9 @@ type APIKeys struct {
 }
 
 // NewAPIKeys returns the service.
-func NewAPIKeys(keys *rmapikey.Keys, log *slog.Logger) *APIKeys { return &APIKeys{keys: keys, log: log} }
+func NewAPIKeys(keys *rmapikey.Keys, log *slog.Logger) *APIKeys {
+	return &APIKeys{keys: keys, log: log}
+}
 
 // List implements APIKeyService.List.
 func (s *APIKeys) List(ctx context.Context, req *apikeysv1.ListRequest) (*apikeysv1.ListResponse, error) {
