@@ -5,7 +5,7 @@ BIN      := $(CURDIR)/bin/cfgd
 export CFGD_DATA_DIR := $(DATA_DIR)
 export KAFKA__DATA_DIR ?= $(DATA_DIR)/kafka
 
-.PHONY: all build run test test-short bench mutate stack-up stack-down stack-status migrate lint fmt clean
+.PHONY: all build run test test-short bench mutate proto stack-up stack-down stack-status migrate lint fmt clean
 
 all: build
 
@@ -45,6 +45,11 @@ bench: stack-up
 ## mutate: mutation testing of events/, projections/, commands/ (gremlins); fails on a survivor not in deploy/mutate/accepted.txt
 mutate: stack-up
 	deploy/mutate/run.sh
+
+## proto: regenerate the Go code of api/protos with protoc (Debian protobuf-compiler) and the pinned plugins
+proto:
+	@command -v protoc >/dev/null || deploy/local/stack.sh up
+	api/protos/generate.sh
 
 lint:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }

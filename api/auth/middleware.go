@@ -56,7 +56,8 @@ func (a *API) answer(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="cfgd", Basic realm="cfgd"`)
 		web.Error(w, http.StatusUnauthorized, "authentication_failed", "Invalid e-mail or password")
 	case errors.Is(err, signin.ErrInvalidAPIKey):
-		web.Error(w, http.StatusUnauthorized, "api_key_not_valid", "API key is invalid, revoked or expired")
+		w.Header().Set("WWW-Authenticate", `APIKey realm="cfgd"`)
+		web.Error(w, http.StatusUnauthorized, "invalid_api_key", "API key is invalid, revoked or expired")
 	case errors.Is(err, signin.ErrNotStaff):
 		web.Error(w, http.StatusForbidden, "forbidden", "You do not have permission to perform this action")
 	case errors.Is(err, errCSRF):

@@ -12,11 +12,13 @@ import (
 // appSettings is everything cfgd reads at start-up, one Config per module,
 // so that every problem is reported at once before anything starts.
 type appSettings struct {
-	Core       settings.Core
-	Signin     signin.Config
-	Identity   identityapi.Config
-	Front      front.Config
-	Extensions *extensions.Set
+	Core     settings.Core
+	Signin   signin.Config
+	Identity identityapi.Config
+	Front    front.Config
+	// GRPCProtoDir is where the proto files are written (GRPC__PROTO_DIR).
+	GRPCProtoDir string
+	Extensions   *extensions.Set
 }
 
 // readApp reads every setting; problems are left in r. The error is for a
@@ -26,6 +28,7 @@ func readApp(r *config.Reader) (appSettings, error) {
 	app.Signin, app.Identity.HTTP = settings.ReadSignin(r, app.Core.HTTPAddr)
 	app.Identity.Media, app.Identity.Profile = settings.ReadMedia(r), settings.ReadProfile(r)
 	app.Front = settings.ReadFront(r)
+	app.GRPCProtoDir = r.String("GRPC__PROTO_DIR", "./data/protos")
 	set, err := extensions.Load(r, extensions.Builtin())
 	if err != nil {
 		return app, err

@@ -67,9 +67,10 @@ type command struct {
 
 func commandList() []command {
 	return []command{
-		{"serve", "serve     run HTTP, the event relay, the projections and every module's runners", noArgs("serve", serve)},
+		{"serve", "serve     run HTTP, gRPC, the event relay, the projections and every module's runners", noArgs("serve", serve)},
 		{"migrate", "migrate   apply database migrations and exit", noArgs("migrate", migrate)},
 		{"user", "user create-superuser --email E [--password P]\n          create a staff superuser (without --password: OTP sign-in only)", parseUserCommand},
+		{"apikey", "apikey create --name N --type service|cli|webhook|internal|development --user EMAIL [--expires 720h]\n          create an API key and print it once\napikey revoke --id N\n          revoke an API key", parseAPIKeyCommand},
 	}
 }
 

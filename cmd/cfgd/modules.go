@@ -6,6 +6,7 @@ import (
 
 	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/identity"
 )
 
@@ -20,6 +21,7 @@ type wiring struct {
 func eventTypes() []events.Event {
 	var all []events.Event
 	all = append(all, identity.Events()...)
+	all = append(all, apikey.Events()...)
 	return all
 }
 
@@ -34,9 +36,13 @@ func buildModules(ctx context.Context, w wiring) ([]module.Module, error) {
 	if err != nil {
 		return nil, err
 	}
+	grpc, err := grpcModule(w, a)
+	if err != nil {
+		return nil, err
+	}
 	front, err := frontModule(w)
 	if err != nil {
 		return nil, err
 	}
-	return []module.Module{id, ext, front}, nil
+	return []module.Module{id, ext, grpc, front}, nil
 }

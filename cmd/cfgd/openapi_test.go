@@ -28,6 +28,7 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 		"POSTGRES__URL":                            testenv.PostgresURL(t),
 		"AUTH__KEYS_DIR":                           t.TempDir(),
 		"MEDIA__DIR":                               t.TempDir(),
+		"GRPC__PROTO_DIR":                          t.TempDir(),
 		"EXTENSIONS__ENABLED":                      "payments,leads,support,newsletter",
 		"PAYMENTS_API_KEYS__CRYPTO_API_KEY":        "ck_test_0123456789",
 		"PAYMENTS_API_KEYS__CRYPTO_WEBHOOK_SECRET": "whsec_0123456789",

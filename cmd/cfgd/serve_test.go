@@ -45,6 +45,7 @@ func baseEnv(t *testing.T, pgURL string) {
 	t.Setenv("KAFKA__TOPIC_PREFIX", "serve-test.")
 	t.Setenv("HTTP__SHUTDOWN_TIMEOUT", "5s")
 	t.Setenv("AUTH__KEYS_DIR", t.TempDir())
+	t.Setenv("GRPC__PROTO_DIR", t.TempDir())
 }
 
 type running struct {

@@ -26,6 +26,7 @@ import (
 	"github.com/cfgd/cfgd/commands/session"
 	"github.com/cfgd/cfgd/commands/token"
 	"github.com/cfgd/cfgd/commands/user"
+	apikeyrm "github.com/cfgd/cfgd/readmodels/apikey"
 	identityrm "github.com/cfgd/cfgd/readmodels/identity"
 )
 
@@ -125,7 +126,11 @@ func New(cfg Config, d Deps) (*App, error) {
 		ChangeAvatar:    user.NewChangeAvatarHandler(d.Pool, d.Now),
 		CreateSuperuser: user.NewCreateSuperuserHandler(d.Pool, d.Now),
 	}
-	a.Auth = &Authenticator{app: a, pool: d.Pool}
+	apiKeys, err := apikeyrm.NewAuthenticator(d.Pool, apikeyrm.Config{CacheTTL: cfg.APIKeyCacheTTL, Now: d.Now})
+	if err != nil {
+		return nil, err
+	}
+	a.Auth = &Authenticator{app: a, pool: d.Pool, keys: apiKeys}
 	return a, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/store"
+	apikeyrm "github.com/cfgd/cfgd/readmodels/apikey"
 	identityrm "github.com/cfgd/cfgd/readmodels/identity"
 )
 
@@ -46,9 +47,9 @@ var (
 	ErrNotStaff      = errors.New("you do not have permission to perform this action")
 )
 
-// APIKeys checks a raw API key; the API-key capability provides it.
+// APIKeys checks a raw API key (readmodels/apikey.Authenticator).
 type APIKeys interface {
-	Authenticate(ctx context.Context, raw string) (keyID int64, keyName string, userID int64, err error)
+	Authenticate(ctx context.Context, raw string) (apikeyrm.Owner, error)
 }
 
 // Authenticator turns credentials into a Principal without knowing the
@@ -59,9 +60,6 @@ type Authenticator struct {
 	pool *pgxpool.Pool
 	keys APIKeys
 }
-
-// UseAPIKeys lets the authenticator accept API keys.
-func (a *Authenticator) UseAPIKeys(k APIKeys) { a.keys = k }
 
 // Bearer checks an access token and its session's revocation.
 func (a *Authenticator) Bearer(ctx context.Context, raw string) (*Principal, error) {
@@ -96,14 +94,14 @@ func (a *Authenticator) APIKey(ctx context.Context, raw string) (*Principal, err
 	if raw == "" {
 		return nil, ErrNoCredentials
 	}
-	if a.keys == nil {
+	o, err := a.keys.Authenticate(ctx, raw)
+	if errors.Is(err, apikeyrm.ErrInvalidKey) {
 		return nil, ErrInvalidAPIKey
 	}
-	id, name, userID, err := a.keys.Authenticate(ctx, raw)
 	if err != nil {
 		return nil, err
 	}
-	return &Principal{UserID: userID, Via: ViaAPIKey, KeyID: id, KeyName: name}, nil
+	return &Principal{UserID: o.UserID, Via: ViaAPIKey, KeyID: o.KeyID, KeyName: o.KeyName}, nil
 }
 
 // Password checks an e-mail and password (HTTP Basic) under the failed

@@ -46,6 +46,10 @@ type Config struct {
 	// ReadWait bounds how long a read waits for the projection to reach
 	// the user version a credential promises.
 	ReadWait time.Duration
+	// APIKeyCacheTTL is how long an API key lookup is reused (at most
+	// apikeyrm.MaxCacheTTL, so a revocation is honoured within about a
+	// second).
+	APIKeyCacheTTL time.Duration
 }
 
 // EmailConfig chooses how OTP e-mail is sent.
@@ -100,6 +104,7 @@ func DefaultConfig() Config {
 		RegistrationPaths: []string{"/register/", "/signup/"},
 		FailureFloor:      DefaultFailureFloor,
 		ReadWait:          5 * time.Second,
+		APIKeyCacheTTL:    time.Second,
 	}
 }
 

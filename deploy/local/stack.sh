@@ -28,6 +28,8 @@ ensure_packages() {
 	[ -x /usr/lib/postgresql/15/bin/initdb ] || missing+=(postgresql)
 	command -v clickhouse-server >/dev/null || [ -x /usr/sbin/clickhouse-server ] || missing+=(clickhouse-server clickhouse-client)
 	command -v redis-server >/dev/null || missing+=(redis-server)
+	# protoc: make proto, and the tests that compile the served proto files.
+	command -v protoc >/dev/null || missing+=(protobuf-compiler)
 	if [ "${#missing[@]}" -gt 0 ]; then
 		log "installing ${missing[*]} (apt-get)"
 		as_root apt-get update -qq

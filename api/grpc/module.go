@@ -1,0 +1,95 @@
+package grpc
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cfgd/cfgd/api/auth"
+	"github.com/cfgd/cfgd/api/module"
+	"github.com/cfgd/cfgd/api/protos"
+	apikeysv1 "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
+	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	"github.com/cfgd/cfgd/api/rpc"
+	"github.com/cfgd/cfgd/commands/apikey"
+	apikeyproj "github.com/cfgd/cfgd/projections/apikey"
+	apikeyrm "github.com/cfgd/cfgd/readmodels/apikey"
+)
+
+// Config of the gRPC monitoring module.
+type Config struct {
+	RPC rpc.Config
+	// ProtoDir is where the proto files are written (GRPC__PROTO_DIR).
+	ProtoDir string
+	// ReadWait bounds how long an admin create waits for the read model to
+	// show the new key; default 5s.
+	ReadWait time.Duration
+}
+
+// Validate joins every problem of c.
+func (c Config) Validate() error {
+	var errs []error
+	errs = append(errs, c.RPC.Validate())
+	if c.ProtoDir == "" {
+		errs = append(errs, errors.New("grpc: the proto directory is required"))
+	}
+	return errors.Join(errs...)
+}
+
+// Parts is the module assembled, with the pieces tests reach into.
+type Parts struct {
+	Module module.Module
+	Server *rpc.Server
+	Keys   *apikeyrm.Keys
+	Protos *protos.Dir
+	Create *apikey.CreateHandler
+	Revoke *apikey.RevokeHandler
+}
+
+// NewModule builds gRPC monitoring: the gRPC server (health, reflection,
+// cfgd's services; callers authenticated through a's authenticator), the
+// API-key commands, projection and read model, the REST endpoints and the
+// proto files (written into ProtoDir now when missing or changed). cfgd
+// serve and the tests (grpctest) both build it here.
+func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now func() time.Time) (Parts, error) {
+	if err := cfg.Validate(); err != nil {
+		return Parts{}, err
+	}
+	keys := apikeyrm.NewKeys(pool, now)
+	srv, err := rpc.New(cfg.RPC, log, rpc.NewSigninAuthenticator(a.App().Auth))
+	if err != nil {
+		return Parts{}, err
+	}
+	srv.Register(&apikeysv1.APIKeyService_ServiceDesc, rpc.NewAPIKeys(keys, log))
+	srv.Register(&monitorv1.MonitorService_ServiceDesc, rpc.NewMonitor(srv.Status))
+	dir, err := protos.NewDir(cfg.ProtoDir)
+	if err != nil {
+		return Parts{}, err
+	}
+	if res := dir.Generate(nil, false); len(res.Errors) > 0 {
+		log.Warn("proto files not written (GRPC__PROTO_DIR); POST /cfg/grpc/proto-files/generate/ retries", "dir", dir.Root(), "errors", res.Errors)
+	}
+	p := Parts{
+		Server: srv, Keys: keys, Protos: dir,
+		Create: apikey.NewCreateHandler(pool, now), Revoke: apikey.NewRevokeHandler(pool, now),
+	}
+	p.Module = module.Module{
+		Name: "grpc",
+		Routes: func(r *mux.Router) error {
+			return Mount(r, Deps{
+				Staff: a.Staff(), StaffOrKey: a.StaffOrAPIKey(), Pool: pool, Keys: keys, Create: p.Create, Revoke: p.Revoke,
+				Health: func() Health {
+					st := srv.Status()
+					return Health{Running: st.Running, Uptime: st.Uptime, Services: st.Services}
+				},
+				Protos: dir, ReadWait: cfg.ReadWait,
+			})
+		},
+		Projections: apikeyproj.All(),
+		Servers:     []module.Runner{{Name: "grpc", Run: srv.Run}},
+	}
+	return p, nil
+}

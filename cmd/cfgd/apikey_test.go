@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cfgd/cfgd/deploy/testenv"
+)
+
+func TestAPIKeyCommands(t *testing.T) {
+	pgURL := testenv.PostgresURL(t)
+	baseEnv(t, pgURL)
+	runCLI := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), args, &stdout, &stderr)
+		code := 0
+		ee := (*exitError)(nil)
+		switch {
+		case errors.As(err, &ee):
+			code = ee.code
+		case err != nil:
+			code = 1
+		}
+		msg := stderr.String()
+		if err != nil && (ee == nil || ee.err != nil) {
+			msg += err.Error()
+		}
+		return code, stdout.String(), msg
+	}
+	if code, _, msg := runCLI("user", "create-superuser", "--email", "keys@example.com"); code != 0 {
+		t.Fatalf("create-superuser: %d %s", code, msg)
+	}
+	tests := []struct {
+		args   []string
+		code   int
+		stderr string
+		stdout string
+	}{
+		{[]string{"apikey"}, 2, "usage: cfgd apikey create", ""},
+		{[]string{"apikey", "delete"}, 2, `unknown apikey command "delete"`, ""},
+		{[]string{"apikey", "create"}, 2, "--name: is required", ""},
+		{[]string{"apikey", "create", "--name", "x", "--type", "root", "--user", "keys@example.com"}, 2, "--type: must be one of", ""},
+		{[]string{"apikey", "create", "--name", "x", "--type", "cli", "--user", "nope"}, 2, "--user: enter a valid e-mail address", ""},
+		{[]string{"apikey", "create", "--name", "x", "--type", "cli", "--user", "keys@example.com", "--expires", "-1h"}, 2, "--expires", ""},
+		{[]string{"apikey", "create", "--name", "x", "--type", "cli", "--user", "keys@example.com", "--expires", "soon"}, 2, "invalid value", ""},
+		{[]string{"apikey", "create", "--name", "x", "--type", "cli", "--user", "keys@example.com", "--id", "3"}, 2, "does not take --id", ""},
+		{[]string{"apikey", "create", "--name", "x", "--type", "cli", "--user", "nobody@example.com"}, 1, "no active user", ""},
+		{[]string{"apikey", "revoke"}, 2, "--id: a positive key id is required", ""},
+		{[]string{"apikey", "revoke", "--id", "1", "--name", "x"}, 2, "takes only --id", ""},
+		{[]string{"apikey", "revoke", "--id", "999"}, 1, "no such API key", ""},
+		{[]string{"apikey", "create", "--name", "ci", "--type", "cli", "--user", "KEYS@example.com", "--expires", "720h"}, 0, "", "API key created: id="},
+	}
+	for _, tc := range tests {
+		code, stdout, msg := runCLI(tc.args...)
+		if code != tc.code || !strings.Contains(msg, tc.stderr) || !strings.Contains(stdout, tc.stdout) {
+			t.Errorf("%q: exit %d, stderr %q, stdout %q", tc.args, code, msg, stdout)
+		}
+	}
+	code, stdout, msg := runCLI("apikey", "create", "--name", "svc", "--type", "service", "--user", "keys@example.com")
+	key := regexp.MustCompile(`(?m)^cfgd_[A-Za-z0-9_-]{43}$`).FindString(stdout)
+	if code != 0 || key == "" || !strings.Contains(stdout, "expires=never") {
+		t.Fatalf("create: %d %q %q", code, stdout, msg)
+	}
+	id := regexp.MustCompile(`id=(\d+)`).FindStringSubmatch(stdout)[1]
+	if code, stdout, msg := runCLI("apikey", "revoke", "--id", id); code != 0 || !strings.Contains(stdout, "API key revoked: id="+id) {
+		t.Fatalf("revoke: %d %q %q", code, stdout, msg)
+	}
+	conn, err := pgx.Connect(context.Background(), pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE stream_id = 'apikey-'||$1 AND strpos(data::text, $2) = 0`, id, key).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("events of the key: %d %v", n, err)
+	}
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/cfgd/cfgd/deploy/testenv"
+)
+
+// serve runs the gRPC server next to HTTP and stops it with them.
+func TestServeRunsGRPC(t *testing.T) {
+	baseEnv(t, testenv.PostgresURL(t))
+	r := start(t)
+	re := regexp.MustCompile(`"msg":"grpc server listening","addr":"([^"]+)"`)
+	var addr string
+	for deadline := time.Now().Add(30 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if m := re.FindStringSubmatch(r.stderr.String()); m != nil {
+			addr = m[1]
+		}
+	}
+	if addr == "" {
+		t.Fatalf("no grpc address in the log:\n%s", r.stderr)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "cfgd.apikeys.v1.APIKeyService"})
+	if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("grpc health: %v %v", h, err)
+	}
+	r.stop(t)
+	if !strings.Contains(r.stderr.String(), `"msg":"grpc server stopped"`) {
+		t.Errorf("no grpc stop in the log:\n%s", r.stderr)
+	}
+}
