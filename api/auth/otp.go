@@ -3,10 +3,10 @@ package auth
 import (
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/cfgd/cfgd/api/web"
 	"github.com/cfgd/cfgd/commands/otp"
+	"github.com/cfgd/cfgd/commands/signin"
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/events/identity"
 )
@@ -40,11 +40,10 @@ func (a *API) handleOTPRequest(w http.ResponseWriter, r *http.Request) {
 		web.FieldErrors(w, fields)
 		return
 	}
-	if !a.throttleIP(w, r, "otp-request", a.app.Config.IPRequests) {
-		return
-	}
-	_, err := a.app.RequestOTP.Handle(r.Context(), otp.Request{Email: body.Identifier, SourceURL: body.SourceURL, Meta: meta(r, "")})
+	err := a.app.RequestCode(r.Context(), otp.Request{Email: body.Identifier, SourceURL: body.SourceURL, Meta: meta(r, "")},
+		clientIP(r, a.cfg.TrustedProxies))
 	var limited *otp.RateLimitedError
+	var throttled *signin.ThrottledError
 	switch {
 	case err == nil:
 		// The same answer for every address: it says nothing about whether
@@ -52,27 +51,13 @@ func (a *API) handleOTPRequest(w http.ResponseWriter, r *http.Request) {
 		web.JSON(w, http.StatusOK, otpRequestResponse{Success: true, Message: "A verification code has been sent to the e-mail address."})
 	case errors.As(err, &limited):
 		web.TooManyRequests(w, limited.RetryAfter, "Too many requests")
+	case errors.As(err, &throttled):
+		web.TooManyRequests(w, throttled.RetryAfter, "Too many requests")
 	case errors.Is(err, otp.ErrDeliveryFailed):
 		web.Error(w, http.StatusServiceUnavailable, "delivery_failed", "The verification code could not be sent. Try again shortly.")
 	default:
 		web.Fail(w, r, err)
 	}
-}
-
-// throttleIP counts one hit of the client's address against limit per
-// OTP__IP_WINDOW; it answers 429 (or 503 when Redis is down) itself.
-func (a *API) throttleIP(w http.ResponseWriter, r *http.Request, what string, limit int) bool {
-	ok, wait, err := a.app.Limiter.Hit(r.Context(), what+":ip:"+clientIP(r, a.cfg.TrustedProxies), limit, a.app.Config.IPWindow)
-	if err != nil {
-		// Failing open would let a client spray addresses unchecked.
-		web.Unavailable(w, r, "the rate limiter", err)
-		return false
-	}
-	if !ok {
-		web.TooManyRequests(w, wait, "Too many requests")
-		return false
-	}
-	return true
 }
 
 type otpVerifyBody struct {
@@ -103,7 +88,6 @@ type otpVerifyResponse struct {
 func (a *API) handleOTPVerify(w http.ResponseWriter, r *http.Request) {
 	// Every answer, not only the 200: none may be cached next to a token.
 	web.NoStore(w)
-	start := time.Now()
 	var body otpVerifyBody
 	if !web.DecodeOr400(w, r, &body) {
 		return
@@ -122,10 +106,9 @@ func (a *API) handleOTPVerify(w http.ResponseWriter, r *http.Request) {
 		web.FieldErrors(w, fields)
 		return
 	}
-	if !a.throttleIP(w, r, "otp-verify", a.app.Config.IPVerifications) {
-		return
-	}
-	res, err := a.app.VerifyOTP.Handle(r.Context(), otp.Verify{Email: body.Identifier, Code: body.OTPCode, SourceURL: body.SourceURL, Meta: meta(r, "")})
+	res, err := a.app.VerifyCode(r.Context(), otp.Verify{Email: body.Identifier, Code: body.OTPCode, SourceURL: body.SourceURL, Meta: meta(r, "")},
+		clientIP(r, a.cfg.TrustedProxies))
+	var throttled *signin.ThrottledError
 	switch {
 	case err == nil:
 		web.JSON(w, http.StatusOK, otpVerifyResponse{
@@ -133,26 +116,12 @@ func (a *API) handleOTPVerify(w http.ResponseWriter, r *http.Request) {
 			Tokens:  tokenPair{Access: res.Session.Access.Token, Refresh: res.Session.Refresh.Token},
 			User:    verifiedUser{ID: res.User.ID, Email: res.User.Email, FirstName: res.User.FirstName, LastName: res.User.LastName},
 		})
+	case errors.As(err, &throttled):
+		web.TooManyRequests(w, throttled.RetryAfter, "Too many requests")
 	case errors.Is(err, otp.ErrInvalidCode):
-		a.waitFloor(r, start)
 		web.Error(w, http.StatusBadRequest, "invalid_otp", "Invalid or expired code")
 	default:
 		web.Fail(w, r, err)
-	}
-}
-
-// waitFloor holds a failure answer until FailureFloor has passed since
-// start, so every kind of invalid code takes the same time to answer.
-func (a *API) waitFloor(r *http.Request, start time.Time) {
-	d := a.app.Config.FailureFloor - time.Since(start)
-	if d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-r.Context().Done():
 	}
 }
 

@@ -4,10 +4,10 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/cfgd/cfgd/api/web"
 	"github.com/cfgd/cfgd/commands/session"
+	"github.com/cfgd/cfgd/commands/signin"
 	"github.com/cfgd/cfgd/commands/token"
 )
 
@@ -70,12 +70,7 @@ func (a *API) handleLogout(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	claims, err := a.app.Tokens.Parse(body.Refresh, token.Refresh)
-	if err != nil {
-		tokenInvalid(w)
-		return
-	}
-	a.endSession(w, r, claims)
+	a.answerLogout(w, r, a.app.EndSession(r.Context(), body.Refresh, meta(r, "")))
 }
 
 func (a *API) logoutWeb(w http.ResponseWriter, r *http.Request, raw string) {
@@ -90,18 +85,14 @@ func (a *API) logoutWeb(w http.ResponseWriter, r *http.Request, raw string) {
 		return
 	}
 	a.clearCookies(w)
-	a.endSession(w, r, claims)
+	a.answerLogout(w, r, a.app.EndSessionOf(r.Context(), claims, meta(r, "user:"+strconv.FormatInt(claims.UserID(), 10))))
 }
 
-func (a *API) endSession(w http.ResponseWriter, r *http.Request, c *token.Claims) {
-	until, err := a.app.Logout.Handle(r.Context(), session.Logout{SessionID: c.SessionID, UserID: c.UserID(), Meta: meta(r, "user:"+strconv.FormatInt(c.UserID(), 10))})
+func (a *API) answerLogout(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case err == nil:
-		// This instance refuses the session's tokens at once; the others
-		// when their revocation set next reloads.
-		a.app.Revocations.Add(c.SessionID, until.Add(time.Minute))
 		web.JSON(w, http.StatusOK, logoutResponse{Success: true, Message: "Logged out"})
-	case errors.Is(err, session.ErrNoSession):
+	case errors.Is(err, signin.ErrInvalidToken):
 		tokenInvalid(w)
 	default:
 		web.Fail(w, r, err)

@@ -104,13 +104,25 @@ type GuardKey struct {
 	Limit int
 }
 
-// ThrottledError says a password check was refused because too many
-// failures were counted; RetryAfter is when the window ends.
-type ThrottledError struct{ RetryAfter time.Duration }
+// ThrottledError says a call was refused by a limit (failed passwords, or
+// with ErrIPThrottled the per-IP OTP limits); RetryAfter is when the
+// window ends.
+type ThrottledError struct {
+	RetryAfter time.Duration
+	cause      error
+}
 
 func (e *ThrottledError) Error() string {
-	return fmt.Sprintf("too many failed sign-in attempts; retry in %s", e.RetryAfter.Round(time.Second))
+	what := "too many failed sign-in attempts"
+	if e.cause != nil {
+		what = e.cause.Error()
+	}
+	return fmt.Sprintf("%s; retry in %s", what, e.RetryAfter.Round(time.Second))
 }
+
+// Unwrap gives the limit that refused the call, if it is not the failed
+// passwords one.
+func (e *ThrottledError) Unwrap() error { return e.cause }
 
 // Guard runs check under the failure limits of keys. check reports whether
 // the credentials failed (and its error, returned as is); only then is a
