@@ -12,6 +12,7 @@ import (
 	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/api/protos"
 	apikeysv1 "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
+	authv1 "github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
 	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 	"github.com/cfgd/cfgd/api/rpc"
 	"github.com/cfgd/cfgd/commands/apikey"
@@ -65,6 +66,7 @@ func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, no
 	}
 	srv.Register(&apikeysv1.APIKeyService_ServiceDesc, rpc.NewAPIKeys(keys, log))
 	srv.Register(&monitorv1.MonitorService_ServiceDesc, rpc.NewMonitor(srv.Status))
+	srv.Register(&authv1.AuthService_ServiceDesc, rpc.NewAuth(a.App(), log))
 	dir, err := protos.NewDir(cfg.ProtoDir)
 	if err != nil {
 		return Parts{}, err

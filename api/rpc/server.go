@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	authv1 "github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
+
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	grpcauth "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -100,9 +102,11 @@ func New(cfg Config, log *slog.Logger, authn Authenticator) (*Server, error) {
 }
 
 // Public tells whether a service is open without credentials: the health
-// service and reflection, which tools and load balancers call.
+// service and reflection, which tools and load balancers call, and sign-in
+// (cfgd.auth.v1), which is how a caller gets credentials.
 func Public(service string) bool {
-	return service == healthpb.Health_ServiceDesc.ServiceName || strings.HasPrefix(service, "grpc.reflection.")
+	return service == healthpb.Health_ServiceDesc.ServiceName || strings.HasPrefix(service, "grpc.reflection.") ||
+		service == authv1.AuthService_ServiceDesc.ServiceName
 }
 
 func slogger(l *slog.Logger) logging.Logger {
