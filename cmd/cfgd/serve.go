@@ -39,6 +39,7 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 		// Closed last, after every producer and consumer has stopped.
 		defer emb.Close()
 		busCfg.Brokers = []string{emb.Addr()}
+		busCfg.SASL = emb.SASL()
 		log.Info("embedded kafka started", "addr", emb.Addr(), "data_dir", c.KafkaDataDir)
 	}
 
@@ -127,7 +128,11 @@ func runBackground(ctx context.Context, log *slog.Logger, d *deps, busCfg bus.Co
 			log.Warn("kafka publisher close", "err", err)
 		}
 	}()
-	rl, err := relay.New(relay.Config{Topic: busCfg.Topic(bus.TopicEvents), Metrics: metrics, Wake: d.commits.C()}, d.pg, pub, log)
+	signer, err := eventSigner(c)
+	if err != nil {
+		return err
+	}
+	rl, err := relay.New(relay.Config{Topic: busCfg.Topic(bus.TopicEvents), Metrics: metrics, Wake: d.commits.C(), Signer: signer}, d.pg, pub, log)
 	if err != nil {
 		return err
 	}

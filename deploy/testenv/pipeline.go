@@ -35,7 +35,7 @@ func Pipeline(t testing.TB, pool *pgxpool.Pool, wake <-chan struct{}, c bus.Conf
 		cancel()
 		t.Fatal(err)
 	}
-	rl, err := relay.New(relay.Config{Topic: c.Topic(bus.TopicEvents), Idle: 20 * time.Millisecond, Wake: wake}, pool, pub, Quiet())
+	rl, err := relay.New(relay.Config{Topic: c.Topic(bus.TopicEvents), Idle: 20 * time.Millisecond, Wake: wake, Signer: Signer(t)}, pool, pub, Quiet())
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/settings"
 	"github.com/cfgd/cfgd/deploy/migrations"
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/bus"
 )
 
@@ -182,7 +183,7 @@ func Kafka(t testing.TB, partitions int) bus.Config {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	return bus.Config{Brokers: []string{e.Addr()}, Partitions: partitions, TopicPrefix: randomName("t") + ".", ClientID: "cfgd-test"}
+	return bus.Config{Brokers: []string{e.Addr()}, Partitions: partitions, TopicPrefix: randomName("t") + ".", ClientID: "cfgd-test", SASL: e.SASL()}
 }
 
 // ReadTopic reads every partition of topic from the oldest offset until want
@@ -232,4 +233,18 @@ func ReadTopic(t testing.TB, c bus.Config, topic string, want int, timeout time.
 			return got
 		}
 	}
+}
+
+// testSigningKey is the event signing key of every test: relays and
+// projections built by different helpers of one test agree on it.
+const testSigningKey = "cfgd-test-signing-key-0123456789abcdef"
+
+// Signer is the event signer tests share.
+func Signer(t testing.TB) *events.Signer {
+	t.Helper()
+	s, err := events.NewSigner([]byte(testSigningKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
