@@ -120,8 +120,8 @@ func New(cfg Config, pool *pgxpool.Pool, pub Publisher, log *slog.Logger) (*Rela
 			ConstLabels: prometheus.Labels{"relay": cfg.Name}, Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 		ahead: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cfgd_relay_checkpoint_ahead",
-			Help: "1 when the relay checkpoint's transaction id is above the cluster's next one (a restore into a new cluster): nothing new is published until it is reset.",
+			Name:        "cfgd_relay_checkpoint_ahead",
+			Help:        "1 when the relay checkpoint's transaction id is above the cluster's next one (a restore into a new cluster): nothing new is published until it is reset.",
 			ConstLabels: prometheus.Labels{"relay": cfg.Name},
 		}),
 	}
@@ -139,8 +139,8 @@ func New(cfg Config, pool *pgxpool.Pool, pub Publisher, log *slog.Logger) (*Rela
 			return float64(n)
 		})
 		held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "cfgd_relay_held_back_seconds",
-			Help: "How long committed events have waited behind an older open transaction (the snapshot xmin); 0 when none wait.",
+			Name:        "cfgd_relay_held_back_seconds",
+			Help:        "How long committed events have waited behind an older open transaction (the snapshot xmin); 0 when none wait.",
 			ConstLabels: prometheus.Labels{"relay": cfg.Name},
 		}, func() float64 { return r.HeldBack().Seconds() })
 		for _, c := range []prometheus.Collector{r.published, r.batchTime, lag, r.ahead, held} {
