@@ -77,6 +77,10 @@ func StartEmbedded(dataDir, addr string) (*Embedded, error) {
 		c.Close()
 		return nil, fmt.Errorf("start embedded kafka on %s: no listener", addr)
 	}
+	if err := advertiseHandshakeV0(c, addrs[0]); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return &Embedded{cluster: c, addr: addrs[0], sasl: login}, nil
 }
 

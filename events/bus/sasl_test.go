@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/twmb/franz-go/pkg/kfake"
 
@@ -192,5 +193,42 @@ func TestPublishReportsTheFirstFailedMessage(t *testing.T) {
 	}
 	if got := testenv.ReadTopic(t, c, c.Topic(bus.TopicEvents), 4, 10*time.Second); len(got) != 4 {
 		t.Fatalf("%d records stored, want the 4 others", len(got))
+	}
+}
+
+// librdkafka (kcat) logs in only to a broker that lists SaslHandshake from
+// version 0; the embedded broker does, and still serves its clients.
+func TestEmbeddedBrokerListsHandshakeForLibrdkafka(t *testing.T) {
+	t.Parallel()
+	e, err := bus.StartEmbedded("", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V3_6_0_0
+	for _, version := range []int16{0, 3} {
+		b := sarama.NewBroker(e.Addr())
+		if err := b.Open(cfg); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := b.ApiVersions(&sarama.ApiVersionsRequest{Version: version, ClientSoftwareName: "kcat", ClientSoftwareVersion: "1.7.1"})
+		_ = b.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := map[int16][2]int16{}
+		for _, k := range resp.ApiKeys {
+			found[k.ApiKey] = [2]int16{k.MinVersion, k.MaxVersion}
+		}
+		if r, ok := found[17]; !ok || r[0] != 0 || r[1] < 1 {
+			t.Fatalf("ApiVersions v%d lists SaslHandshake as %v, want from 0", version, r)
+		}
+		if r, ok := found[0]; !ok || r[1] < 3 { // Produce, as the broker serves it
+			t.Fatalf("ApiVersions v%d lists Produce as %v", version, r)
+		}
+	}
+	if err := ping(e.Addr(), e.SASL()); err != nil {
+		t.Fatal(err)
 	}
 }
