@@ -56,8 +56,8 @@ func randomName(prefix string) string {
 // templateOnce resolves, once per test binary, the migrated template that
 // tests clone, which is far faster than migrating every database. The
 // template is named after the migrations' fingerprint and kept between runs,
-// so only the first run after a migration change pays for migrating; older
-// templates are dropped when a new one is made.
+// so only the first run after a migration change pays for migrating;
+// templates not built for a day are dropped when a new one is made.
 var (
 	templateOnce sync.Once
 	templateName string
@@ -110,7 +110,15 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	if _, err := admin.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s RENAME TO %s", scratch, name)); err != nil {
 		return "", fmt.Errorf("testenv: rename template: %w", err)
 	}
-	rows, err := admin.Query(ctx, `SELECT datname FROM pg_database WHERE (datname LIKE 'cfgd\_tpl%') AND datname <> $1`, name)
+	// Several checkouts (git worktrees) with different migrations share the
+	// server: a template is stale only once it has not been built for a
+	// day, so no checkout drops the template another is testing with.
+	if _, err := admin.Exec(ctx, fmt.Sprintf("COMMENT ON DATABASE %s IS '%d'", name, time.Now().Unix())); err != nil {
+		return "", fmt.Errorf("testenv: mark template: %w", err)
+	}
+	rows, err := admin.Query(ctx, `SELECT datname FROM pg_database d WHERE (datname LIKE 'cfgd\_tpl%') AND datname <> $1
+		AND coalesce(shobj_description(d.oid, 'pg_database'), '') ~ '^[0-9]+$'
+		AND shobj_description(d.oid, 'pg_database')::bigint < extract(epoch FROM now() - interval '1 day')`, name)
 	if err != nil {
 		return name, nil
 	}
@@ -143,6 +151,13 @@ func PostgresURL(t testing.TB) string {
 		// Two clones of one template at the same instant can collide.
 		if err != nil && errors.As(err, &pg) && pg.Code == "55006" && attempt < 50 {
 			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		// Another checkout's test run dropped the template: build it again.
+		if err != nil && errors.As(err, &pg) && pg.Code == "3D000" && attempt < 50 {
+			if _, terr := ensureTemplate(ctx); terr != nil {
+				t.Fatal(terr)
+			}
 			continue
 		}
 		break
