@@ -312,9 +312,14 @@ func (r *Relay) lead(ctx context.Context, l *listener, pid uint32) error {
 		if err := save(ctx); err != nil {
 			return err
 		}
-		more, err := r.pending(ctx, ck)
+		more, ahead, err := r.pending(ctx, ck)
 		if err != nil {
 			return err
+		}
+		if ahead {
+			// Start over, re-reading the checkpoint, until an operator
+			// resets it.
+			return errCheckpointAhead
 		}
 		if !more {
 			r.heldSince.Store(0)
@@ -501,17 +506,18 @@ func (r *Relay) step(ctx context.Context, ck checkpoint, pid uint32) (int, check
 	return len(msgs), cks[len(cks)-1], nil
 }
 
-// pending tells whether rows after ck are stored, visible yet or not. It
-// also notices a checkpoint ahead of the cluster's transaction ids.
-func (r *Relay) pending(ctx context.Context, ck checkpoint) (bool, error) {
-	var more, ahead bool
+// pending tells whether rows after ck are stored, visible yet or not, and
+// whether ck is ahead of the cluster's transaction ids.
+func (r *Relay) pending(ctx context.Context, ck checkpoint) (more, ahead bool, err error) {
 	if err := r.pool.QueryRow(ctx, `SELECT EXISTS (`+firstAfter+`), `+aheadSQL,
 		ck.txID, ck.position).Scan(&more, &ahead); err != nil {
-		return false, fmt.Errorf("relay read: %w", err)
+		return false, false, fmt.Errorf("relay read: %w", err)
 	}
 	r.noteAhead(ctx, ck, ahead)
-	return more, nil
+	return more, ahead, nil
 }
+
+var errCheckpointAhead = errors.New("relay checkpoint is ahead of this cluster's transaction ids; reset relay_checkpoints")
 
 // aheadSQL is true when the checkpoint's transaction id ($1) is one this
 // cluster has not assigned yet: the database was restored into a new
