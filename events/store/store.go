@@ -313,7 +313,7 @@ func (s *Store) checkSize(e events.Envelope) error {
 	if err != nil {
 		return fmt.Errorf("append to %s: %w", e.Stream, err)
 	}
-	size := len(body) + len(e.Stream) + len(events.HeaderSignature) + events.SignatureLen
+	size := len(body) + len(e.Stream) + len(events.HeaderSignature) + events.SignatureLen + transportOverhead
 	for k, v := range events.Headers(e) {
 		size += len(k) + len(v)
 	}
@@ -322,6 +322,10 @@ func (s *Store) checkSize(e events.Envelope) error {
 	}
 	return nil
 }
+
+// transportOverhead covers what the bus adds to a record beyond the
+// envelope's own headers (Watermill's message id header, record framing).
+const transportOverhead = 256
 
 // Postgres errors that mean "another transaction won": the command retries.
 const (
