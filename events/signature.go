@@ -14,6 +14,9 @@ import (
 // user) without also holding the signing key.
 const HeaderSignature = "signature"
 
+// SignatureLen is the length of a HeaderSignature value.
+const SignatureLen = (sha256.Size*8 + 5) / 6 // unpadded base64
+
 // MinSigningKeyBytes is the shortest signing key accepted.
 const MinSigningKeyBytes = 32
 

@@ -30,7 +30,8 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	busCfg := bus.Config{Brokers: c.KafkaBrokers, Partitions: c.KafkaPartitions, TopicPrefix: c.KafkaTopicPrefix}
+	busCfg := bus.Config{Brokers: c.KafkaBrokers, Partitions: c.KafkaPartitions, TopicPrefix: c.KafkaTopicPrefix,
+		SASL: bus.SASL{Mechanism: c.KafkaSASLMechanism, User: c.KafkaSASLUser, Password: c.KafkaSASLPassword.Reveal()}}
 	if len(busCfg.Brokers) == 0 {
 		emb, err := bus.StartEmbedded(c.KafkaDataDir, c.KafkaEmbeddedAddr)
 		if err != nil {
@@ -38,7 +39,7 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 		}
 		// Closed last, after every producer and consumer has stopped.
 		defer emb.Close()
-		busCfg.Brokers = []string{emb.Addr()}
+		busCfg.Brokers, busCfg.SASL = []string{emb.Addr()}, emb.SASL()
 		log.Info("embedded kafka started", "addr", emb.Addr(), "data_dir", c.KafkaDataDir)
 	}
 
@@ -56,12 +57,18 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	if err != nil {
 		return err
 	}
-	pipe, err := pipeline.New(pipeline.Config{Bus: busCfg, Wake: d.commits.C(), Metrics: metrics}, d.pg, reg, log, module.Projections(modules...)...)
+	signer, err := eventSigner(c)
+	if err != nil {
+		return err
+	}
+	pipe, err := pipeline.New(pipeline.Config{Bus: busCfg, Wake: d.commits.C(), Metrics: metrics, Signer: signer}, d.pg, reg, log, module.Projections(modules...)...)
 	if err != nil {
 		return err
 	}
 
-	router, err := newRouter(log, metrics, d, busCfg, modules)
+	router, err := newRouter(log, metrics, d, busCfg, append(modules, module.Module{
+		Name: "relay", Checks: []health.Check{{Name: "relay", Ping: pipe.Ready}},
+	}))
 	if err != nil {
 		return err
 	}

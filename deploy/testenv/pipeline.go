@@ -26,7 +26,7 @@ func Quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 // 20ms.
 func Pipeline(t testing.TB, pool *pgxpool.Pool, wake <-chan struct{}, c bus.Config, reg *events.Registry, ps ...*projections.Projection) {
 	t.Helper()
-	p, err := pipeline.New(pipeline.Config{Bus: c, Relay: relay.Config{Idle: 20 * time.Millisecond}, Wake: wake}, pool, reg, Quiet(), ps...)
+	p, err := pipeline.New(pipeline.Config{Bus: c, Relay: relay.Config{Idle: 20 * time.Millisecond}, Wake: wake, Signer: Signer(t)}, pool, reg, Quiet(), ps...)
 	if err != nil {
 		t.Fatal(err)
 	}

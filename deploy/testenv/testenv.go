@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,13 +23,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cfgd/cfgd/cmd/settings"
 	"github.com/cfgd/cfgd/deploy/migrations"
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/bus"
 )
-
-// localPostgres is the server deploy/local/stack.sh starts (the default of
-// POSTGRES__URL, on its maintenance database).
-const localPostgres = "postgres:///postgres?host=/var/run/postgresql&user=postgres"
 
 // PostgresAdminURL is the server tests create their databases on; override
 // with CFGD_TEST_POSTGRES_URL.
@@ -36,7 +35,7 @@ func PostgresAdminURL() string {
 	if u := os.Getenv("CFGD_TEST_POSTGRES_URL"); u != "" {
 		return u
 	}
-	return localPostgres
+	return strings.Replace(settings.DefaultPostgresURL, "/cfgd?", "/postgres?", 1)
 }
 
 func withDatabase(raw, db string) string {
@@ -57,28 +56,17 @@ func randomName(prefix string) string {
 // templateOnce resolves, once per test binary, the migrated template that
 // tests clone, which is far faster than migrating every database. The
 // template is named after the migrations' fingerprint and kept between runs,
-// so only the first run after a migration change pays for migrating; older
-// templates are dropped when a new one is made.
+// so only the first run after a migration change pays for migrating;
+// templates not built for a day are dropped when a new one is made.
 var (
-	templateMu   sync.Mutex
+	templateOnce sync.Once
 	templateName string
+	templateErr  error
 )
 
-// template returns the template's name; refresh makes it look again (a
-// test binary of another checkout, with other migrations, may have
-// dropped it as stale).
-func template(ctx context.Context, refresh bool) (string, error) {
-	templateMu.Lock()
-	defer templateMu.Unlock()
-	if templateName != "" && !refresh {
-		return templateName, nil
-	}
-	name, err := ensureTemplate(ctx)
-	if err != nil {
-		return "", err
-	}
-	templateName = name
-	return name, nil
+func template(ctx context.Context) (string, error) {
+	templateOnce.Do(func() { templateName, templateErr = ensureTemplate(ctx) })
+	return templateName, templateErr
 }
 
 func ensureTemplate(ctx context.Context) (string, error) {
@@ -122,7 +110,15 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	if _, err := admin.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s RENAME TO %s", scratch, name)); err != nil {
 		return "", fmt.Errorf("testenv: rename template: %w", err)
 	}
-	rows, err := admin.Query(ctx, `SELECT datname FROM pg_database WHERE (datname LIKE 'cfgd\_tpl%') AND datname <> $1`, name)
+	// Several checkouts (git worktrees) with different migrations share the
+	// server: a template is stale only once it has not been built for a
+	// day, so no checkout drops the template another is testing with.
+	if _, err := admin.Exec(ctx, fmt.Sprintf("COMMENT ON DATABASE %s IS '%d'", name, time.Now().Unix())); err != nil {
+		return "", fmt.Errorf("testenv: mark template: %w", err)
+	}
+	rows, err := admin.Query(ctx, `SELECT datname FROM pg_database d WHERE (datname LIKE 'cfgd\_tpl%') AND datname <> $1
+		AND coalesce(shobj_description(d.oid, 'pg_database'), '') ~ '^[0-9]+$'
+		AND shobj_description(d.oid, 'pg_database')::bigint < extract(epoch FROM now() - interval '1 day')`, name)
 	if err != nil {
 		return name, nil
 	}
@@ -139,7 +135,7 @@ func PostgresURL(t testing.TB) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tpl, err := template(ctx, false)
+	tpl, err := template(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,9 +153,10 @@ func PostgresURL(t testing.TB) string {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
+		// Another checkout's test run dropped the template: build it again.
 		if err != nil && errors.As(err, &pg) && pg.Code == "3D000" && attempt < 50 {
-			if tpl, err = template(ctx, true); err != nil {
-				t.Fatal(err)
+			if _, terr := ensureTemplate(ctx); terr != nil {
+				t.Fatal(terr)
 			}
 			continue
 		}
@@ -201,7 +198,7 @@ func Kafka(t testing.TB, partitions int) bus.Config {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	return bus.Config{Brokers: []string{e.Addr()}, Partitions: partitions, TopicPrefix: randomName("t") + ".", ClientID: "cfgd-test"}
+	return bus.Config{Brokers: []string{e.Addr()}, Partitions: partitions, TopicPrefix: randomName("t") + ".", ClientID: "cfgd-test", SASL: e.SASL()}
 }
 
 // ReadTopic reads every partition of topic from the oldest offset until want
@@ -251,4 +248,18 @@ func ReadTopic(t testing.TB, c bus.Config, topic string, want int, timeout time.
 			return got
 		}
 	}
+}
+
+// testSigningKey is the event signing key of every test: relays and
+// projections built by different helpers of one test agree on it.
+const testSigningKey = "cfgd-test-signing-key-0123456789abcdef"
+
+// Signer is the event signer tests share.
+func Signer(t testing.TB) *events.Signer {
+	t.Helper()
+	s, err := events.NewSigner([]byte(testSigningKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

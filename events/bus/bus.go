@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -30,6 +31,8 @@ type Config struct {
 	Partitions  int
 	TopicPrefix string
 	ClientID    string
+	// SASL authenticates every producer, consumer and admin client.
+	SASL SASL
 }
 
 // Validate joins every problem of c.
@@ -40,6 +43,9 @@ func (c Config) Validate() error {
 	}
 	if c.Partitions < 1 {
 		errs = append(errs, errors.New("bus: partitions must be at least 1"))
+	}
+	if err := c.SASL.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -55,13 +61,14 @@ func (c Config) clientID() string {
 }
 
 // Sarama returns the base client settings: a protocol version that real
-// Kafka 3.x/4.x and the embedded broker both speak.
+// Kafka 3.x/4.x and the embedded broker both speak, and the SASL login.
 func (c Config) Sarama() *sarama.Config {
 	s := sarama.NewConfig()
 	s.Version = sarama.V3_6_0_0
 	s.ClientID = c.clientID()
 	s.Metadata.Retry.Max = 10
 	s.Metadata.Retry.Backoff = 250 * time.Millisecond
+	c.SASL.apply(s)
 	return s
 }
 
@@ -125,9 +132,28 @@ func NewPublisher(c Config) (*Publisher, error) {
 	return &Publisher{producer: p, marshaler: Marshaler()}, nil
 }
 
+// PublishError reports a Publish of which only some messages were stored.
+// Messages after a failed one may be stored too (sarama hands the whole
+// batch to the producer at once), so a caller that keeps order re-sends
+// from the first failed message on.
+type PublishError struct {
+	Failed []int // indexes into the msgs given to Publish, ascending
+	Total  int
+	Err    error // the first failure's cause
+}
+
+func (e *PublishError) Error() string {
+	return fmt.Sprintf("produce: %d of %d messages failed, the first at %d: %v", len(e.Failed), e.Total, e.Failed[0], e.Err)
+}
+
+func (e *PublishError) Unwrap() error { return e.Err }
+
+// FirstFailed is the index of the first message that was not stored; every
+// message before it was.
+func (e *PublishError) FirstFailed() int { return e.Failed[0] }
+
 // Publish sends msgs to topic and returns once Kafka acknowledged all of
-// them, or with the first failure (some may then be stored: the relay
-// re-sends the batch and consumers drop duplicates).
+// them. When some fail it returns *PublishError.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	out := make([]*sarama.ProducerMessage, len(msgs))
 	for i, m := range msgs {
@@ -138,13 +164,36 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		out[i] = km
 	}
 	if err := p.producer.SendMessages(out); err != nil {
-		var perrs sarama.ProducerErrors
-		if errors.As(err, &perrs) && len(perrs) > 0 {
-			return fmt.Errorf("produce %d of %d messages failed: %w", len(perrs), len(msgs), perrs[0].Err)
-		}
-		return fmt.Errorf("produce: %w", err)
+		return publishError(out, err)
 	}
 	return nil
+}
+
+func publishError(sent []*sarama.ProducerMessage, err error) error {
+	var perrs sarama.ProducerErrors
+	if !errors.As(err, &perrs) || len(perrs) == 0 {
+		return fmt.Errorf("produce: %w", err)
+	}
+	at := make(map[*sarama.ProducerMessage]int, len(sent))
+	for i, m := range sent {
+		at[m] = i
+	}
+	failed := make([]int, 0, len(perrs))
+	first := perrs[0].Err
+	for _, pe := range perrs {
+		i, ok := at[pe.Msg]
+		if !ok {
+			return fmt.Errorf("produce: %w", err) // cannot tell which: treat all as failed
+		}
+		failed = append(failed, i)
+	}
+	slices.Sort(failed)
+	for _, pe := range perrs {
+		if at[pe.Msg] == failed[0] {
+			first = pe.Err
+		}
+	}
+	return &PublishError{Failed: failed, Total: len(sent), Err: first}
 }
 
 // Close flushes and closes the producer.

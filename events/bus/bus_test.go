@@ -45,7 +45,7 @@ func TestEmbeddedBrokerKeepsDataAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := first.Addr()
-	c := bus.Config{Brokers: []string{addr}, Partitions: 2, TopicPrefix: "persist."}
+	c := bus.Config{Brokers: []string{addr}, Partitions: 2, TopicPrefix: "persist.", SASL: first.SASL()}
 	if err := bus.EnsureTopics(context.Background(), c, testenv.Quiet(), bus.TopicEvents); err != nil {
 		t.Fatal(err)
 	}

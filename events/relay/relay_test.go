@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -56,7 +57,7 @@ func newRelay(t testing.TB, pool *pgxpool.Pool, c bus.Config, pub relay.Publishe
 		t.Cleanup(func() { _ = p.Close() })
 		pub = p
 	}
-	r, err := relay.New(relay.Config{Topic: c.Topic(bus.TopicEvents), BatchSize: batch}, pool, pub, quiet())
+	r, err := relay.New(relay.Config{Topic: c.Topic(bus.TopicEvents), BatchSize: batch, Signer: testenv.Signer(t)}, pool, pub, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,6 +260,9 @@ func TestKilledRelayLosesNothing(t *testing.T) {
 		"CFGD_RELAY_CHILD_DB="+poolURL(pool),
 		"CFGD_RELAY_CHILD_BROKER="+c.Brokers[0],
 		"CFGD_RELAY_CHILD_TOPIC="+c.Topic(bus.TopicEvents),
+		"CFGD_RELAY_CHILD_SASL_MECHANISM="+c.SASL.Mechanism,
+		"CFGD_RELAY_CHILD_SASL_USER="+c.SASL.User,
+		"CFGD_RELAY_CHILD_SASL_PASSWORD="+c.SASL.Password,
 	)
 	out := &strings.Builder{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -280,9 +284,19 @@ func TestKilledRelayLosesNothing(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	_ = cmd.Wait()
+	// The child must have died of the kill, not of its own failure (which
+	// would also leave the checkpoint alone, proving nothing).
+	var exit *exec.ExitError
+	if err := cmd.Wait(); !errors.As(err, &exit) {
+		t.Fatalf("child relay: want killed, got %v: %s", err, out)
+	}
+	if ws, ok := exit.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("child relay ended with %v, not by SIGKILL: %s", exit, out)
+	}
 	var moved int
-	_ = pool.QueryRow(ctx, `SELECT count(*) FROM relay_checkpoints`).Scan(&moved)
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM relay_checkpoints`).Scan(&moved); err != nil {
+		t.Fatal(err)
+	}
 	if moved != 0 {
 		t.Fatalf("checkpoint moved although the batch never completed")
 	}
@@ -341,12 +355,16 @@ func TestRelayChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := bus.Config{Brokers: []string{os.Getenv("CFGD_RELAY_CHILD_BROKER")}, Partitions: 3}
+	c := bus.Config{Brokers: []string{os.Getenv("CFGD_RELAY_CHILD_BROKER")}, Partitions: 3, SASL: bus.SASL{
+		Mechanism: os.Getenv("CFGD_RELAY_CHILD_SASL_MECHANISM"),
+		User:      os.Getenv("CFGD_RELAY_CHILD_SASL_USER"),
+		Password:  os.Getenv("CFGD_RELAY_CHILD_SASL_PASSWORD"),
+	}}
 	pub, err := bus.NewPublisher(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := relay.New(relay.Config{Topic: os.Getenv("CFGD_RELAY_CHILD_TOPIC"), BatchSize: 10_000}, pool, slowPublisher{pub}, quiet())
+	r, err := relay.New(relay.Config{Topic: os.Getenv("CFGD_RELAY_CHILD_TOPIC"), BatchSize: 10_000, Signer: testenv.Signer(t)}, pool, slowPublisher{pub}, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +402,7 @@ func relayWith(t *testing.T, pool *pgxpool.Pool, c bus.Config, wake <-chan struc
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	r, err := relay.New(relay.Config{Topic: c.Topic(bus.TopicEvents), Idle: longIdle, Wake: wake}, pool, p, quiet())
+	r, err := relay.New(relay.Config{Topic: c.Topic(bus.TopicEvents), Idle: longIdle, Wake: wake, Signer: testenv.Signer(t)}, pool, p, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

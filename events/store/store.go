@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,18 +27,91 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// ConflictError reports that the stream moved on since the caller loaded it.
+// DefaultMaxEventBytes bounds one event as the relay encodes it (body,
+// headers and key). It stays well below the producer's limit (sarama's
+// Producer.MaxMessageBytes, 1 MiB) and the broker's (message.max.bytes,
+// 1,048,588 bytes on Kafka and the embedded broker), so every stored event
+// can be published: one that could not would stop the relay for good.
+const DefaultMaxEventBytes = 900 << 10
+
+// Config of the event store.
+type Config struct {
+	// MaxEventBytes bounds an event's encoded size at append time; default
+	// DefaultMaxEventBytes.
+	MaxEventBytes int
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxEventBytes == 0 {
+		c.MaxEventBytes = DefaultMaxEventBytes
+	}
+}
+
+// Validate joins every problem of c.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxEventBytes < 0 {
+		errs = append(errs, errors.New("event store: max event bytes must not be negative"))
+	}
+	if c.MaxEventBytes > DefaultMaxEventBytes {
+		errs = append(errs, fmt.Errorf("event store: max event bytes %d is above %d, which the Kafka producer could not send", c.MaxEventBytes, DefaultMaxEventBytes))
+	}
+	return errors.Join(errs...)
+}
+
+// Store appends with the limits of its Config. The package functions Append
+// and AppendMany are a Store with the default Config.
+type Store struct {
+	cfg Config
+}
+
+// New returns a store with cfg.
+func New(cfg Config) (*Store, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Store{cfg: cfg}, nil
+}
+
+func defaultStore() *Store { return &Store{cfg: Config{MaxEventBytes: DefaultMaxEventBytes}} }
+
+// ConflictError reports that the stream moved on since the caller loaded it,
+// or that the append lost a race the database settled (a unique-index clash,
+// a deadlock, a serialization failure, or a caller's transaction that is
+// older than the stream's last append). The command retries from a fresh
+// load.
 type ConflictError struct {
 	Stream   string
 	Expected int64
-	Actual   int64 // -1 when only the unique index told us
+	Actual   int64 // -1 when the version check itself passed
+	Err      error // the database's error, when it reported the clash
 }
 
 func (e *ConflictError) Error() string {
 	if e.Actual < 0 {
+		if e.Err != nil {
+			return fmt.Sprintf("stream %s: concurrent append at version %d: %v", e.Stream, e.Expected+1, e.Err)
+		}
 		return fmt.Sprintf("stream %s: concurrent append at version %d", e.Stream, e.Expected+1)
 	}
 	return fmt.Sprintf("stream %s: expected version %d, found %d", e.Stream, e.Expected, e.Actual)
+}
+
+func (e *ConflictError) Unwrap() error { return e.Err }
+
+// TooLargeError reports an event whose encoding on the bus would exceed
+// Config.MaxEventBytes. It is the caller's input that is wrong: retrying
+// cannot help.
+type TooLargeError struct {
+	Stream string
+	Type   string
+	Bytes  int
+	Max    int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("stream %s: event %s encodes to %d bytes, above the limit of %d", e.Stream, e.Type, e.Bytes, e.Max)
 }
 
 // IsConflict tells whether err is (or wraps) a ConflictError.
@@ -61,7 +136,17 @@ func Version(ctx context.Context, db DB, stream string) (int64, error) {
 // returns *ConflictError; the caller's transaction is then unusable and the
 // whole command should be retried from a fresh load.
 func Append(ctx context.Context, db DB, stream string, expected int64, envs ...events.Envelope) ([]events.Envelope, error) {
-	return AppendMany(ctx, db, Write{Stream: stream, Expected: expected, Events: envs})
+	return defaultStore().AppendMany(ctx, db, Write{Stream: stream, Expected: expected, Events: envs})
+}
+
+// AppendMany is Store.AppendMany with the default Config.
+func AppendMany(ctx context.Context, db DB, writes ...Write) ([]events.Envelope, error) {
+	return defaultStore().AppendMany(ctx, db, writes...)
+}
+
+// Append is the package function Append with s's limits.
+func (s *Store) Append(ctx context.Context, db DB, stream string, expected int64, envs ...events.Envelope) ([]events.Envelope, error) {
+	return s.AppendMany(ctx, db, Write{Stream: stream, Expected: expected, Events: envs})
 }
 
 // Write is one stream's part of an AppendMany.
@@ -76,16 +161,25 @@ type Write struct {
 // together in one round trip without an explicit transaction. Two writers
 // that both pass the check collide on the unique (stream_id,
 // stream_version) index, which becomes a ConflictError.
+//
+// It also refuses to append after a stream's last event when that event's
+// transaction is younger than the caller's: the relay publishes in
+// (tx_id, position) order, so the caller's event, a later version, would be
+// published before the earlier one. That happens only when an append joins
+// a caller's transaction that took its id before the other append ran.
 const appendSQL = `/* cfgd:append */
 	WITH w AS (
 		SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::timestamptz[], $6::text[], $7::text[])
 			WITH ORDINALITY AS u(id, stream, expected, t, o, m, d, ord)
 	), cur AS (
-		SELECT s.stream, s.expected,
-			coalesce((SELECT max(e.stream_version) FROM events e WHERE e.stream_id = s.stream), 0) AS v
+		SELECT s.stream, s.expected, coalesce(l.stream_version, 0) AS v, l.tx_id
 		FROM (SELECT DISTINCT stream, expected FROM w) s
+		LEFT JOIN LATERAL (
+			SELECT e.stream_version, e.tx_id FROM events e WHERE e.stream_id = s.stream
+			ORDER BY e.stream_version DESC LIMIT 1
+		) l ON true
 	), ok AS (
-		SELECT bool_and(expected < 0 OR v = expected) AS ok FROM cur
+		SELECT bool_and((expected < 0 OR v = expected) AND (tx_id IS NULL OR tx_id <= pg_current_xact_id())) AS ok FROM cur
 	)
 	INSERT INTO events (event_id, stream_id, stream_version, type, occurred_at, metadata, data)
 	SELECT w.id, w.stream, cur.v + row_number() OVER (PARTITION BY w.stream ORDER BY w.ord), w.t, w.o, w.m::jsonb, w.d::jsonb
@@ -97,14 +191,27 @@ const appendSQL = `/* cfgd:append */
 // AppendMany appends to several streams at once: either every write passes
 // its version check and all events are stored, or nothing is and the first
 // stream that moved is reported as *ConflictError. The result holds the
-// envelopes in the order given, with Version and Position filled in.
-func AppendMany(ctx context.Context, db DB, writes ...Write) ([]events.Envelope, error) {
+// envelopes in the order given, with Version and Position filled in. The
+// rows are inserted in stream order, whatever the order given, so two
+// commands that touch the same streams wait for each other instead of
+// deadlocking. An event too large for the bus is *TooLargeError.
+func (s *Store) AppendMany(ctx context.Context, db DB, writes ...Write) ([]events.Envelope, error) {
 	n := 0
 	for _, w := range writes {
 		n += len(w.Events)
 	}
 	if n == 0 {
 		return nil, nil
+	}
+	order := make([]int, len(writes)) // indexes of writes, by stream
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(writes[a].Stream, writes[b].Stream) })
+	slot := make([]int, len(writes)) // where each write's events start in the result
+	for i, k := 0, 0; i < len(writes); i++ {
+		slot[i] = k
+		k += len(writes[i].Events)
 	}
 	var (
 		ids       = make([]uuid.UUID, 0, n)
@@ -114,29 +221,33 @@ func AppendMany(ctx context.Context, db DB, writes ...Write) ([]events.Envelope,
 		times     = make([]time.Time, 0, n)
 		metas     = make([]string, 0, n)
 		datas     = make([]string, 0, n)
-		out       = make([]events.Envelope, 0, n)
+		out       = make([]events.Envelope, n)
 		at        = make(map[uuid.UUID]int, n)
 	)
 	seen := make(map[string]bool, len(writes))
-	for _, w := range writes {
+	for _, wi := range order {
+		w := writes[wi]
 		if seen[w.Stream] {
 			return nil, fmt.Errorf("append: stream %s given twice", w.Stream)
 		}
 		seen[w.Stream] = true
-		for _, e := range w.Events {
+		for j, e := range w.Events {
 			if e.Stream != "" && e.Stream != w.Stream {
 				return nil, fmt.Errorf("append to %s: envelope %s belongs to %s", w.Stream, e.ID, e.Stream)
 			}
 			e.Stream = w.Stream
+			if err := s.checkSize(e); err != nil {
+				return nil, err
+			}
 			md, err := json.Marshal(e.Metadata)
 			if err != nil {
 				return nil, fmt.Errorf("append to %s: metadata: %w", w.Stream, err)
 			}
-			at[e.ID] = len(out)
+			at[e.ID] = slot[wi] + j
 			ids, streams, expecteds = append(ids, e.ID), append(streams, w.Stream), append(expecteds, w.Expected)
 			types, times = append(types, e.Type), append(times, e.OccurredAt)
 			metas, datas = append(metas, string(md)), append(datas, string(e.Data))
-			out = append(out, e)
+			out[slot[wi]+j] = e
 		}
 	}
 	if len(at) != n {
@@ -181,9 +292,11 @@ func AppendMany(ctx context.Context, db DB, writes ...Write) ([]events.Envelope,
 				return nil, &ConflictError{Stream: w.Stream, Expected: w.Expected, Actual: actual}
 			}
 		}
-		// The stream moved back into line since (impossible inside a
-		// transaction, a race outside one): still a conflict.
-		return nil, &ConflictError{Stream: writes[0].Stream, Expected: writes[0].Expected, Actual: -1}
+		// Every version matched: the caller's transaction is older than a
+		// stream's last append (or, outside a transaction, the stream moved
+		// back into line since). Either way a retry settles it.
+		return nil, &ConflictError{Stream: writes[0].Stream, Expected: writes[0].Expected, Actual: -1,
+			Err: errors.New("the stream's last append committed from a younger transaction")}
 	}
 	if got != n {
 		return nil, fmt.Errorf("append: %d of %d events stored", got, n)
@@ -191,17 +304,50 @@ func AppendMany(ctx context.Context, db DB, writes ...Write) ([]events.Envelope,
 	return out, nil
 }
 
+// checkSize refuses e when the relay's encoding of it (body, headers with
+// the signature, key) could exceed the limit. Version and position are
+// counted at their widest, since the database assigns them later.
+func (s *Store) checkSize(e events.Envelope) error {
+	e.Version, e.Position = math.MaxInt64, math.MaxInt64
+	body, err := events.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("append to %s: %w", e.Stream, err)
+	}
+	size := len(body) + len(e.Stream) + len(events.HeaderSignature) + events.SignatureLen + transportOverhead
+	for k, v := range events.Headers(e) {
+		size += len(k) + len(v)
+	}
+	if size > s.cfg.MaxEventBytes {
+		return &TooLargeError{Stream: e.Stream, Type: e.Type, Bytes: size, Max: s.cfg.MaxEventBytes}
+	}
+	return nil
+}
+
+// transportOverhead covers what the bus adds to a record beyond the
+// envelope's own headers (Watermill's message id header, record framing).
+const transportOverhead = 256
+
+// Postgres errors that mean "another transaction won": the command retries.
+const (
+	pgUniqueViolation      = "23505"
+	pgSerializationFailure = "40001"
+	pgDeadlockDetected     = "40P01"
+)
+
 func appendErr(writes []Write, err error) error {
 	var pg *pgconn.PgError
-	if errors.As(err, &pg) && pg.Code == "23505" {
-		// The index names the clashing stream only in the detail text; the
-		// first written stream is as good a name for a retry.
-		for _, w := range writes {
-			if strings.Contains(pg.Detail, "("+w.Stream+",") {
-				return &ConflictError{Stream: w.Stream, Expected: w.Expected, Actual: -1}
+	if errors.As(err, &pg) {
+		switch pg.Code {
+		case pgUniqueViolation, pgSerializationFailure, pgDeadlockDetected:
+			// The index names the clashing stream only in the detail text;
+			// the first written stream is as good a name for a retry.
+			for _, w := range writes {
+				if strings.Contains(pg.Detail, "("+w.Stream+",") {
+					return &ConflictError{Stream: w.Stream, Expected: w.Expected, Actual: -1, Err: err}
+				}
 			}
+			return &ConflictError{Stream: writes[0].Stream, Expected: writes[0].Expected, Actual: -1, Err: err}
 		}
-		return &ConflictError{Stream: writes[0].Stream, Expected: writes[0].Expected, Actual: -1}
 	}
 	if len(writes) == 1 {
 		return fmt.Errorf("append to %s: %w", writes[0].Stream, err)

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/deploy/testenv"
@@ -276,5 +279,202 @@ func TestCommitSignal(t *testing.T) {
 	}
 	if !ticked() {
 		t.Fatal("no tick after the commit")
+	}
+}
+
+// An event the relay could not publish is refused at append time, naming
+// the stream; one that fits is stored.
+func TestAppendBoundsEventSize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.Postgres(t)
+	s, err := store.New(store.Config{MaxEventBytes: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		text  string
+		fails bool
+	}{
+		{"small", "hello", false},
+		{"over the limit", strings.Repeat("x", 4096), true},
+		// Go escapes <, > and & on the bus: 600 of them take 3,600 bytes.
+		{"over the limit once escaped", strings.Repeat("<", 700), true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			stream := "size-" + tc.name
+			_, err := s.Append(ctx, db, stream, events.NoStream, env(t, stream, tc.text))
+			var big *store.TooLargeError
+			if tc.fails != errors.As(err, &big) {
+				t.Fatalf("got %v", err)
+			}
+			if !tc.fails {
+				return
+			}
+			if big.Stream != stream || !strings.Contains(err.Error(), stream) || big.Bytes <= 4096 || store.IsConflict(err) {
+				t.Fatalf("unclear error: %v", err)
+			}
+			if v, _ := store.Version(ctx, db, stream); v != 0 {
+				t.Fatalf("stored the refused event")
+			}
+		})
+	}
+	// The package functions apply the default, just under the producer's
+	// 1 MiB.
+	huge := env(t, "huge", strings.Repeat("x", store.DefaultMaxEventBytes))
+	var big *store.TooLargeError
+	if _, err := store.Append(ctx, db, "huge", events.NoStream, huge); !errors.As(err, &big) || big.Max != store.DefaultMaxEventBytes {
+		t.Fatalf("default limit not applied: %v", err)
+	}
+	if _, err := store.New(store.Config{MaxEventBytes: 2 << 20}); err == nil {
+		t.Fatal("accepted a limit above what the producer can send")
+	}
+}
+
+// An append that joins a caller's transaction whose id is older than the
+// stream's last append conflicts: the relay publishes in transaction-id
+// order, so the later version would go out first.
+func TestAppendInOlderTransactionConflicts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.Postgres(t)
+	older, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer older.Rollback(ctx)
+	if _, err := older.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil { // the command's earlier write
+		t.Fatal(err)
+	}
+	younger, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Append(ctx, younger, "s", events.NoStream, env(t, "s", "v1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := younger.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = store.Append(ctx, older, "s", 1, env(t, "s", "v2"))
+	if !store.IsConflict(err) {
+		t.Fatalf("append in the older transaction: got %v, want a conflict", err)
+	}
+	_ = older.Rollback(ctx)
+
+	// The retry, in a new transaction, goes through; and a transaction may
+	// append to a stream twice.
+	retry, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer retry.Rollback(ctx)
+	for v := int64(1); v <= 2; v++ {
+		if _, err := store.Append(ctx, retry, "s", v, env(t, "s", fmt.Sprint("v", v+1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := retry.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A deadlock or a serialization failure between two appending commands is
+// a conflict, so the command retries instead of failing.
+func TestLostRacesAreConflicts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.Postgres(t)
+	tests := []struct {
+		name string
+		code string
+		race func(t *testing.T, a, b pgx.Tx) (errA, errB error)
+	}{
+		{"deadlock", "40P01", func(t *testing.T, a, b pgx.Tx) (error, error) {
+			mustAppend(t, a, "d-x")
+			mustAppend(t, b, "d-y")
+			errA := make(chan error, 1)
+			go func() { _, err := store.Append(ctx, a, "d-y", events.AnyVersion, env(t, "d-y", "a")); errA <- err }()
+			time.Sleep(100 * time.Millisecond) // a waits for b's row
+			_, errB := store.Append(ctx, b, "d-x", events.AnyVersion, env(t, "d-x", "b"))
+			if errB != nil {
+				_ = b.Rollback(ctx) // lets a finish
+			}
+			return <-errA, errB
+		}},
+		{"serialization failure", "40001", func(t *testing.T, a, b pgx.Tx) (error, error) {
+			if _, err := a.Exec(ctx, `SELECT 1`); err != nil { // a's snapshot
+				t.Fatal(err)
+			}
+			_, errB := store.Append(ctx, b, "s-x", events.NoStream, env(t, "s-x", "b"))
+			if errB == nil {
+				errB = b.Commit(ctx)
+			}
+			_, errA := store.Append(ctx, a, "s-x", events.NoStream, env(t, "s-x", "a"))
+			return errA, errB
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := pgx.TxOptions{IsoLevel: pgx.Serializable}
+			a, err := db.BeginTx(ctx, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Rollback(ctx)
+			b, err := db.BeginTx(ctx, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Rollback(ctx)
+			errA, errB := tc.race(t, a, b)
+			lost := errA
+			if lost == nil {
+				lost = errB
+			}
+			var pg *pgconn.PgError
+			if !errors.As(lost, &pg) || pg.Code != tc.code {
+				t.Fatalf("the race ended with %v / %v, want one %s", errA, errB, tc.code)
+			}
+			if !store.IsConflict(lost) {
+				t.Fatalf("%s is not a conflict: %v", tc.code, lost)
+			}
+		})
+	}
+}
+
+func mustAppend(t *testing.T, db store.DB, stream string) {
+	t.Helper()
+	if _, err := store.Append(context.Background(), db, stream, events.AnyVersion, env(t, stream, "x")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// AppendMany inserts in stream order whatever order the command gives, so
+// two commands over the same streams queue instead of deadlocking; the
+// result keeps the order given.
+func TestAppendManyWritesInStreamOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.Postgres(t)
+	out, err := store.AppendMany(ctx, db,
+		store.Write{Stream: "c", Expected: events.NoStream, Events: []events.Envelope{env(t, "c", "c1"), env(t, "c", "c2")}},
+		store.Write{Stream: "a", Expected: events.NoStream, Events: []events.Envelope{env(t, "a", "a1")}},
+		store.Write{Stream: "b", Expected: events.NoStream, Events: []events.Envelope{env(t, "b", "b1")}},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := ""
+	for _, e := range out {
+		got += fmt.Sprintf("%s%d ", e.Stream, e.Version)
+	}
+	if got != "c1 c2 a1 b1 " {
+		t.Fatalf("result order %q, want the order given", got)
+	}
+	if !(out[2].Position < out[3].Position && out[3].Position < out[0].Position && out[0].Position < out[1].Position) {
+		t.Fatalf("inserted out of stream order: a %d, b %d, c %d %d", out[2].Position, out[3].Position, out[0].Position, out[1].Position)
 	}
 }

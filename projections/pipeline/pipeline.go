@@ -31,6 +31,9 @@ type Config struct {
 	Wake <-chan struct{}
 	// Metrics registers the relay and projection metrics; nil for none.
 	Metrics prometheus.Registerer
+	// Signer signs every event the relay publishes (and, with the same
+	// key, projections verify them).
+	Signer *events.Signer
 }
 
 // Validate joins every problem of c.
@@ -60,7 +63,7 @@ func New(cfg Config, pool *pgxpool.Pool, reg *events.Registry, log *slog.Logger,
 		return nil, err
 	}
 	rc := cfg.Relay
-	rc.Topic, rc.Metrics, rc.Wake = cfg.Bus.Topic(bus.TopicEvents), cfg.Metrics, cfg.Wake
+	rc.Topic, rc.Metrics, rc.Wake, rc.Signer = cfg.Bus.Topic(bus.TopicEvents), cfg.Metrics, cfg.Wake, cfg.Signer
 	rl, err := relay.New(rc, pool, pub, log)
 	if err != nil {
 		_ = pub.Close()
@@ -73,6 +76,11 @@ func New(cfg Config, pool *pgxpool.Pool, reg *events.Registry, log *slog.Logger,
 	}
 	return &Pipeline{cfg: cfg, pool: pool, log: log, relay: rl, runner: runner, ps: ps, pub: pub}, nil
 }
+
+// Ready fails while the relay cannot publish for a reason only an operator
+// can fix (a checkpoint ahead of the cluster, after a restore); /readyz
+// reports it.
+func (p *Pipeline) Ready(ctx context.Context) error { return p.relay.Ready(ctx) }
 
 // Run creates the events topic, then relays and projects until ctx ends.
 // The producer is flushed and closed on the way out.
