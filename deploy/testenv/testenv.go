@@ -205,6 +205,15 @@ func Kafka(t testing.TB, partitions int) bus.Config {
 // records have arrived or timeout passes, and returns what it got.
 func ReadTopic(t testing.TB, c bus.Config, topic string, want int, timeout time.Duration) []*sarama.ConsumerMessage {
 	t.Helper()
+	return ReadTopicUntil(t, c, topic, func(got []*sarama.ConsumerMessage) bool { return len(got) >= want }, timeout)
+}
+
+// ReadTopicUntil reads every partition of topic from the oldest offset
+// until done says what arrived is enough (checked after each record) or
+// timeout passes, and returns what it got. Use it where duplicates make a
+// count of records the wrong test for "everything arrived".
+func ReadTopicUntil(t testing.TB, c bus.Config, topic string, done func([]*sarama.ConsumerMessage) bool, timeout time.Duration) []*sarama.ConsumerMessage {
+	t.Helper()
 	cfg := c.ConsumerSarama()
 	consumer, err := sarama.NewConsumer(c.Brokers, cfg)
 	if err != nil {
@@ -230,7 +239,7 @@ func ReadTopic(t testing.TB, c bus.Config, topic string, want int, timeout time.
 	}
 	var got []*sarama.ConsumerMessage
 	deadline := time.After(timeout)
-	for len(got) < want {
+	for !done(got) {
 		select {
 		case m := <-out:
 			got = append(got, m)
