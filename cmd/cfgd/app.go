@@ -5,6 +5,7 @@ import (
 	"github.com/cfgd/cfgd/api/extensions"
 	"github.com/cfgd/cfgd/cmd/settings"
 	"github.com/cfgd/cfgd/commands/signin"
+	"github.com/cfgd/cfgd/commands/tasks"
 	"github.com/cfgd/cfgd/deploy/config"
 )
 
@@ -15,6 +16,7 @@ type appSettings struct {
 	Signin     signin.Config
 	AuthHTTP   auth.Config
 	Extensions *extensions.Set
+	Tasks      tasks.Config
 }
 
 // readApp reads every setting; problems are left in r. The error is for a
@@ -22,6 +24,7 @@ type appSettings struct {
 func readApp(r *config.Reader) (appSettings, error) {
 	app := appSettings{Core: settings.ReadCore(r)}
 	app.Signin, app.AuthHTTP = settings.ReadSignin(r, app.Core.HTTPAddr)
+	app.Tasks = settings.ReadTasks(r, app.Core.RedisURL)
 	set, err := extensions.Load(r, extensions.Builtin())
 	if err != nil {
 		return app, err
