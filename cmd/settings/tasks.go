@@ -17,6 +17,7 @@ func ReadTasks(r *config.Reader, redisURL string) tasks.Config {
 		Processes:       r.IntRange("TASKS__PROCESSES", d.Processes, 1, 64),
 		Threads:         r.IntRange("TASKS__THREADS", d.Threads, 1, 1000),
 		MaxRetries:      r.IntRange("TASKS__MAX_RETRIES", d.MaxRetries, 0, 100),
+		RetryDelay:      r.Duration("TASKS__RETRY_DELAY", 0),
 		WorkerID:        r.String("TASKS__WORKER_ID", ""),
 		KeyPrefix:       r.String("TASKS__KEY_PREFIX", d.KeyPrefix),
 		Heartbeat:       r.PositiveDuration("TASKS__HEARTBEAT", d.Heartbeat),

@@ -73,6 +73,9 @@ type Config struct {
 	Queues []Queue
 	// MaxRetries is how often a failed task is tried again.
 	MaxRetries int
+	// RetryDelay between attempts of a failed task; 0: asynq's
+	// exponential back-off (seconds growing to hours).
+	RetryDelay time.Duration
 	// WorkerID addresses this worker process; empty: DefaultWorkerID().
 	WorkerID string
 	// KeyPrefix prefixes cfgd's own Redis keys (heartbeats, commands).
@@ -140,6 +143,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRetries < 0 {
 		errs = append(errs, errors.New("tasks: max retries must not be negative"))
+	}
+	if c.RetryDelay < 0 {
+		errs = append(errs, errors.New("tasks: retry delay must not be negative"))
 	}
 	if len(c.Queues) == 0 {
 		errs = append(errs, errors.New("tasks: at least one queue"))

@@ -150,7 +150,12 @@ func (w *Worker) start() error {
 		return nil
 	}
 	for i := range w.cfg.Processes {
+		var delay asynq.RetryDelayFunc
+		if d := w.cfg.RetryDelay; d > 0 {
+			delay = func(int, error, *asynq.Task) time.Duration { return d }
+		}
 		srv := asynq.NewServerFromRedisClient(w.rdb, asynq.Config{
+			RetryDelayFunc:  delay,
 			Concurrency:     w.cfg.Threads,
 			Queues:          w.cfg.asynqQueues(),
 			ShutdownTimeout: w.cfg.ShutdownTimeout,

@@ -26,6 +26,7 @@ type DB interface {
 
 // Inspector is what the live snapshot needs of asynq.
 type Inspector interface {
+	Queues() ([]string, error)
 	GetQueueInfo(queue string) (*asynq.QueueInfo, error)
 }
 
@@ -76,17 +77,23 @@ func (r *Reader) Live(ctx context.Context) (*Snapshot, error) {
 		return r.cached, nil
 	}
 	s := &Snapshot{At: r.now(), Queues: make(map[string]Sizes, len(r.queues))}
+	// asynq knows a queue once something was enqueued on it; asking about
+	// any other is an error, so ask only about those it knows.
+	known, err := r.insp.Queues()
+	if err != nil {
+		return nil, fmt.Errorf("queues: %w", err)
+	}
 	for _, q := range r.queues {
-		info, err := r.insp.GetQueueInfo(q)
-		switch {
-		case errors.Is(err, asynq.ErrQueueNotFound):
-			s.Queues[q] = Sizes{} // nothing enqueued yet
-		case err != nil:
-			return nil, fmt.Errorf("queue %s: %w", q, err)
-		default:
-			s.Queues[q] = Sizes{Pending: info.Pending, Scheduled: info.Scheduled, Retry: info.Retry, Active: info.Active,
-				Completed: info.Completed, Archived: info.Archived, Paused: info.Paused}
+		if !slices.Contains(known, q) {
+			s.Queues[q] = Sizes{}
+			continue
 		}
+		info, err := r.insp.GetQueueInfo(q)
+		if err != nil {
+			return nil, fmt.Errorf("queue %s: %w", q, err)
+		}
+		s.Queues[q] = Sizes{Pending: info.Pending, Scheduled: info.Scheduled, Retry: info.Retry, Active: info.Active,
+			Completed: info.Completed, Archived: info.Archived, Paused: info.Paused}
 	}
 	ws, err := r.workers.Live(ctx)
 	if err != nil {
