@@ -204,4 +204,3 @@ func num(v any) int {
 	f, _ := v.(float64)
 	return int(f)
 }
-

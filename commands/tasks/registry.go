@@ -29,9 +29,9 @@ func NewRegistry(rdb redis.UniversalClient, prefix string, heartbeat time.Durati
 	return &Registry{rdb: rdb, prefix: prefix, ttl: 3 * heartbeat}
 }
 
-func (r *Registry) setKey() string               { return r.prefix + "workers" }
-func (r *Registry) stateKey(id string) string    { return r.prefix + "worker:" + id }
-func (r *Registry) commandKey(id string) string  { return r.prefix + "worker:" + id + ":command" }
+func (r *Registry) setKey() string              { return r.prefix + "workers" }
+func (r *Registry) stateKey(id string) string   { return r.prefix + "worker:" + id }
+func (r *Registry) commandKey(id string) string { return r.prefix + "worker:" + id + ":command" }
 
 // Beat stores s until the next beat is due.
 func (r *Registry) Beat(ctx context.Context, s tasks.WorkerState) error {
