@@ -42,10 +42,11 @@ type Worker struct {
 	applied  int64
 	restarts int
 	started  time.Time
-	// stopping is set while servers shut down, so that a task whose
-	// context the shutdown cancels is not reported as a failed attempt:
-	// asynq pushes it back to its queue.
-	stopping atomic.Bool
+	// stopping is set once the running servers begin to shut down, so
+	// that a task whose context the shutdown cancels is not reported as a
+	// failed attempt: asynq pushes it back to its queue. Each start gets a
+	// new flag, as a cut task's handler may return after the next start.
+	stopping *atomic.Bool
 	active   atomic.Int64
 }
 
@@ -79,15 +80,32 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	w.log.Info("worker started", "queues", w.cfg.QueueNames(), "processes", w.cfg.Processes, "threads", w.cfg.Threads)
-	w.beat(ctx)
-	beat := time.NewTicker(w.cfg.Heartbeat)
-	defer beat.Stop()
+	// Heartbeats run on their own: a stop or restart can take up to
+	// ShutdownTimeout, longer than the heartbeat key lives.
+	beatCtx, stopBeats := context.WithCancel(ctx)
+	beatsDone := make(chan struct{})
+	go func() {
+		defer close(beatsDone)
+		w.beat(beatCtx)
+		t := time.NewTicker(w.cfg.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-beatCtx.Done():
+				return
+			case <-t.C:
+				w.beat(beatCtx)
+			}
+		}
+	}()
 	poll := time.NewTicker(w.cfg.CommandPoll)
 	defer poll.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			w.shutdown()
+			stopBeats()
+			<-beatsDone
 			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			if err := w.reg.Remove(cctx, w.id); err != nil {
@@ -95,8 +113,6 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			w.log.Info("worker stopped")
 			return nil
-		case <-beat.C:
-			w.beat(ctx)
 		case <-poll.C:
 			if err := w.poll(ctx); err != nil && ctx.Err() == nil {
 				w.log.Warn("worker command", "err", err)
@@ -149,6 +165,7 @@ func (w *Worker) start() error {
 	if len(w.servers) > 0 {
 		return nil
 	}
+	stopping := new(atomic.Bool)
 	for i := range w.cfg.Processes {
 		var delay asynq.RetryDelayFunc
 		if d := w.cfg.RetryDelay; d > 0 {
@@ -165,7 +182,7 @@ func (w *Worker) start() error {
 			// and new work prompt.
 			TaskCheckInterval: 200 * time.Millisecond,
 		})
-		if err := srv.Start(w.middleware(w.handler)); err != nil {
+		if err := srv.Start(w.middleware(w.handler, stopping)); err != nil {
 			for _, s := range w.servers {
 				s.Shutdown()
 			}
@@ -174,6 +191,7 @@ func (w *Worker) start() error {
 		}
 		w.servers = append(w.servers, srv)
 	}
+	w.stopping = stopping
 	w.state = tasks.WorkerRunning
 	return nil
 }
@@ -182,15 +200,14 @@ func (w *Worker) start() error {
 // finish, then asynq pushes them back to their queue.
 func (w *Worker) shutdown() {
 	w.mu.Lock()
-	servers := w.servers
+	servers, stopping := w.servers, w.stopping
 	w.servers = nil
 	w.state = tasks.WorkerStopped
 	w.mu.Unlock()
 	if len(servers) == 0 {
 		return
 	}
-	w.stopping.Store(true)
-	defer w.stopping.Store(false)
+	stopping.Store(true)
 	var wg sync.WaitGroup
 	for _, s := range servers {
 		wg.Add(1)
@@ -222,7 +239,7 @@ func (w *Worker) beat(ctx context.Context) {
 }
 
 // middleware reports each attempt's lifecycle.
-func (w *Worker) middleware(next asynq.Handler) asynq.Handler {
+func (w *Worker) middleware(next asynq.Handler, stopping *atomic.Bool) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
 		queue, _ := asynq.GetQueueName(ctx)
@@ -244,7 +261,7 @@ func (w *Worker) middleware(next asynq.Handler) asynq.Handler {
 		switch {
 		case err == nil:
 			emit(tasks.StepSucceeded, nil)
-		case ctx.Err() != nil && w.stopping.Load() && errors.Is(err, context.Canceled):
+		case ctx.Err() != nil && stopping.Load() && errors.Is(err, context.Canceled):
 			// Shutdown: asynq requeues the task; it starts again later.
 		case errors.Is(err, asynq.SkipRetry) || retried >= maxRetry:
 			emit(tasks.StepFailed, err)
