@@ -131,9 +131,14 @@ func cleanRedis(t *testing.T, env *authtest.Env, cfg taskcmd.Config) {
 // startWorker runs a worker process in-process until the test ends.
 func (s *stack) startWorker(t *testing.T, id string) *taskcmd.Worker {
 	t.Helper()
+	return s.startWorkerWith(t, id, taskcmd.Handlers(testenv.Quiet()))
+}
+
+func (s *stack) startWorkerWith(t *testing.T, id string, h asynq.Handler) *taskcmd.Worker {
+	t.Helper()
 	cfg := s.Cfg
 	cfg.WorkerID = id
-	w, err := taskcmd.NewWorker(cfg, s.Redis, s.Emit, testenv.Quiet(), taskcmd.Handlers(testenv.Quiet()))
+	w, err := taskcmd.NewWorker(cfg, s.Redis, s.Emit, testenv.Quiet(), h)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	tasksapi "github.com/cfgd/cfgd/api/tasks"
 	taskcmd "github.com/cfgd/cfgd/commands/tasks"
+	"github.com/cfgd/cfgd/deploy/testenv"
 	taskev "github.com/cfgd/cfgd/events/tasks"
 )
 
@@ -200,7 +202,17 @@ func TestRestartingAWorkerWhileTasksRunLosesNone(t *testing.T) {
 		c.ShutdownTimeout = 300 * time.Millisecond
 	})
 	id := "w-" + randomHex(3)
-	s.startWorker(t, id)
+	// Count the runs of each task, to see that the restart cut some.
+	var mu sync.Mutex
+	runs := map[string]int{}
+	mux := taskcmd.Handlers(testenv.Quiet())
+	s.startWorkerWith(t, id, asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		tid, _ := asynq.GetTaskID(ctx)
+		mu.Lock()
+		runs[tid]++
+		mu.Unlock()
+		return mux.ProcessTask(ctx, task)
+	}))
 	q := s.Q["low"]
 	const n = 6
 	for range n {
@@ -220,6 +232,17 @@ func TestRestartingAWorkerWhileTasksRunLosesNone(t *testing.T) {
 	}
 	if got := s.queue(t, q); num(got["size"]) != 0 {
 		t.Fatalf("queue after the run: %v", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	again := 0
+	for _, r := range runs {
+		if r > 1 {
+			again++
+		}
+	}
+	if len(runs) != n || again == 0 {
+		t.Fatalf("runs per task %v: want all %d run, and the ones cut by the restart run again", runs, n)
 	}
 }
 
