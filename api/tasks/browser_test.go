@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,6 +107,15 @@ func TestDashboardInChromium(t *testing.T) {
 	step("overflow", err)
 	phone, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	step("phone screenshot", err)
+	// A refused command is shown, not swallowed: with a forged CSRF token
+	// the resume is refused (403) and the banner says so.
+	step("forged token", chromedp.Do(ctx,
+		chromedp.Evaluate[chromedp.Void](`document.cookie = "csrftoken=forged; path=/"`),
+		chromedp.Click(css(row+` button[data-action="resume"]`)),
+		chromedp.WaitVisible(css(`#error`)),
+	))
+	banner, err := chromedp.Run(ctx, chromedp.Text(css(`#error`)))
+	step("banner", err)
 	dir := artifactDir(t)
 	for name, b := range map[string][]byte{"tasks-dashboard.png": desktop, "tasks-dashboard-phone.png": phone} {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
@@ -118,6 +128,9 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	if rate != "100.0 %" {
 		t.Fatalf("success rate shown %q", rate)
+	}
+	if !strings.Contains(banner, "403") {
+		t.Fatalf("error banner %q, want the 403", banner)
 	}
 	if overflow {
 		t.Fatal("the dashboard scrolls sideways at phone width")
