@@ -191,7 +191,7 @@ func (h *handler) queueManage(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, taskcmd.ErrInvalidAction):
 		web.Error(w, http.StatusBadRequest, "invalid_action", "Invalid action")
 	case errors.Is(err, taskcmd.ErrUnknownQueue):
-		web.Error(w, http.StatusNotFound, "not_found", "Unknown queue: "+queue)
+		web.Error(w, http.StatusNotFound, "not_found", unknown("queue", queue))
 	case errors.Is(err, taskcmd.ErrNotYetApplied):
 		accepted(w, action, ap, PathQueueStatus)
 	default:
@@ -215,12 +215,21 @@ func (h *handler) workerManage(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, taskcmd.ErrInvalidAction):
 		web.Error(w, http.StatusBadRequest, "invalid_action", "Invalid action")
 	case errors.Is(err, taskcmd.ErrUnknownWorker):
-		web.Error(w, http.StatusNotFound, "not_found", "Unknown worker: "+id)
+		web.Error(w, http.StatusNotFound, "not_found", unknown("worker", id))
 	case errors.Is(err, taskcmd.ErrNotYetApplied):
 		accepted(w, action, ap, PathWorkers)
 	default:
 		web.Fail(w, r, err)
 	}
+}
+
+// unknown names what was not found when it is a possible name, and never
+// echoes arbitrary input.
+func unknown(what, name string) string {
+	if taskcmd.ValidName(name) {
+		return "Unknown " + what + ": " + name
+	}
+	return "Unknown " + what
 }
 
 func accepted(w http.ResponseWriter, action string, ap taskcmd.Appended, where string) {

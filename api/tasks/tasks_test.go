@@ -32,6 +32,7 @@ func TestBadInput(t *testing.T) {
 		{"queue: unknown action", tasksapi.PathQueueManage, map[string]any{"action": "explode", "queue_name": q}, 400, "Invalid action", ""},
 		{"queue: unknown action on unknown queue", tasksapi.PathQueueManage, map[string]any{"action": "explode", "queue_name": "nope"}, 400, "Invalid action", ""},
 		{"queue: unknown queue", tasksapi.PathQueueManage, map[string]any{"action": "pause", "queue_name": "nope"}, 404, "Unknown queue: nope", ""},
+		{"queue: unknown queue, not even a name", tasksapi.PathQueueManage, map[string]any{"action": "pause", "queue_name": "<b>x</b>"}, 404, "Unknown queue", ""},
 		{"queue: missing action", tasksapi.PathQueueManage, map[string]any{"queue_name": q}, 400, "action is required", "action"},
 		{"queue: missing queue_name", tasksapi.PathQueueManage, map[string]any{"action": "pause"}, 400, "queue_name is required", "queue_name"},
 		{"queue: empty queue_name", tasksapi.PathQueueManage, map[string]any{"action": "pause", "queue_name": ""}, 400, "queue_name is required", "queue_name"},

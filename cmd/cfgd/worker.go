@@ -19,6 +19,9 @@ func worker(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wr
 		return err
 	}
 	defer rdb.Close()
+	if err := retry(ctx, log, "redis (TASKS__REDIS_URL)", func(ctx context.Context) error { return rdb.Ping(ctx).Err() }); err != nil {
+		return nil // stopped while waiting
+	}
 	em, err := lifecycleEmitter(ctx, log, app)
 	if err != nil {
 		return err

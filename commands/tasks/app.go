@@ -14,6 +14,7 @@ import (
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/projections"
+	taskproj "github.com/cfgd/cfgd/projections/tasks"
 	taskrm "github.com/cfgd/cfgd/readmodels/tasks"
 )
 
@@ -80,7 +81,7 @@ func (a *App) ManageQueue(ctx context.Context, action, queue string, md events.M
 	}
 	wctx, cancel := context.WithTimeout(ctx, a.Config.ApplyWait)
 	defer cancel()
-	if err := projections.Wait(wctx, a.pool, ControlProjection, ap.Stream, ap.Version); err != nil {
+	if err := projections.Wait(wctx, a.pool, taskproj.ControlName, ap.Stream, ap.Version); err != nil {
 		if ctx.Err() == nil {
 			return taskrm.Queue{}, ap, ErrNotYetApplied
 		}
@@ -99,11 +100,6 @@ func (a *App) ManageQueue(ctx context.Context, action, queue string, md events.M
 	return taskrm.Queue{}, ap, fmt.Errorf("queue %s vanished from the configuration", queue)
 }
 
-// ControlProjection is the reactor's name (projections/tasks.ControlName);
-// repeated here because the reactor package depends on this one's peers,
-// not the other way round.
-const ControlProjection = "tasks.control"
-
 // ManageWorker appends the command and waits until the worker reports it
 // carried it out, then returns the worker's new state.
 func (a *App) ManageWorker(ctx context.Context, action, id string, md events.Metadata) (tasks.WorkerState, Appended, error) {
@@ -113,7 +109,7 @@ func (a *App) ManageWorker(ctx context.Context, action, id string, md events.Met
 	}
 	wctx, cancel := context.WithTimeout(ctx, a.Config.ApplyWait)
 	defer cancel()
-	if err := projections.Wait(wctx, a.pool, ControlProjection, ap.Stream, ap.Version); err != nil {
+	if err := projections.Wait(wctx, a.pool, taskproj.ControlName, ap.Stream, ap.Version); err != nil {
 		if ctx.Err() == nil {
 			return tasks.WorkerState{}, ap, ErrNotYetApplied
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/IBM/sarama"
 
@@ -29,7 +30,12 @@ func NewEmitter(ctx context.Context, c bus.Config, log *slog.Logger) (*Emitter, 
 	if err := bus.EnsureTopics(ctx, c, log, tasks.TopicLifecycle); err != nil {
 		return nil, err
 	}
-	p, err := sarama.NewAsyncProducer(c.Brokers, c.ProducerSarama())
+	sc := c.ProducerSarama()
+	// Ride out a broker restart of about a minute: a record given up is
+	// a task the statistics never see. Records wait in memory meanwhile.
+	sc.Producer.Retry.Max = 120
+	sc.Producer.Retry.Backoff = 500 * time.Millisecond
+	p, err := sarama.NewAsyncProducer(c.Brokers, sc)
 	if err != nil {
 		return nil, fmt.Errorf("lifecycle producer: %w", err)
 	}
