@@ -81,8 +81,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info("worker started", "queues", w.cfg.QueueNames(), "processes", w.cfg.Processes, "threads", w.cfg.Threads)
 	// Heartbeats run on their own: a stop or restart can take up to
-	// ShutdownTimeout, longer than the heartbeat key lives.
-	beatCtx, stopBeats := context.WithCancel(ctx)
+	// ShutdownTimeout, longer than the heartbeat key lives. They go on
+	// while the process shuts down, showing it stopped.
+	beatCtx, stopBeats := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBeats()
 	beatsDone := make(chan struct{})
 	go func() {
 		defer close(beatsDone)
