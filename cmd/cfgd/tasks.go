@@ -34,6 +34,10 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (module.Module, error
 	}
 	sink := taskproj.NewSink(w.deps.pg, w.bus, w.log)
 	staff := a.Staff()
+	var checks []health.Check
+	if rdb != w.deps.redis {
+		checks = append(checks, health.Check{Name: "tasks-redis", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
+	}
 	return module.Module{
 		Name: "tasks",
 		Routes: func(r *mux.Router) error {
@@ -41,7 +45,7 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (module.Module, error
 			return tasksapi.MountDashboard(r, staff)
 		},
 		Projections: []*projections.Projection{taskproj.Control(app.Inspector, app.Registry)},
-		Checks:      []health.Check{{Name: "tasks-redis", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}},
+		Checks:      checks,
 		Background: []module.Runner{
 			{Name: "tasks-lifecycle-sink", Run: sink.Run},
 			{Name: "tasks-close", Run: func(ctx context.Context) error {
