@@ -6,6 +6,7 @@ import (
 	identityapi "github.com/cfgd/cfgd/api/identity"
 	"github.com/cfgd/cfgd/cmd/settings"
 	"github.com/cfgd/cfgd/commands/signin"
+	"github.com/cfgd/cfgd/commands/tasks"
 	"github.com/cfgd/cfgd/deploy/config"
 )
 
@@ -19,6 +20,7 @@ type appSettings struct {
 	// GRPCProtoDir is where the proto files are written (GRPC__PROTO_DIR).
 	GRPCProtoDir string
 	Extensions   *extensions.Set
+	Tasks        tasks.Config
 }
 
 // readApp reads every setting; problems are left in r. The error is for a
@@ -29,6 +31,7 @@ func readApp(r *config.Reader) (appSettings, error) {
 	app.Identity.Media, app.Identity.Profile = settings.ReadMedia(r), settings.ReadProfile(r)
 	app.Front = settings.ReadFront(r)
 	app.GRPCProtoDir = r.String("GRPC__PROTO_DIR", "./data/protos")
+	app.Tasks = settings.ReadTasks(r, app.Core.RedisURL)
 	set, err := extensions.Load(r, extensions.Builtin())
 	if err != nil {
 		return app, err

@@ -69,6 +69,8 @@ func commandList() []command {
 	return []command{
 		{"serve", "serve     run HTTP, gRPC, the event relay, the projections and every module's runners", noArgs("serve", serve)},
 		{"migrate", "migrate   apply database migrations and exit", noArgs("migrate", migrate)},
+		{"worker", "worker    run a task worker process (TASKS__* settings)", noArgs("worker", worker)},
+		{"task", "task enqueue --queue Q --type T [--payload JSON]\n          put a task on a queue", parseTaskCommand},
 		{"user", "user create-superuser --email E [--password P]\n          create a staff superuser (without --password: OTP sign-in only)", parseUserCommand},
 		{"apikey", "apikey create --name N --type service|cli|webhook|internal|development --user EMAIL [--expires 720h]\n          create an API key and print it once\napikey revoke --id N\n          revoke an API key", parseAPIKeyCommand},
 	}

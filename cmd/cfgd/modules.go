@@ -7,7 +7,9 @@ import (
 	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/apikey"
+	"github.com/cfgd/cfgd/events/bus"
 	"github.com/cfgd/cfgd/events/identity"
+	taskev "github.com/cfgd/cfgd/events/tasks"
 )
 
 // wiring is what each module is built from.
@@ -15,6 +17,7 @@ type wiring struct {
 	log  *slog.Logger
 	app  appSettings
 	deps *deps
+	bus  bus.Config
 }
 
 // eventTypes is the explicit registry of every event type cfgd stores.
@@ -22,6 +25,7 @@ func eventTypes() []events.Event {
 	var all []events.Event
 	all = append(all, identity.Events()...)
 	all = append(all, apikey.Events()...)
+	all = append(all, taskev.Events()...)
 	return all
 }
 
@@ -44,5 +48,9 @@ func buildModules(ctx context.Context, w wiring) ([]module.Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []module.Module{id, ext, grpc, front}, nil
+	tq, err := tasksModule(ctx, w, a)
+	if err != nil {
+		return nil, err
+	}
+	return []module.Module{id, ext, grpc, tq, front}, nil
 }

@@ -52,12 +52,13 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	}
 	defer d.Close()
 	log := testenv.Quiet()
-	modules, err := buildModules(ctx, wiring{log: log, app: app, deps: d})
+	busCfg := bus.Config{Brokers: []string{"127.0.0.1:1"}, Partitions: 1}
+	modules, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: busCfg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	metrics := prometheus.NewRegistry()
-	router, err := newRouter(log, metrics, d, bus.Config{Brokers: []string{"127.0.0.1:1"}, Partitions: 1}, modules)
+	router, err := newRouter(log, metrics, d, busCfg, modules)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,9 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 DATA="$(mkdir -p "${CFGD_DATA_DIR:-$ROOT/data}" && cd "${CFGD_DATA_DIR:-$ROOT/data}" && pwd)"
+# A go.mod of its own keeps the data directory out of ./... patterns: the
+# go tool would otherwise walk the database files while servers rewrite them.
+[ -f "$DATA/go.mod" ] || printf 'module cfgd.invalid/data\n' >"$DATA/go.mod"
 PG_PORT="${CFGD_PG_PORT:-5432}"
 PG_SOCK=/var/run/postgresql
 CH_TCP_PORT="${CFGD_CH_PORT:-9000}"

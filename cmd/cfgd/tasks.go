@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cfgd/cfgd/api/auth"
+	"github.com/cfgd/cfgd/api/health"
+	"github.com/cfgd/cfgd/api/module"
+	tasksapi "github.com/cfgd/cfgd/api/tasks"
+	taskcmd "github.com/cfgd/cfgd/commands/tasks"
+	"github.com/cfgd/cfgd/projections"
+	taskproj "github.com/cfgd/cfgd/projections/tasks"
+)
+
+// tasksModule is task-queue management: the queue and worker endpoints and
+// dashboard, the tasks.control reactor (runs in the shared pipeline) and
+// the lifecycle sink that feeds the statistics. The workers themselves run
+// in `cfgd worker`.
+func tasksModule(_ context.Context, w wiring, a *auth.API) (module.Module, error) {
+	cfg := w.app.Tasks
+	rdb, closeRedis, err := tasksRedis(w, cfg.RedisURL)
+	if err != nil {
+		return module.Module{}, err
+	}
+	app, err := taskcmd.New(cfg, taskcmd.Deps{Pool: w.deps.pg, Redis: rdb, Log: w.log, Now: time.Now})
+	if err != nil {
+		closeRedis()
+		return module.Module{}, err
+	}
+	sink := taskproj.NewSink(w.deps.pg, w.bus, w.log)
+	staff := a.Staff()
+	var checks []health.Check
+	if rdb != w.deps.redis {
+		checks = append(checks, health.Check{Name: "tasks-redis", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
+	}
+	return module.Module{
+		Name: "tasks",
+		Routes: func(r *mux.Router) error {
+			tasksapi.Mount(r, staff, app)
+			return tasksapi.MountDashboard(r, staff)
+		},
+		Projections: []*projections.Projection{taskproj.Control(app.Inspector, app.Registry)},
+		Checks:      checks,
+		Background: []module.Runner{
+			{Name: "tasks-lifecycle-sink", Run: sink.Run},
+			{Name: "tasks-close", Run: func(ctx context.Context) error {
+				<-ctx.Done()
+				_ = app.Close()
+				closeRedis()
+				return nil
+			}},
+		},
+	}, nil
+}
+
+// tasksRedis shares the core Redis client when the task queues live on
+// the same server, else opens one for them.
+func tasksRedis(w wiring, url string) (redis.UniversalClient, func(), error) {
+	if url == w.app.Core.RedisURL {
+		return w.deps.redis, func() {}, nil
+	}
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("TASKS__REDIS_URL: %w", err)
+	}
+	c := redis.NewClient(o)
+	return c, func() { _ = c.Close() }, nil
+}

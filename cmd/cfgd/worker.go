@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/redis/go-redis/v9"
+
+	taskcmd "github.com/cfgd/cfgd/commands/tasks"
+	"github.com/cfgd/cfgd/events/bus"
+)
+
+// worker runs one worker process (TASKS__* settings) until ctx ends.
+func worker(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Writer) error {
+	rdb, err := taskRedis(app)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	if err := retry(ctx, log, "redis (TASKS__REDIS_URL)", func(ctx context.Context) error { return rdb.Ping(ctx).Err() }); err != nil {
+		return nil // stopped while waiting
+	}
+	em, err := lifecycleEmitter(ctx, log, app)
+	if err != nil {
+		return err
+	}
+	if em == nil {
+		return nil // stopped while waiting for Kafka
+	}
+	defer func() {
+		if err := em.Close(); err != nil {
+			log.Warn("lifecycle producer", "err", err)
+		}
+	}()
+	wk, err := taskcmd.NewWorker(app.Tasks, rdb, em, log, taskcmd.Handlers(log))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "cfgd worker %s serving %v (%d x %d)\n", wk.ID(), app.Tasks.QueueNames(), app.Tasks.Processes, app.Tasks.Threads)
+	return wk.Run(ctx)
+}
+
+func taskRedis(app appSettings) (*redis.Client, error) {
+	o, err := redis.ParseURL(app.Tasks.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("TASKS__REDIS_URL: %w", err)
+	}
+	return redis.NewClient(o), nil
+}
+
+// taskBus is where workers and the CLI produce lifecycle records: the
+// configured brokers, or the embedded broker of a running `cfgd serve`.
+func taskBus(app appSettings) bus.Config {
+	c := app.Core
+	b := bus.Config{Brokers: c.KafkaBrokers, Partitions: c.KafkaPartitions, TopicPrefix: c.KafkaTopicPrefix}
+	if len(b.Brokers) == 0 {
+		b.Brokers = []string{c.KafkaEmbeddedAddr}
+	}
+	return b
+}
+
+// lifecycleEmitter waits for Kafka; nil when ctx ended first.
+func lifecycleEmitter(ctx context.Context, log *slog.Logger, app appSettings) (*taskcmd.Emitter, error) {
+	var em *taskcmd.Emitter
+	err := retry(ctx, log, "kafka", func(ctx context.Context) error {
+		var err error
+		em, err = taskcmd.NewEmitter(ctx, taskBus(app), log)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return em, nil
+}

@@ -1,0 +1,155 @@
+// Package tasks holds the events of task-queue management and the task
+// lifecycle record.
+//
+// Domain events (stored in the Postgres event store, relayed to the events
+// topic) are the staff's commands on queues and workers:
+//
+//	queue-<name>   QueuePaused, QueueResumed, QueueCleared
+//	worker-<id>    WorkerStartRequested, WorkerStopRequested, WorkerRestartRequested
+//
+// Lifecycle records (enqueued, started, succeeded, failed, retried) are
+// telemetry: workers produce them straight to their own Kafka topic
+// (TopicLifecycle), never through the event store, because there is one or
+// more per task run.
+package tasks
+
+import (
+	"time"
+
+	"github.com/cfgd/cfgd/events"
+)
+
+// Queue actions, as the API names them.
+const (
+	ActionPause  = "pause"
+	ActionResume = "resume"
+	ActionClear  = "clear"
+)
+
+// Worker actions, as the API names them.
+const (
+	ActionStart   = "start"
+	ActionStop    = "stop"
+	ActionRestart = "restart"
+)
+
+// QueuePaused: staff asked that workers stop taking tasks from Queue.
+type QueuePaused struct {
+	Queue string    `json:"queue"`
+	At    time.Time `json:"at"`
+}
+
+func (QueuePaused) EventType() string { return "queue.paused" }
+
+// QueueResumed: staff asked that workers take tasks from Queue again.
+type QueueResumed struct {
+	Queue string    `json:"queue"`
+	At    time.Time `json:"at"`
+}
+
+func (QueueResumed) EventType() string { return "queue.resumed" }
+
+// QueueCleared: staff asked that every waiting task of Queue (pending,
+// scheduled, retry) be removed. Running tasks finish; the pause flag stays.
+type QueueCleared struct {
+	Queue string    `json:"queue"`
+	At    time.Time `json:"at"`
+}
+
+func (QueueCleared) EventType() string { return "queue.cleared" }
+
+// WorkerStartRequested: the worker process WorkerID should run its task
+// servers (again).
+type WorkerStartRequested struct {
+	WorkerID string    `json:"worker_id"`
+	At       time.Time `json:"at"`
+}
+
+func (WorkerStartRequested) EventType() string { return "worker.start_requested" }
+
+// WorkerStopRequested: the worker process WorkerID should stop taking
+// tasks; tasks in flight finish or go back to their queue.
+type WorkerStopRequested struct {
+	WorkerID string    `json:"worker_id"`
+	At       time.Time `json:"at"`
+}
+
+func (WorkerStopRequested) EventType() string { return "worker.stop_requested" }
+
+// WorkerRestartRequested: stop, then start.
+type WorkerRestartRequested struct {
+	WorkerID string    `json:"worker_id"`
+	At       time.Time `json:"at"`
+}
+
+func (WorkerRestartRequested) EventType() string { return "worker.restart_requested" }
+
+// Events returns one prototype of every task-management event, for the
+// registry.
+func Events() []events.Event {
+	return []events.Event{
+		QueuePaused{}, QueueResumed{}, QueueCleared{},
+		WorkerStartRequested{}, WorkerStopRequested{}, WorkerRestartRequested{},
+	}
+}
+
+// QueueStream is the stream of queue name.
+func QueueStream(name string) string { return "queue-" + name }
+
+// WorkerStream is the stream of worker id.
+func WorkerStream(id string) string { return "worker-" + id }
+
+// TopicLifecycle carries Lifecycle records (before the bus topic prefix),
+// keyed by task id so one task's steps stay in order.
+const TopicLifecycle = "tasks.lifecycle"
+
+// Lifecycle steps.
+const (
+	StepEnqueued  = "enqueued"
+	StepStarted   = "started"
+	StepSucceeded = "succeeded"
+	// StepRetried: an attempt failed and the task will run again.
+	StepRetried = "retried"
+	// StepFailed: the last attempt failed; the task will not run again.
+	StepFailed = "failed"
+)
+
+// Lifecycle is one step of one task. (TaskID, Step, Attempt) identifies it:
+// a step produced twice is one step.
+type Lifecycle struct {
+	TaskID   string    `json:"task_id"`
+	Queue    string    `json:"queue"`
+	Type     string    `json:"type"`
+	Step     string    `json:"step"`
+	Attempt  int       `json:"attempt"` // 0 for enqueued, 1-based for the rest
+	WorkerID string    `json:"worker_id,omitempty"`
+	Error    string    `json:"error,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+// Terminal tells whether step ends a task.
+func Terminal(step string) bool { return step == StepSucceeded || step == StepFailed }
+
+// Worker states.
+const (
+	WorkerRunning = "running"
+	WorkerStopped = "stopped"
+)
+
+// WorkerState is what a worker process reports in each heartbeat.
+type WorkerState struct {
+	WorkerID    string    `json:"worker_id"`
+	Host        string    `json:"host"`
+	PID         int       `json:"pid"`
+	State       string    `json:"state"`
+	Queues      []string  `json:"queues"`
+	Processes   int       `json:"processes"`
+	Threads     int       `json:"threads"`
+	Active      int64     `json:"active"` // tasks running now
+	StartedAt   time.Time `json:"started_at"`
+	HeartbeatAt time.Time `json:"heartbeat_at"`
+	// AppliedSeq is the worker stream version of the last command carried
+	// out.
+	AppliedSeq int64 `json:"applied_seq"`
+	Restarts   int   `json:"restarts"`
+}
