@@ -50,16 +50,8 @@ func taskRedis(app appSettings) (*redis.Client, error) {
 	return redis.NewClient(o), nil
 }
 
-// taskBus is where workers and the CLI produce lifecycle records: the
-// configured brokers, or the embedded broker of a running `cfgd serve`.
-func taskBus(app appSettings) bus.Config {
-	c := app.Core
-	b := bus.Config{Brokers: c.KafkaBrokers, Partitions: c.KafkaPartitions, TopicPrefix: c.KafkaTopicPrefix}
-	if len(b.Brokers) == 0 {
-		b.Brokers = []string{c.KafkaEmbeddedAddr}
-	}
-	return b
-}
+// taskBus is where workers and the CLI produce lifecycle records.
+func taskBus(app appSettings) bus.Config { return clientBus(app.Core) }
 
 // lifecycleEmitter waits for Kafka; nil when ctx ended first.
 func lifecycleEmitter(ctx context.Context, log *slog.Logger, app appSettings) (*taskcmd.Emitter, error) {

@@ -165,3 +165,10 @@ func readLogin(path string) (SASL, error) {
 	}
 	return login, nil
 }
+
+// ReadEmbeddedLogin reads the login a running embedded broker keeps in
+// dataDir, for the commands (cfgd worker, cfgd task, cfgd deadletters) that
+// talk to a cfgd serve's broker from another process.
+func ReadEmbeddedLogin(dataDir string) (SASL, error) {
+	return readLogin(filepath.Join(dataDir, ClientPropertiesFile))
+}
