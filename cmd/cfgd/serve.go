@@ -127,18 +127,22 @@ func runBackground(ctx context.Context, log *slog.Logger, d *deps, busCfg bus.Co
 			log.Warn("kafka publisher close", "err", err)
 		}
 	}()
-	rl, err := relay.New(relay.Config{Topic: busCfg.Topic(bus.TopicEvents), Metrics: metrics, Wake: d.commits.C()}, d.pg, pub, log)
+	signer, err := processSigner()
 	if err != nil {
 		return err
 	}
-	runner, err := projections.NewRunner(d.pg, reg, busCfg, log, metrics)
+	rl, err := relay.New(relay.Config{Topic: busCfg.Topic(bus.TopicEvents), Metrics: metrics, Wake: d.commits.C()}, d.pg, signingPublisher{pub: pub, signer: signer}, log)
+	if err != nil {
+		return err
+	}
+	runner, err := projections.NewRunner(projections.Config{Bus: busCfg, Registry: reg, Signer: signer, Metrics: metrics}, d.pg, log)
 	if err != nil {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return rl.Run(gctx) })
 	if len(ps) > 0 {
-		g.Go(func() error { return runner.Run(gctx, ps...) })
+		g.Go(func() error { return runner.Run(gctx, projections.Each(ps...)...) })
 	}
 	return g.Wait()
 }

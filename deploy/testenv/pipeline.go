@@ -2,11 +2,13 @@ package testenv
 
 import (
 	"context"
+	"crypto/rand"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/events"
@@ -18,11 +20,42 @@ import (
 // Quiet is a logger that drops everything, for tests that do not read logs.
 func Quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
+// Signer returns an event signer with a fresh random key.
+func Signer(t testing.TB) *events.Signer {
+	t.Helper()
+	key := make([]byte, events.MinSigningKeyBytes)
+	_, _ = rand.Read(key)
+	s, err := events.NewSigner(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// SigningPublisher signs every message body before handing it to pub, as
+// the relay does when it has a signer.
+func SigningPublisher(pub relay.Publisher, s *events.Signer) relay.Publisher {
+	return signing{pub: pub, s: s}
+}
+
+type signing struct {
+	pub relay.Publisher
+	s   *events.Signer
+}
+
+func (p signing) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		m.Metadata.Set(events.HeaderSignature, p.s.Sign(m.Payload))
+	}
+	return p.pub.Publish(topic, msgs...)
+}
+
 // Pipeline runs the real write-to-read path for a test: the outbox relay
-// from pool to the test's broker, and the projection runner feeding ps. Both
-// stop when t ends. The events topic is created first. wake, when not nil,
-// is the pool's store.CommitSignal, as in cfgd serve; without it the relay
-// polls every 20ms.
+// from pool to the test's broker, signing every event, and the projection
+// runner feeding ps (one consumer group each). Both stop when t ends. The
+// events topic is created first. wake, when not nil, is the pool's
+// store.CommitSignal, as in cfgd serve; without it the relay polls every
+// 20ms.
 func Pipeline(t testing.TB, pool *pgxpool.Pool, wake <-chan struct{}, c bus.Config, reg *events.Registry, ps ...*projections.Projection) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -35,12 +68,13 @@ func Pipeline(t testing.TB, pool *pgxpool.Pool, wake <-chan struct{}, c bus.Conf
 		cancel()
 		t.Fatal(err)
 	}
-	rl, err := relay.New(relay.Config{Topic: c.Topic(bus.TopicEvents), Idle: 20 * time.Millisecond, Wake: wake}, pool, pub, Quiet())
+	signer := Signer(t)
+	rl, err := relay.New(relay.Config{Topic: c.Topic(bus.TopicEvents), Idle: 20 * time.Millisecond, Wake: wake}, pool, SigningPublisher(pub, signer), Quiet())
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	runner, err := projections.NewRunner(pool, reg, c, Quiet(), nil)
+	runner, err := projections.NewRunner(projections.Config{Bus: c, Registry: reg, Signer: signer}, pool, Quiet())
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -48,9 +82,7 @@ func Pipeline(t testing.TB, pool *pgxpool.Pool, wake <-chan struct{}, c bus.Conf
 	done := make(chan struct{}, 2)
 	go func() { _ = rl.Run(ctx); done <- struct{}{} }()
 	go func() {
-		if len(ps) > 0 {
-			_ = runner.Run(ctx, ps...)
-		}
+		_ = runner.Run(ctx, projections.Each(ps...)...)
 		done <- struct{}{}
 	}()
 	t.Cleanup(func() {

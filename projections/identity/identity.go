@@ -31,12 +31,22 @@ func All() []*projections.Projection {
 	return []*projections.Projection{Users(), Revocations()}
 }
 
+// GroupName is the projection group that feeds every identity projection
+// from one consumer group.
+const GroupName = "identity"
+
+// Group returns every identity projection in one group: one read of the
+// topic and one transaction per batch for all of them.
+func Group() projections.Group {
+	return projections.Group{Name: GroupName, Projections: All()}
+}
+
 // Users builds users, profiles, registration_sources and
 // user_registration_sources. It handles every event of a user-<id> stream,
 // so its checkpoint for that stream is the user's version, which tokens
 // promise to readers.
 func Users() *projections.Projection {
-	p := projections.New(UsersName)
+	p := projections.New(UsersName, "users", "profiles", "registration_sources", "user_registration_sources")
 	projections.On(p, func(ctx context.Context, tx pgx.Tx, env events.Envelope, e *identity.UserRegistered) error {
 		var hash *string
 		if e.PasswordHash != "" {
@@ -106,7 +116,7 @@ func bumpVersion(ctx context.Context, tx pgx.Tx, userID, version int64) error {
 // live sessions (the write side decides from the session streams), and
 // every projected event costs a transaction.
 func Revocations() *projections.Projection {
-	p := projections.New(RevocationsName)
+	p := projections.New(RevocationsName, "session_revocations")
 	projections.On(p, func(ctx context.Context, tx pgx.Tx, _ events.Envelope, e *identity.SessionRevoked) error {
 		_, err := tx.Exec(ctx, `
 			INSERT INTO session_revocations (session_id, user_id, kind, reason, revoked_at, expires_at)
