@@ -1,9 +1,12 @@
 package projections
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -86,7 +89,7 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p *Pro
 	default:
 		d.ev = ev
 	}
-	res, err := applyBatch(ctx, pool, []*Projection{p}, []*delivery{d})
+	res, err := applyBatch(ctx, pool, defaultLockTimeout, []*Projection{p}, []*delivery{d})
 	if err != nil {
 		return 0, err
 	}
@@ -98,9 +101,14 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p *Pro
 	return 0, fmt.Errorf("projection %s: no outcome for %s v%d", p.Name, env.Stream, env.Version)
 }
 
-func applyBatch(ctx context.Context, pool *pgxpool.Pool, ps []*Projection, batch []*delivery) (batchResult, error) {
+// defaultLockTimeout: see Config.LockTimeout.
+const defaultLockTimeout = 200 * time.Millisecond
+
+func applyBatch(ctx context.Context, pool *pgxpool.Pool, lockTimeout time.Duration, ps []*Projection, batch []*delivery) (batchResult, error) {
 	var res batchResult
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	// The lock timeout travels with BEGIN, in the same round trip.
+	begin := fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = %d", lockTimeout.Milliseconds())
+	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{BeginQuery: begin}, func(tx pgx.Tx) error {
 		var err error
 		res, err = applyInTx(ctx, tx, ps, batch)
 		return err
@@ -180,6 +188,7 @@ func applyInTx(ctx context.Context, tx pgx.Tx, ps []*Projection, batch []*delive
 	}
 	res.held = queue
 
+	ptx := &pipeTx{tx: tx}
 	for _, s := range steps {
 		name := s.p.Name
 		switch _, dead := s.d.dead[name]; {
@@ -188,15 +197,81 @@ func applyInTx(ctx context.Context, tx pgx.Tx, ps []*Projection, batch []*delive
 		case s.d.ev == nil || !s.p.Handles(s.d.env.Type):
 			res.outcomes[name][Ignored]++
 		default:
-			if err := s.p.handlers[s.d.env.Type](ctx, tx, s.d.env, s.d.ev); err != nil {
+			ptx.owner = HandlerError{Projection: name, Env: s.d.env, d: s.d}
+			if err := s.p.handlers[s.d.env.Type](ctx, ptx, s.d.env, s.d.ev); err != nil {
+				// A queued statement of an earlier event may be what failed.
+				if ptx.failed != nil {
+					return res, ptx.failed
+				}
 				return res, &HandlerError{Projection: name, Env: s.d.env, Err: err, d: s.d}
 			}
 			res.outcomes[name][Applied]++
 		}
 		res.maxPos[name] = max(res.maxPos[name], s.d.env.Position)
 	}
+	if err := ptx.flush(ctx); err != nil {
+		return res, err
+	}
 	return res, saveCheckpoints(ctx, tx, start, cps)
 }
+
+// pipeTx is the Tx handed to handlers: Exec queues, everything else sends
+// the queue first.
+type pipeTx struct {
+	tx     pgx.Tx
+	batch  pgx.Batch
+	owners []HandlerError // per queued statement, whose it is
+	owner  HandlerError   // the handler running now
+	failed *HandlerError  // a queued statement's failure
+}
+
+func (t *pipeTx) Exec(_ context.Context, sql string, args ...any) error {
+	t.batch.Queue(sql, args...)
+	t.owners = append(t.owners, t.owner)
+	return nil
+}
+
+func (t *pipeTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := t.flush(ctx); err != nil {
+		return nil, err
+	}
+	return t.tx.Query(ctx, sql, args...)
+}
+
+func (t *pipeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := t.flush(ctx); err != nil {
+		return errRow{err}
+	}
+	return t.tx.QueryRow(ctx, sql, args...)
+}
+
+// flush sends the queued statements in one round trip.
+func (t *pipeTx) flush(ctx context.Context) error {
+	if t.batch.Len() == 0 {
+		return nil
+	}
+	// The results refer to the batch until they are read: send a copy.
+	b, owners := t.batch, t.owners
+	t.batch, t.owners = pgx.Batch{}, nil
+	br := t.tx.SendBatch(ctx, &b)
+	for i := range owners {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			he := owners[i]
+			he.Err = err
+			t.failed = &he
+			return t.failed
+		}
+	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("projection statements: %w", err)
+	}
+	return nil
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 // loadCheckpoints reads, and locks, the checkpoints of every projection of
 // ps for every stream in batch; a missing row is version 0. The lock keeps
@@ -204,23 +279,35 @@ func applyInTx(ctx context.Context, tx pgx.Tx, ps []*Projection, batch []*delive
 // applying the same events until this transaction ends.
 func loadCheckpoints(ctx context.Context, tx pgx.Tx, ps []*Projection, batch []*delivery) (map[ckey]int64, error) {
 	seen := map[string]bool{}
-	var names, streams []string
+	var keys []ckey
 	for _, d := range batch {
 		if seen[d.env.Stream] {
 			continue
 		}
 		seen[d.env.Stream] = true
 		for _, p := range ps {
-			names = append(names, p.Name)
-			streams = append(streams, d.env.Stream)
+			keys = append(keys, ckey{p.Name, d.env.Stream})
 		}
 	}
+	// Rows are locked in key order, the same in every batch, so two
+	// batches that share streams (during a rebalance) cannot deadlock.
+	slices.SortFunc(keys, func(a, b ckey) int {
+		return cmp.Or(strings.Compare(a.projection, b.projection), strings.Compare(a.stream, b.stream))
+	})
+	names, streams := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		names[i], streams[i] = k.projection, k.stream
+	}
+	// A lateral lookup per key stays on the primary key whatever the
+	// table's size was when the connection prepared the statement (a join
+	// got a sequential scan as the generic plan on a young table).
 	rows, err := tx.Query(ctx, `
 		SELECT c.projection, c.stream_id, c.version
 		FROM unnest($1::text[], $2::text[]) AS k (projection, stream_id)
-		JOIN projection_checkpoints c ON c.projection = k.projection AND c.stream_id = k.stream_id
-		ORDER BY 1, 2
-		FOR UPDATE OF c`, names, streams)
+		CROSS JOIN LATERAL (
+			SELECT * FROM projection_checkpoints c
+			WHERE c.projection = k.projection AND c.stream_id = k.stream_id
+			FOR UPDATE) c`, names, streams)
 	if err != nil {
 		return nil, fmt.Errorf("load checkpoints: %w", err)
 	}

@@ -19,8 +19,21 @@ import (
 	"github.com/cfgd/cfgd/events"
 )
 
+// Tx is what a handler writes the read model with, inside the batch's
+// transaction. Exec is pipelined: its statements are queued and sent to
+// Postgres together, in order, before the next Query or QueryRow and at the
+// end of the batch, so a batch of events costs a few round trips rather than
+// one per statement. A queued statement's failure is reported as the
+// failure of the event whose handler queued it. Use QueryRow or Query for a
+// statement whose result the handler needs.
+type Tx interface {
+	Exec(ctx context.Context, sql string, args ...any) error
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // Handler applies one event inside tx.
-type Handler func(ctx context.Context, tx pgx.Tx, env events.Envelope, ev events.Event) error
+type Handler func(ctx context.Context, tx Tx, env events.Envelope, ev events.Event) error
 
 // Projection is a named read model (or reactor). The name is its checkpoint
 // key: renaming it starts it again from the beginning.
@@ -50,9 +63,9 @@ func NewReactor(name string, tables ...string) *Projection {
 
 // On registers a typed handler for events of type T (a value type that
 // implements events.Event; the registry decodes to *T).
-func On[T events.Event](p *Projection, fn func(ctx context.Context, tx pgx.Tx, env events.Envelope, ev *T) error) {
+func On[T events.Event](p *Projection, fn func(ctx context.Context, tx Tx, env events.Envelope, ev *T) error) {
 	var zero T
-	p.handlers[zero.EventType()] = func(ctx context.Context, tx pgx.Tx, env events.Envelope, ev events.Event) error {
+	p.handlers[zero.EventType()] = func(ctx context.Context, tx Tx, env events.Envelope, ev events.Event) error {
 		typed, ok := any(ev).(*T)
 		if !ok {
 			return fmt.Errorf("projection %s: %s decoded as %T", p.Name, env.Type, ev)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,11 @@ type Config struct {
 	// of its stream before that is logged as an error and counted; default
 	// 10s. It keeps waiting: an event is never skipped for a gap.
 	GapAlarm time.Duration
+	// LockTimeout bounds how long a batch waits for a row lock held by
+	// another batch (say, two partitions creating the same shared row)
+	// before it is rolled back and retried; such waits can deadlock, and
+	// Postgres would take a second to notice. Default 200ms.
+	LockTimeout time.Duration
 	// Metrics, when set, registers the runner's counters and lag gauges.
 	Metrics prometheus.Registerer
 }
@@ -67,6 +73,9 @@ func (c *Config) setDefaults() {
 	if c.GapAlarm == 0 {
 		c.GapAlarm = 10 * time.Second
 	}
+	if c.LockTimeout == 0 {
+		c.LockTimeout = defaultLockTimeout
+	}
 }
 
 // Validate joins every problem of c.
@@ -89,6 +98,9 @@ func (c Config) Validate() error {
 	}
 	if c.GapAlarm <= 0 {
 		errs = append(errs, errors.New("projections: gap alarm must be positive"))
+	}
+	if c.LockTimeout < time.Millisecond {
+		errs = append(errs, errors.New("projections: lock timeout must be at least 1ms"))
 	}
 	return errors.Join(errs...)
 }
@@ -410,7 +422,7 @@ func (h *groupHandler) apply(ctx context.Context, batch []*delivery) ([]*deliver
 		return nil, nil
 	}
 	for attempt, handlerFailures := 0, 0; ; attempt++ {
-		res, err := applyBatch(ctx, h.r.pool, h.g.Projections, batch)
+		res, err := applyBatch(ctx, h.r.pool, h.r.cfg.LockTimeout, h.g.Projections, batch)
 		if err == nil {
 			h.record(res)
 			return res.held, nil
@@ -443,7 +455,7 @@ func (h *groupHandler) apply(ctx context.Context, batch []*delivery) ([]*deliver
 
 func (h *groupHandler) applyOne(ctx context.Context, d *delivery) ([]*delivery, error) {
 	for attempt, handlerFailures := 0, 0; ; attempt++ {
-		res, err := applyBatch(ctx, h.r.pool, h.g.Projections, []*delivery{d})
+		res, err := applyBatch(ctx, h.r.pool, h.r.cfg.LockTimeout, h.g.Projections, []*delivery{d})
 		if err == nil {
 			h.record(res)
 			return res.held, nil
@@ -472,15 +484,18 @@ func (h *groupHandler) applyOne(ctx context.Context, d *delivery) ([]*delivery, 
 	}
 }
 
+// backoff doubles per attempt, with jitter so that batches of several
+// partitions that failed on each other's locks do not retry in step.
 func (h *groupHandler) backoff(attempt int) time.Duration {
 	d := h.r.cfg.Backoff
 	for range min(attempt, 20) {
 		d *= 2
 		if d >= h.r.cfg.MaxBackoff {
-			return h.r.cfg.MaxBackoff
+			d = h.r.cfg.MaxBackoff
+			break
 		}
 	}
-	return d
+	return d/2 + rand.N(d)
 }
 
 func (h *groupHandler) failed(err error, n int) {
@@ -510,7 +525,7 @@ func transient(err error) bool {
 		case "08", "40", "53", "57", "58": // connection, rollback (serialization, deadlock), resources, shutdown, system
 			return true
 		}
-		return false
+		return pgErr.Code == "55P03" // lock_not_available: LockTimeout
 	}
 	var netErr net.Error
 	return errors.Is(err, errCheckpointRace) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||

@@ -11,6 +11,7 @@ package identity
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -47,47 +48,42 @@ func Group() projections.Group {
 // promise to readers.
 func Users() *projections.Projection {
 	p := projections.New(UsersName, "users", "profiles", "registration_sources", "user_registration_sources")
-	projections.On(p, func(ctx context.Context, tx pgx.Tx, env events.Envelope, e *identity.UserRegistered) error {
+	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *identity.UserRegistered) error {
 		var hash *string
 		if e.PasswordHash != "" {
 			hash = &e.PasswordHash
 		}
-		if _, err := tx.Exec(ctx, `
+		if err := tx.Exec(ctx, `
 			INSERT INTO users (id, email, first_name, last_name, password_hash, is_active, is_staff, is_superuser, date_joined, last_login, version)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
 			e.UserID, e.Email, e.FirstName, e.LastName, hash, e.IsActive, e.IsStaff, e.IsSuperuser, e.JoinedAt, e.SignedInAt, env.Version); err != nil {
 			return fmt.Errorf("insert user %d: %w", e.UserID, err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO profiles (user_id, created_at, updated_at) VALUES ($1, $2, $2)`, e.UserID, e.JoinedAt); err != nil {
+		if err := tx.Exec(ctx, `INSERT INTO profiles (user_id, created_at, updated_at) VALUES ($1, $2, $2)`, e.UserID, e.JoinedAt); err != nil {
 			return fmt.Errorf("insert profile %d: %w", e.UserID, err)
 		}
 		return nil
 	})
-	projections.On(p, func(ctx context.Context, tx pgx.Tx, env events.Envelope, e *identity.SourceLinked) error {
-		var sourceID int64
-		// DO UPDATE (of nothing) so that RETURNING yields the existing row;
-		// the first name derived for a URL stays.
-		if err := tx.QueryRow(ctx, `
-			INSERT INTO registration_sources (url, name, created_at) VALUES ($1, $2, $3)
-			ON CONFLICT (url) DO UPDATE SET url = excluded.url
-			RETURNING id`, e.SourceURL, e.SourceName, e.LinkedAt).Scan(&sourceID); err != nil {
-			return fmt.Errorf("upsert source: %w", err)
+	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *identity.SourceLinked) error {
+		sourceID, err := sourceID(ctx, tx, e)
+		if err != nil {
+			return err
 		}
-		if _, err := tx.Exec(ctx, `
+		if err := tx.Exec(ctx, `
 			INSERT INTO user_registration_sources (user_id, source_id, created_at) VALUES ($1, $2, $3)
 			ON CONFLICT (user_id, source_id) DO NOTHING`, e.UserID, sourceID, e.LinkedAt); err != nil {
 			return fmt.Errorf("link source: %w", err)
 		}
 		return bumpVersion(ctx, tx, e.UserID, env.Version)
 	})
-	projections.On(p, func(ctx context.Context, tx pgx.Tx, env events.Envelope, e *identity.LoggedIn) error {
-		if _, err := tx.Exec(ctx, `UPDATE users SET last_login = $2, version = $3 WHERE id = $1`, e.UserID, e.At, env.Version); err != nil {
+	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *identity.LoggedIn) error {
+		if err := tx.Exec(ctx, `UPDATE users SET last_login = $2, version = $3 WHERE id = $1`, e.UserID, e.At, env.Version); err != nil {
 			return fmt.Errorf("last login: %w", err)
 		}
 		return nil
 	})
-	projections.On(p, func(ctx context.Context, tx pgx.Tx, env events.Envelope, e *identity.ProfileUpdated) error {
-		if _, err := tx.Exec(ctx, `UPDATE users SET first_name = $2, last_name = $3, version = $4 WHERE id = $1`,
+	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *identity.ProfileUpdated) error {
+		if err := tx.Exec(ctx, `UPDATE users SET first_name = $2, last_name = $3, version = $4 WHERE id = $1`,
 			e.UserID, e.FirstName, e.LastName, env.Version); err != nil {
 			return fmt.Errorf("update user: %w", err)
 		}
@@ -95,7 +91,7 @@ func Users() *projections.Projection {
 		if e.DateOfBirth != "" {
 			dob = &e.DateOfBirth
 		}
-		if _, err := tx.Exec(ctx, `UPDATE profiles SET bio = $2, phone = $3, date_of_birth = $4::date, updated_at = $5 WHERE user_id = $1`,
+		if err := tx.Exec(ctx, `UPDATE profiles SET bio = $2, phone = $3, date_of_birth = $4::date, updated_at = $5 WHERE user_id = $1`,
 			e.UserID, e.Bio, e.Phone, dob, e.At); err != nil {
 			return fmt.Errorf("update profile: %w", err)
 		}
@@ -104,8 +100,39 @@ func Users() *projections.Projection {
 	return p
 }
 
-func bumpVersion(ctx context.Context, tx pgx.Tx, userID, version int64) error {
-	if _, err := tx.Exec(ctx, `UPDATE users SET version = $2 WHERE id = $1`, userID, version); err != nil {
+// sourceID returns the id of the source row for e's URL, creating it if
+// needed; the first name derived for a URL stays. An existing row is only
+// read, never locked: an upsert would lock it until the batch commits, and
+// batches of other partitions linking the same sources in another order
+// would deadlock.
+func sourceID(ctx context.Context, tx projections.Tx, e *identity.SourceLinked) (int64, error) {
+	const find = `SELECT id FROM registration_sources WHERE url = $1`
+	var id int64
+	err := tx.QueryRow(ctx, find, e.SourceURL).Scan(&id)
+	if err == nil || !errors.Is(err, pgx.ErrNoRows) {
+		return id, wrapSource(err)
+	}
+	err = tx.QueryRow(ctx, `
+		INSERT INTO registration_sources (url, name, created_at) VALUES ($1, $2, $3)
+		ON CONFLICT (url) DO NOTHING
+		RETURNING id`, e.SourceURL, e.SourceName, e.LinkedAt).Scan(&id)
+	if err == nil || !errors.Is(err, pgx.ErrNoRows) {
+		return id, wrapSource(err)
+	}
+	// Another transaction inserted it since the first read; this new
+	// statement sees its row.
+	return id, wrapSource(tx.QueryRow(ctx, find, e.SourceURL).Scan(&id))
+}
+
+func wrapSource(err error) error {
+	if err != nil {
+		return fmt.Errorf("source: %w", err)
+	}
+	return nil
+}
+
+func bumpVersion(ctx context.Context, tx projections.Tx, userID, version int64) error {
+	if err := tx.Exec(ctx, `UPDATE users SET version = $2 WHERE id = $1`, userID, version); err != nil {
 		return fmt.Errorf("user version: %w", err)
 	}
 	return nil
@@ -117,8 +144,8 @@ func bumpVersion(ctx context.Context, tx pgx.Tx, userID, version int64) error {
 // every projected event costs a transaction.
 func Revocations() *projections.Projection {
 	p := projections.New(RevocationsName, "session_revocations")
-	projections.On(p, func(ctx context.Context, tx pgx.Tx, _ events.Envelope, e *identity.SessionRevoked) error {
-		_, err := tx.Exec(ctx, `
+	projections.On(p, func(ctx context.Context, tx projections.Tx, _ events.Envelope, e *identity.SessionRevoked) error {
+		err := tx.Exec(ctx, `
 			INSERT INTO session_revocations (session_id, user_id, kind, reason, revoked_at, expires_at)
 			VALUES ($1, $2, $3, $4, $5, $6)`,
 			e.SessionID, e.UserID, e.Kind, e.Reason, e.At, e.ExpiresAt)
