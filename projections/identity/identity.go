@@ -11,10 +11,8 @@ package identity
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
 
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
@@ -65,13 +63,13 @@ func Users() *projections.Projection {
 		return nil
 	})
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *identity.SourceLinked) error {
-		sourceID, err := sourceID(ctx, tx, e)
-		if err != nil {
-			return err
-		}
+		// registration_source_id (migration 00005) finds or creates the
+		// source without locking an existing row; the first name derived
+		// for a URL stays. A NULL id would fail the NOT NULL column loudly.
 		if err := tx.Exec(ctx, `
-			INSERT INTO user_registration_sources (user_id, source_id, created_at) VALUES ($1, $2, $3)
-			ON CONFLICT (user_id, source_id) DO NOTHING`, e.UserID, sourceID, e.LinkedAt); err != nil {
+			INSERT INTO user_registration_sources (user_id, source_id, created_at)
+			VALUES ($1, registration_source_id($2, $3, $4), $4)
+			ON CONFLICT (user_id, source_id) DO NOTHING`, e.UserID, e.SourceURL, e.SourceName, e.LinkedAt); err != nil {
 			return fmt.Errorf("link source: %w", err)
 		}
 		return bumpVersion(ctx, tx, e.UserID, env.Version)
@@ -98,37 +96,6 @@ func Users() *projections.Projection {
 		return nil
 	})
 	return p
-}
-
-// sourceID returns the id of the source row for e's URL, creating it if
-// needed; the first name derived for a URL stays. An existing row is only
-// read, never locked: an upsert would lock it until the batch commits, and
-// batches of other partitions linking the same sources in another order
-// would deadlock.
-func sourceID(ctx context.Context, tx projections.Tx, e *identity.SourceLinked) (int64, error) {
-	const find = `SELECT id FROM registration_sources WHERE url = $1`
-	var id int64
-	err := tx.QueryRow(ctx, find, e.SourceURL).Scan(&id)
-	if err == nil || !errors.Is(err, pgx.ErrNoRows) {
-		return id, wrapSource(err)
-	}
-	err = tx.QueryRow(ctx, `
-		INSERT INTO registration_sources (url, name, created_at) VALUES ($1, $2, $3)
-		ON CONFLICT (url) DO NOTHING
-		RETURNING id`, e.SourceURL, e.SourceName, e.LinkedAt).Scan(&id)
-	if err == nil || !errors.Is(err, pgx.ErrNoRows) {
-		return id, wrapSource(err)
-	}
-	// Another transaction inserted it since the first read; this new
-	// statement sees its row.
-	return id, wrapSource(tx.QueryRow(ctx, find, e.SourceURL).Scan(&id))
-}
-
-func wrapSource(err error) error {
-	if err != nil {
-		return fmt.Errorf("source: %w", err)
-	}
-	return nil
 }
 
 func bumpVersion(ctx context.Context, tx projections.Tx, userID, version int64) error {
