@@ -28,7 +28,9 @@ type Config struct {
 	// Signer verifies every message body; a message whose signature is
 	// missing or wrong is dead-lettered, never applied.
 	Signer *events.Signer
-	// BatchSize bounds the events applied in one transaction; default 500.
+	// BatchSize bounds the events applied in one transaction; default 2000
+	// (at 500 the fixed cost of a transaction and its checkpoint statements
+	// cost a fifth of the throughput in BenchmarkProjectionApply).
 	BatchSize int
 	// BatchAttempts is how often a batch whose handler fails is tried
 	// before its events are applied one at a time; default 3.
@@ -56,7 +58,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.BatchSize == 0 {
-		c.BatchSize = 500
+		c.BatchSize = 2000
 	}
 	if c.BatchAttempts == 0 {
 		c.BatchAttempts = 3
