@@ -384,6 +384,11 @@ func (h *groupHandler) prepare(ctx context.Context, msgs []*sarama.ConsumerMessa
 			continue
 		}
 		d := &delivery{env: env, src: src}
+		if !h.handles(env.Type) {
+			// Only the checkpoint moves: no need to decode the payload.
+			out = append(out, d)
+			continue
+		}
 		ev, err := h.r.cfg.Registry.Decode(env)
 		var unknown *events.ErrUnknownType
 		switch {
@@ -404,6 +409,15 @@ func (h *groupHandler) prepare(ctx context.Context, msgs []*sarama.ConsumerMessa
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+func (h *groupHandler) handles(typ string) bool {
+	for _, p := range h.g.Projections {
+		if p.Handles(typ) {
+			return true
+		}
+	}
+	return false
 }
 
 func (d *delivery) markDead(projection, reason string) {

@@ -24,6 +24,9 @@ commands:
   migrate   apply database migrations and exit
   user create-superuser --email E [--password P]
             create a staff superuser (without --password: OTP sign-in only)
+  deadletters list
+            print the events projections gave up on (time, projection,
+            stream, version, type, reason, origin), oldest first
   help      show this text
 
 Settings come from the environment, then the .env file named by
@@ -73,7 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
-	case "serve", "migrate", "user":
+	case "serve", "migrate", "user", "deadletters":
 	default:
 		fmt.Fprintf(stderr, "cfgd: unknown command %q\n\n%s", cmd, usage)
 		return &exitError{code: 2}
@@ -85,6 +88,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		var err error
 		if userCmd, err = parseUserCommand(rest, stdout, stderr); err != nil {
 			return err
+		}
+	} else if cmd == "deadletters" {
+		if len(rest) != 1 || rest[0] != "list" {
+			return &exitError{code: 2, err: fmt.Errorf("usage: cfgd deadletters list")}
 		}
 	} else if len(rest) > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("%s takes no arguments, got %q", cmd, rest)}
@@ -111,6 +118,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return migrate(ctx, log, app.Core)
 	case "user":
 		return userCmd(ctx, log, app)
+	case "deadletters":
+		return deadletters(ctx, app.Core, stdout)
 	default:
 		return serve(ctx, log, app, stdout)
 	}

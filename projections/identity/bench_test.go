@@ -104,7 +104,17 @@ func signInMix(tb testing.TB, n int) []events.Envelope {
 func BenchmarkProjectionApply(b *testing.B) {
 	const total = 100_000
 	ctx := context.Background()
-	pool := testenv.Postgres(b)
+	// One connection per partition, as cfgd serve's pool (32) allows.
+	pgCfg, err := pgxpool.ParseConfig(testenv.PostgresURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	pgCfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(ctx, pgCfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
 	c := testenv.Kafka(b, 8)
 	if err := bus.EnsureTopics(ctx, c, testenv.Quiet(), bus.TopicEvents); err != nil {
 		b.Fatal(err)

@@ -1,18 +1,18 @@
 // Package identity projects the sign-in events into Postgres read models:
 // users with their profiles and registration sources, and session
 // revocations (which feed the access-token revocation set). The projection names
-// are consumer groups and checkpoint keys: never rename them.
+// are checkpoint keys (and, through projections.Each, consumer groups):
+// never rename them.
 //
 // The otp-<email> streams have no read model: nothing queries codes, and
-// the write side decides from the stream alone. Each projected event costs
-// a transaction, so a model nobody reads would only halve sign-in
-// throughput.
+// the write side decides from the stream alone. Every projection still
+// checkpoints every stream it sees, so a model nobody reads would only cost
+// writes.
 package identity
 
 import (
 	"context"
 	"fmt"
-
 
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
@@ -108,7 +108,7 @@ func bumpVersion(ctx context.Context, tx projections.Tx, userID, version int64) 
 // Revocations builds session_revocations, the source of the access-token
 // revocation set. Only revocations are projected: nothing reads a list of
 // live sessions (the write side decides from the session streams), and
-// every projected event costs a transaction.
+// every projected row costs a write.
 func Revocations() *projections.Projection {
 	p := projections.New(RevocationsName, "session_revocations")
 	projections.On(p, func(ctx context.Context, tx projections.Tx, _ events.Envelope, e *identity.SessionRevoked) error {
