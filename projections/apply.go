@@ -1,12 +1,10 @@
 package projections
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
+	"hash/fnv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -89,7 +87,7 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p *Pro
 	default:
 		d.ev = ev
 	}
-	res, err := applyBatch(ctx, pool, defaultLockTimeout, []*Projection{p}, []*delivery{d})
+	res, err := applyBatch(ctx, pool, defaultLockTimeout, "", []*Projection{p}, []*delivery{d})
 	if err != nil {
 		return 0, err
 	}
@@ -104,10 +102,25 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p *Pro
 // defaultLockTimeout: see Config.LockTimeout.
 const defaultLockTimeout = 200 * time.Millisecond
 
-func applyBatch(ctx context.Context, pool *pgxpool.Pool, lockTimeout time.Duration, ps []*Projection, batch []*delivery) (batchResult, error) {
+// advisoryClass is the first key of the projections' advisory locks.
+const advisoryClass = 0x63666764 // "cfgd"
+
+// applyBatch applies batch in one transaction. With a group, it first
+// takes a transaction lock on the group's partition the batch was read
+// from: during a rebalance the partition's old and new owner may both hold
+// the same events for a moment, and the second one then reads the first
+// one's checkpoints and finds duplicates, instead of applying them again.
+// One lock per batch is far cheaper than locking every checkpoint row.
+func applyBatch(ctx context.Context, pool *pgxpool.Pool, lockTimeout time.Duration, group string, ps []*Projection, batch []*delivery) (batchResult, error) {
 	var res batchResult
-	// The lock timeout travels with BEGIN, in the same round trip.
+	// The lock timeout and the partition lock travel with BEGIN, in the
+	// same round trip.
 	begin := fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = %d", lockTimeout.Milliseconds())
+	if src := batch[0].src; group != "" && src.topic != "" {
+		h := fnv.New32a()
+		fmt.Fprintf(h, "%s/%s/%d", group, src.topic, src.partition)
+		begin += fmt.Sprintf("; SELECT pg_advisory_xact_lock(%d, %d)", advisoryClass, int32(h.Sum32()))
+	}
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{BeginQuery: begin}, func(tx pgx.Tx) error {
 		var err error
 		res, err = applyInTx(ctx, tx, ps, batch)
@@ -273,10 +286,8 @@ type errRow struct{ err error }
 
 func (r errRow) Scan(...any) error { return r.err }
 
-// loadCheckpoints reads, and locks, the checkpoints of every projection of
-// ps for every stream in batch; a missing row is version 0. The lock keeps
-// a second consumer of the same partition (during a rebalance) from
-// applying the same events until this transaction ends.
+// loadCheckpoints reads the checkpoints of every projection of ps for
+// every stream in batch; a missing row is version 0.
 func loadCheckpoints(ctx context.Context, tx pgx.Tx, ps []*Projection, batch []*delivery) (map[ckey]int64, error) {
 	seen := map[string]bool{}
 	var keys []ckey
@@ -289,25 +300,22 @@ func loadCheckpoints(ctx context.Context, tx pgx.Tx, ps []*Projection, batch []*
 			keys = append(keys, ckey{p.Name, d.env.Stream})
 		}
 	}
-	// Rows are locked in key order, the same in every batch, so two
-	// batches that share streams (during a rebalance) cannot deadlock.
-	slices.SortFunc(keys, func(a, b ckey) int {
-		return cmp.Or(strings.Compare(a.projection, b.projection), strings.Compare(a.stream, b.stream))
-	})
 	names, streams := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		names[i], streams[i] = k.projection, k.stream
 	}
 	// A lateral lookup per key stays on the primary key whatever the
 	// table's size was when the connection prepared the statement (a join
-	// got a sequential scan as the generic plan on a young table).
+	// got a sequential scan as the generic plan on a young table). LIMIT 1
+	// (the key is the primary key) keeps the planner from flattening the
+	// lookup back into that join.
 	rows, err := tx.Query(ctx, `
 		SELECT c.projection, c.stream_id, c.version
 		FROM unnest($1::text[], $2::text[]) AS k (projection, stream_id)
 		CROSS JOIN LATERAL (
 			SELECT * FROM projection_checkpoints c
 			WHERE c.projection = k.projection AND c.stream_id = k.stream_id
-			FOR UPDATE) c`, names, streams)
+			LIMIT 1) c`, names, streams)
 	if err != nil {
 		return nil, fmt.Errorf("load checkpoints: %w", err)
 	}
@@ -325,8 +333,10 @@ func loadCheckpoints(ctx context.Context, tx pgx.Tx, ps []*Projection, batch []*
 }
 
 // saveCheckpoints writes every checkpoint that moved. The guard keeps a
-// checkpoint from going backwards; if a concurrent consumer got there
-// first, the row count tells, and the batch is rolled back.
+// checkpoint from going backwards; if a concurrent writer outside the
+// partition lock (Apply, or a stream found in two partitions after the
+// partition count changed) got there first, the row count tells, and the
+// batch is rolled back and retried.
 func saveCheckpoints(ctx context.Context, tx pgx.Tx, start, cps map[ckey]int64) error {
 	var names, streams []string
 	var versions []int64

@@ -438,7 +438,7 @@ func (h *groupHandler) apply(ctx context.Context, batch []*delivery) ([]*deliver
 		return nil, nil
 	}
 	for attempt, handlerFailures := 0, 0; ; attempt++ {
-		res, err := applyBatch(ctx, h.r.pool, h.r.cfg.LockTimeout, h.g.Projections, batch)
+		res, err := applyBatch(ctx, h.r.pool, h.r.cfg.LockTimeout, h.g.ConsumerGroup(), h.g.Projections, batch)
 		if err == nil {
 			h.record(res)
 			return res.held, nil
@@ -471,7 +471,7 @@ func (h *groupHandler) apply(ctx context.Context, batch []*delivery) ([]*deliver
 
 func (h *groupHandler) applyOne(ctx context.Context, d *delivery) ([]*delivery, error) {
 	for attempt, handlerFailures := 0, 0; ; attempt++ {
-		res, err := applyBatch(ctx, h.r.pool, h.r.cfg.LockTimeout, h.g.Projections, []*delivery{d})
+		res, err := applyBatch(ctx, h.r.pool, h.r.cfg.LockTimeout, h.g.ConsumerGroup(), h.g.Projections, []*delivery{d})
 		if err == nil {
 			h.record(res)
 			return res.held, nil
