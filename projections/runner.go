@@ -4,157 +4,578 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"math/rand/v2"
+	"net"
 	"sync/atomic"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/IBM/sarama"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/bus"
 )
 
-// Runner feeds projections from the events topic.
+// Config of a Runner.
+type Config struct {
+	Bus      bus.Config
+	Registry *events.Registry
+	// Signer verifies every message body; a message whose signature is
+	// missing or wrong is dead-lettered, never applied.
+	Signer *events.Signer
+	// BatchSize bounds the events applied in one transaction; default 2000
+	// (at 500 the fixed cost of a transaction and its checkpoint statements
+	// cost a fifth of the throughput in BenchmarkProjectionApply).
+	BatchSize int
+	// BatchAttempts is how often a batch whose handler fails is tried
+	// before its events are applied one at a time; default 3.
+	BatchAttempts int
+	// EventAttempts is how often one event whose handler fails is tried
+	// before it is dead-lettered; default 5. Errors of the database or the
+	// connection are retried without limit: they say nothing about the event.
+	EventAttempts int
+	// Backoff is the first retry delay, doubled up to MaxBackoff; defaults
+	// 50ms and 5s.
+	Backoff    time.Duration
+	MaxBackoff time.Duration
+	// GapAlarm is how long an event may wait for a missing earlier version
+	// of its stream before that is logged as an error and counted; default
+	// 10s. It keeps waiting: an event is never skipped for a gap.
+	GapAlarm time.Duration
+	// LockTimeout bounds how long a batch waits for a row lock held by
+	// another batch (say, two partitions creating the same shared row)
+	// before it is rolled back and retried; such waits can deadlock, and
+	// Postgres would take a second to notice. Default 200ms.
+	LockTimeout time.Duration
+	// Metrics, when set, registers the runner's counters and lag gauges.
+	Metrics prometheus.Registerer
+}
+
+func (c *Config) setDefaults() {
+	if c.BatchSize == 0 {
+		c.BatchSize = 2000
+	}
+	if c.BatchAttempts == 0 {
+		c.BatchAttempts = 3
+	}
+	if c.EventAttempts == 0 {
+		c.EventAttempts = 5
+	}
+	if c.Backoff == 0 {
+		c.Backoff = 50 * time.Millisecond
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = 5 * time.Second
+	}
+	if c.GapAlarm == 0 {
+		c.GapAlarm = 10 * time.Second
+	}
+	if c.LockTimeout == 0 {
+		c.LockTimeout = defaultLockTimeout
+	}
+}
+
+// Validate joins every problem of c.
+func (c Config) Validate() error {
+	var errs []error
+	if err := c.Bus.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("projections: %w", err))
+	}
+	if c.Registry == nil {
+		errs = append(errs, errors.New("projections: no event registry"))
+	}
+	if c.Signer == nil {
+		errs = append(errs, errors.New("projections: no event signer (every message must be verified)"))
+	}
+	if c.BatchSize < 1 || c.BatchAttempts < 1 || c.EventAttempts < 1 {
+		errs = append(errs, errors.New("projections: batch size and attempts must be at least 1"))
+	}
+	if c.Backoff <= 0 || c.MaxBackoff < c.Backoff {
+		errs = append(errs, errors.New("projections: backoff must be positive and at most the max backoff"))
+	}
+	if c.GapAlarm <= 0 {
+		errs = append(errs, errors.New("projections: gap alarm must be positive"))
+	}
+	if c.LockTimeout < time.Millisecond {
+		errs = append(errs, errors.New("projections: lock timeout must be at least 1ms"))
+	}
+	return errors.Join(errs...)
+}
+
+// Runner feeds groups of projections from the events topic.
 type Runner struct {
+	cfg     Config
 	pool    *pgxpool.Pool
-	reg     *events.Registry
-	bus     bus.Config
 	log     *slog.Logger
 	metrics *runnerMetrics
-	// applied is the highest global position each projection applied in
-	// this process; flushed to projection_positions once a second rather
-	// than in every event's transaction, where one hot row per projection
-	// would serialise all partitions.
-	applied map[string]*atomic.Int64
 }
 
 type runnerMetrics struct {
-	applied *prometheus.CounterVec
-	failed  *prometheus.CounterVec
-	reg     prometheus.Registerer
+	events      *prometheus.CounterVec
+	failed      *prometheus.CounterVec
+	deadletters *prometheus.CounterVec
+	gaps        *prometheus.CounterVec
 }
 
-// NewRunner builds a runner; metrics may be nil.
-func NewRunner(pool *pgxpool.Pool, reg *events.Registry, c bus.Config, log *slog.Logger, metrics prometheus.Registerer) (*Runner, error) {
-	r := &Runner{pool: pool, reg: reg, bus: c, log: log.With("component", "projections")}
-	if metrics != nil {
-		m := &runnerMetrics{
-			applied: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Name: "cfgd_projection_events_total", Help: "Events seen by a projection, by outcome.",
-			}, []string{"projection", "outcome"}),
-			failed: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Name: "cfgd_projection_errors_total", Help: "Failed attempts to apply an event (each is retried).",
-			}, []string{"projection"}),
-			reg: metrics,
-		}
-		for _, c := range []prometheus.Collector{m.applied, m.failed} {
-			if err := metrics.Register(c); err != nil {
+// NewRunner builds a runner.
+func NewRunner(cfg Config, pool *pgxpool.Pool, log *slog.Logger) (*Runner, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Runner{cfg: cfg, pool: pool, log: log.With("component", "projections"), metrics: &runnerMetrics{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cfgd_projection_events_total", Help: "Events passed by a projection, by outcome.",
+		}, []string{"projection", "outcome"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cfgd_projection_errors_total", Help: "Failed attempts to apply a batch or an event (each is retried).",
+		}, []string{"group"}),
+		deadletters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cfgd_projection_deadletters_total", Help: "Events sent to the dead-letter topic, by projection (the group for messages refused before any projection saw them) and reason.",
+		}, []string{"projection", "reason"}),
+		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cfgd_projection_gaps_total", Help: "Times events waited longer than the gap alarm for a missing earlier version of their stream.",
+		}, []string{"group"}),
+	}}
+	if cfg.Metrics != nil {
+		m := r.metrics
+		for _, c := range []prometheus.Collector{m.events, m.failed, m.deadletters, m.gaps} {
+			if err := cfg.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("projection metrics: %w", err)
 			}
 		}
-		r.metrics = m
 	}
 	return r, nil
 }
 
-// GroupName is the Kafka consumer group of a projection.
-func GroupName(projection string) string { return "cfgd.projection." + projection }
-
-// Run consumes until ctx ends. Each projection gets its own consumer group
-// and handler; a failing event is retried with backoff and never skipped, so
-// a projection stalls rather than diverges.
-func (r *Runner) Run(ctx context.Context, ps ...*Projection) error {
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NewSlogLogger(r.log))
-	if err != nil {
-		return fmt.Errorf("projection router: %w", err)
+// Run consumes until ctx ends, each group in its own consumer group. A
+// batch is applied in one transaction with the checkpoints, and its offsets
+// are marked for commit only after that transaction committed.
+func (r *Runner) Run(ctx context.Context, groups ...Group) error {
+	var errs []error
+	seen := map[string]string{}
+	for _, g := range groups {
+		if err := g.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		for _, p := range g.Projections {
+			if other, ok := seen[p.Name]; ok {
+				errs = append(errs, fmt.Errorf("projection %s is in groups %s and %s", p.Name, other, g.Name))
+			}
+			seen[p.Name] = g.Name
+		}
 	}
-	router.AddMiddleware(middleware.Recoverer)
-	topic := r.bus.Topic(bus.TopicEvents)
-	r.applied = make(map[string]*atomic.Int64, len(ps))
-	for _, p := range ps {
-		r.applied[p.Name] = new(atomic.Int64)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if len(groups) == 0 {
+		return nil
+	}
+	if err := bus.EnsureTopics(ctx, r.cfg.Bus, r.log, TopicDeadLetters); err != nil {
+		return err
+	}
+	dlq, err := sarama.NewSyncProducer(r.cfg.Bus.Brokers, r.cfg.Bus.ProducerSarama())
+	if err != nil {
+		return fmt.Errorf("dead-letter producer: %w", err)
+	}
+	defer dlq.Close()
+
+	// applied is the highest global position each projection passed in
+	// this process; flushed to projection_positions once a second rather
+	// than in every batch, where one hot row per projection would
+	// serialise all partitions.
+	applied := map[string]*atomic.Int64{}
+	for _, g := range groups {
+		for _, p := range g.Projections {
+			applied[p.Name] = new(atomic.Int64)
+			if r.cfg.Metrics != nil {
+				if err := r.registerLag(p.Name); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	flushDone := make(chan struct{})
 	flushCtx, stopFlush := context.WithCancel(ctx)
 	go func() {
 		defer close(flushDone)
-		r.flushPositions(flushCtx)
+		r.flushPositions(flushCtx, applied)
 	}()
 	defer func() {
 		stopFlush()
 		<-flushDone
 	}()
-	for _, p := range ps {
-		if r.metrics != nil {
-			if err := r.registerLag(p.Name); err != nil {
-				return err
+
+	eg, ctx := errgroup.WithContext(ctx)
+	for _, g := range groups {
+		h := &groupHandler{r: r, g: g, dlq: dlq, applied: applied, log: r.log.With("group", g.Name)}
+		eg.Go(func() error { return r.consume(ctx, h) })
+	}
+	return eg.Wait()
+}
+
+func (r *Runner) consume(ctx context.Context, h *groupHandler) error {
+	sc := r.cfg.Bus.ConsumerSarama()
+	// Room for two batches, so the next one is fetched while one applies.
+	sc.ChannelBufferSize = 2 * r.cfg.BatchSize
+	cg, err := sarama.NewConsumerGroup(r.cfg.Bus.Brokers, h.g.ConsumerGroup(), sc)
+	if err != nil {
+		return fmt.Errorf("consumer group %s: %w", h.g.ConsumerGroup(), err)
+	}
+	defer cg.Close()
+	go func() {
+		for err := range cg.Errors() {
+			h.log.Warn("kafka consumer", "err", err)
+		}
+	}()
+	topics := []string{r.cfg.Bus.Topic(bus.TopicEvents)}
+	for ctx.Err() == nil {
+		// Consume returns at every rebalance; the loop rejoins.
+		if err := cg.Consume(ctx, topics, h); err != nil {
+			if errors.Is(err, sarama.ErrClosedConsumerGroup) {
+				return nil
+			}
+			h.log.Warn("kafka consumer group session", "err", err)
+			if sleep(ctx, time.Second) != nil {
+				return nil
 			}
 		}
-		sub, err := bus.NewSubscriber(r.bus, GroupName(p.Name), r.log)
-		if err != nil {
-			return err
-		}
-		h := router.AddConsumerHandler(p.Name, topic, sub, r.handle(p))
-		h.AddMiddleware(middleware.Retry{
-			MaxRetries:      8,
-			InitialInterval: 50 * time.Millisecond,
-			MaxInterval:     5 * time.Second,
-			Multiplier:      2,
-			Logger:          watermill.NewSlogLogger(r.log),
-		}.Middleware)
-	}
-	if err := router.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("projection router: %w", err)
 	}
 	return nil
 }
 
-func (r *Runner) handle(p *Projection) message.NoPublishHandlerFunc {
-	return func(msg *message.Message) error {
-		// Skip unknown types on the header alone, without decoding.
-		if t := msg.Metadata.Get(events.HeaderType); t != "" && !p.Handles(t) {
-			r.count(p.Name, "ignored")
-			return nil
+// groupHandler is the sarama handler of one group; ConsumeClaim runs once
+// per assigned partition, concurrently.
+type groupHandler struct {
+	r       *Runner
+	g       Group
+	dlq     sarama.SyncProducer
+	applied map[string]*atomic.Int64
+	log     *slog.Logger
+}
+
+func (h *groupHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }
+func (h *groupHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+
+// ConsumeClaim applies batches of one partition. Events held for a gap
+// stay in memory and are retried with every following batch (the events
+// of their stream behind them are held too); the offset marked for commit
+// stops at the oldest held event, so a restart re-reads from there.
+func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	ctx := sess.Context()
+	cfg := h.r.cfg
+	maxHeld := 10 * cfg.BatchSize
+	msgs := claim.Messages()
+	var held []*delivery
+	delay := cfg.Backoff
+	var heldSince time.Time
+	alarmed := false
+	for {
+		fresh := make([]*sarama.ConsumerMessage, 0, cfg.BatchSize)
+		switch {
+		case len(held) == 0:
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					return nil
+				}
+				fresh = append(fresh, m)
+			case <-ctx.Done():
+				return nil
+			}
+		case len(held) < maxHeld:
+			// Wait for the missing version, or retry after delay.
+			t := time.NewTimer(delay)
+			select {
+			case m, ok := <-msgs:
+				t.Stop()
+				if !ok {
+					return nil
+				}
+				fresh = append(fresh, m)
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			}
+		default:
+			// Too much is held: stop reading until the gap closes.
+			if sleep(ctx, delay) != nil {
+				return nil
+			}
 		}
-		env, err := events.Unmarshal(msg.Payload)
+		if len(fresh) > 0 {
+		drain:
+			for len(fresh) < cfg.BatchSize {
+				select {
+				case m, ok := <-msgs:
+					if !ok {
+						break drain
+					}
+					fresh = append(fresh, m)
+				default:
+					break drain
+				}
+			}
+		}
+		ds, err := h.prepare(ctx, fresh)
 		if err != nil {
-			// A body nobody can read would block the partition forever.
-			r.log.Error("skipping undecodable message", "projection", p.Name, "message", msg.UUID, "err", err)
-			r.count(p.Name, "undecodable")
+			return nil // ctx ended; nothing of fresh is marked
+		}
+		held, err = h.apply(ctx, append(held, ds...))
+		if err != nil {
 			return nil
 		}
-		out, err := Apply(msg.Context(), r.pool, r.reg, p, env)
+		next := int64(-1)
+		if len(fresh) > 0 {
+			next = fresh[len(fresh)-1].Offset + 1
+		}
+		if len(held) > 0 {
+			next = held[0].src.offset
+		}
+		if next >= 0 {
+			sess.MarkOffset(claim.Topic(), claim.Partition(), next, "")
+		}
+		if len(held) == 0 {
+			heldSince, alarmed, delay = time.Time{}, false, cfg.Backoff
+			continue
+		}
+		if heldSince.IsZero() {
+			heldSince = time.Now()
+		}
+		delay = min(2*delay, cfg.MaxBackoff)
+		if !alarmed && time.Since(heldSince) > cfg.GapAlarm {
+			alarmed = true
+			h.r.metrics.gaps.WithLabelValues(h.g.Name).Inc()
+			d := held[0]
+			h.log.Error("events are waiting for a missing earlier version of their stream; the relay must never publish out of order, check it and the topic",
+				"stream", d.env.Stream, "version", d.env.Version, "partition", claim.Partition(), "offset", d.src.offset,
+				"held", len(held), "since", heldSince)
+		}
+	}
+}
+
+// prepare verifies and decodes messages. A message that fails the
+// signature check or does not decode as an envelope is dead-lettered for
+// the whole group and dropped: its stream and version cannot be trusted, so
+// no checkpoint moves for it. An envelope whose payload does not decode is
+// dead-lettered for each projection that handles its type, and passes them
+// by.
+func (h *groupHandler) prepare(ctx context.Context, msgs []*sarama.ConsumerMessage) ([]*delivery, error) {
+	out := make([]*delivery, 0, len(msgs))
+	for _, m := range msgs {
+		src := source{topic: m.Topic, partition: m.Partition, offset: m.Offset, key: m.Key, value: m.Value, headers: m.Headers}
+		if err := h.r.cfg.Signer.Verify(m.Value, header(m.Headers, events.HeaderSignature)); err != nil {
+			if err := h.deadLetter(ctx, src, h.g.Name, ReasonBadSignature, err); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		env, err := events.Unmarshal(m.Value)
+		if err != nil {
+			if err := h.deadLetter(ctx, src, h.g.Name, ReasonUndecodable, err); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		d := &delivery{env: env, src: src}
+		if !h.handles(env.Type) {
+			// Only the checkpoint moves: no need to decode the payload.
+			out = append(out, d)
+			continue
+		}
+		ev, err := h.r.cfg.Registry.Decode(env)
 		var unknown *events.ErrUnknownType
 		switch {
 		case errors.As(err, &unknown):
-			r.count(p.Name, "ignored")
-			return nil
 		case err != nil:
-			if r.metrics != nil {
-				r.metrics.failed.WithLabelValues(p.Name).Inc()
+			for _, p := range h.g.Projections {
+				if !p.Handles(env.Type) {
+					continue
+				}
+				if err := h.deadLetter(ctx, src, p.Name, ReasonUndecodable, err); err != nil {
+					return nil, err
+				}
+				d.markDead(p.Name, ReasonUndecodable)
 			}
-			return err
+		default:
+			d.ev = ev
 		}
-		r.count(p.Name, [...]string{"applied", "duplicate", "ignored"}[out])
-		if out == Applied {
-			storeMax(r.applied[p.Name], env.Position)
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func (h *groupHandler) handles(typ string) bool {
+	for _, p := range h.g.Projections {
+		if p.Handles(typ) {
+			return true
 		}
+	}
+	return false
+}
+
+func (d *delivery) markDead(projection, reason string) {
+	if d.dead == nil {
+		d.dead = map[string]string{}
+	}
+	d.dead[projection] = reason
+}
+
+// apply applies batch with retries and returns the held events. A
+// transient failure (database, connection, a concurrent checkpoint) retries
+// the batch without limit. A handler that keeps failing rolls the batch
+// back each time; after BatchAttempts the events are applied one at a
+// time, so one poison event is found, dead-lettered, and passed by, while
+// every other event of the batch is applied exactly once.
+func (h *groupHandler) apply(ctx context.Context, batch []*delivery) ([]*delivery, error) {
+	if len(batch) == 0 {
+		return nil, nil
+	}
+	for attempt, handlerFailures := 0, 0; ; attempt++ {
+		res, err := applyBatch(ctx, h.r.pool, h.r.cfg.LockTimeout, h.g.ConsumerGroup(), h.g.Projections, batch)
+		if err == nil {
+			h.record(res)
+			return res.held, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		h.failed(err, len(batch))
+		var he *HandlerError
+		if errors.As(err, &he) && !transient(err) {
+			handlerFailures++
+			if handlerFailures >= h.r.cfg.BatchAttempts {
+				break
+			}
+		}
+		if err := sleep(ctx, h.backoff(attempt)); err != nil {
+			return nil, err
+		}
+	}
+	var held []*delivery
+	for _, d := range batch {
+		hs, err := h.applyOne(ctx, d)
+		if err != nil {
+			return nil, err
+		}
+		held = append(held, hs...)
+	}
+	return held, nil
+}
+
+func (h *groupHandler) applyOne(ctx context.Context, d *delivery) ([]*delivery, error) {
+	for attempt, handlerFailures := 0, 0; ; attempt++ {
+		res, err := applyBatch(ctx, h.r.pool, h.r.cfg.LockTimeout, h.g.ConsumerGroup(), h.g.Projections, []*delivery{d})
+		if err == nil {
+			h.record(res)
+			return res.held, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		h.failed(err, 1)
+		var he *HandlerError
+		if errors.As(err, &he) && !transient(err) {
+			handlerFailures++
+			// A handler error while the database is unreachable says
+			// nothing about the event.
+			if handlerFailures >= h.r.cfg.EventAttempts && h.r.pool.Ping(ctx) == nil {
+				if err := h.deadLetter(ctx, d.src, he.Projection, ReasonHandler, he.Err); err != nil {
+					return nil, err
+				}
+				d.markDead(he.Projection, ReasonHandler)
+				handlerFailures = 0
+				continue
+			}
+		}
+		if err := sleep(ctx, h.backoff(attempt)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// backoff doubles per attempt, with jitter so that batches of several
+// partitions that failed on each other's locks do not retry in step.
+func (h *groupHandler) backoff(attempt int) time.Duration {
+	d := h.r.cfg.Backoff
+	for range min(attempt, 20) {
+		d *= 2
+		if d >= h.r.cfg.MaxBackoff {
+			d = h.r.cfg.MaxBackoff
+			break
+		}
+	}
+	return d/2 + rand.N(d)
+}
+
+func (h *groupHandler) failed(err error, n int) {
+	h.r.metrics.failed.WithLabelValues(h.g.Name).Inc()
+	h.log.Warn("projection batch failed; retrying", "events", n, "err", err)
+}
+
+func (h *groupHandler) record(res batchResult) {
+	for name, counts := range res.outcomes {
+		for o, n := range counts {
+			if n > 0 && Outcome(o) != Held {
+				h.r.metrics.events.WithLabelValues(name, Outcome(o).String()).Add(float64(n))
+			}
+		}
+	}
+	for name, pos := range res.maxPos {
+		storeMax(h.applied[name], pos)
+	}
+}
+
+// transient tells whether err is about the database or the connection
+// rather than the event: such errors are retried without limit.
+func transient(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code[:2] {
+		case "08", "40", "53", "57", "58": // connection, rollback (serialization, deadlock), resources, shutdown, system
+			return true
+		}
+		return pgErr.Code == "55P03" // lock_not_available: LockTimeout
+	}
+	var netErr net.Error
+	return errors.Is(err, errCheckpointRace) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
+		errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+func header(hs []*sarama.RecordHeader, name string) string {
+	for _, h := range hs {
+		if h != nil && string(h.Key) == name {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
 		return nil
 	}
 }
 
 // flushPositions writes the in-memory applied positions every second, and
 // once more on the way out.
-func (r *Runner) flushPositions(ctx context.Context) {
+func (r *Runner) flushPositions(ctx context.Context, applied map[string]*atomic.Int64) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	flushed := map[string]int64{}
 	flush := func(ctx context.Context) {
-		for name, pos := range r.applied {
+		for name, pos := range applied {
 			v := pos.Load()
 			if v == 0 || flushed[name] == v {
 				continue
@@ -182,12 +603,6 @@ func (r *Runner) flushPositions(ctx context.Context) {
 	}
 }
 
-func (r *Runner) count(projection, outcome string) {
-	if r.metrics != nil {
-		r.metrics.applied.WithLabelValues(projection, outcome).Inc()
-	}
-}
-
 // registerLag exposes how far a projection trails the event store, in
 // global positions.
 func (r *Runner) registerLag(name string) error {
@@ -206,7 +621,7 @@ func (r *Runner) registerLag(name string) error {
 		}
 		return float64(lag)
 	})
-	if err := r.metrics.reg.Register(g); err != nil {
+	if err := r.cfg.Metrics.Register(g); err != nil {
 		return fmt.Errorf("projection %s lag metric: %w", name, err)
 	}
 	return nil

@@ -72,6 +72,7 @@ func commandList() []command {
 		{"worker", "worker    run a task worker process (TASKS__* settings)", noArgs("worker", worker)},
 		{"task", "task enqueue --queue Q --type T [--payload JSON]\n          put a task on a queue", parseTaskCommand},
 		{"user", "user create-superuser --email E [--password P]\n          create a staff superuser (without --password: OTP sign-in only)", parseUserCommand},
+		{"deadletters", "deadletters list\n          print the events projections set aside (dead-letter topic), one line each", parseDeadletters},
 		{"apikey", "apikey create --name N --type service|cli|webhook|internal|development --user EMAIL [--expires 720h]\n          create an API key and print it once\napikey revoke --id N\n          revoke an API key", parseAPIKeyCommand},
 	}
 }

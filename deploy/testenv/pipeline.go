@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/events"
@@ -42,4 +43,22 @@ func Pipeline(t testing.TB, pool *pgxpool.Pool, wake <-chan struct{}, c bus.Conf
 		cancel()
 		<-done
 	})
+}
+
+// SigningPublisher signs every message body before handing it to pub, as
+// the relay does when it has a signer.
+func SigningPublisher(pub relay.Publisher, s *events.Signer) relay.Publisher {
+	return signing{pub: pub, s: s}
+}
+
+type signing struct {
+	pub relay.Publisher
+	s   *events.Signer
+}
+
+func (p signing) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		m.Metadata.Set(events.HeaderSignature, p.s.Sign(m.Payload))
+	}
+	return p.pub.Publish(topic, msgs...)
 }

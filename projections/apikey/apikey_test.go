@@ -63,11 +63,13 @@ func TestProjectionIsIdempotent(t *testing.T) {
 	for pass := range 2 {
 		for _, env := range all {
 			want := projections.Applied
+			// The checkpoint moves past ignored types too, so a second
+			// delivery of anything is a duplicate.
 			switch {
-			case !p.Handles(env.Type):
-				want = projections.Ignored
 			case pass == 1:
 				want = projections.Duplicate
+			case !p.Handles(env.Type):
+				want = projections.Ignored
 			}
 			got, err := projections.Apply(ctx, pool, reg, p, env)
 			if err != nil || got != want {

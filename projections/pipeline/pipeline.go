@@ -69,7 +69,7 @@ func New(cfg Config, pool *pgxpool.Pool, reg *events.Registry, log *slog.Logger,
 		_ = pub.Close()
 		return nil, err
 	}
-	runner, err := projections.NewRunner(pool, reg, cfg.Bus, log, cfg.Metrics)
+	runner, err := projections.NewRunner(projections.Config{Bus: cfg.Bus, Registry: reg, Signer: cfg.Signer, Metrics: cfg.Metrics}, pool, log)
 	if err != nil {
 		_ = pub.Close()
 		return nil, err
@@ -106,7 +106,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.relay.Run(gctx) })
 	if len(p.ps) > 0 {
-		g.Go(func() error { return p.runner.Run(gctx, p.ps...) })
+		g.Go(func() error { return p.runner.Run(gctx, projections.Each(p.ps...)...) })
 	}
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return err

@@ -45,20 +45,20 @@ type Workers interface {
 // sequence number), so a redelivery before the checkpoint committed does
 // no harm; the checkpoint keeps it from running again after.
 func Control(q Queues, w Workers) *projections.Projection {
-	p := projections.New(ControlName)
-	projections.On(p, func(ctx context.Context, tx pgx.Tx, env events.Envelope, e *tasks.QueuePaused) error {
+	p := projections.NewReactor(ControlName, "task_queues", "task_worker_commands")
+	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.QueuePaused) error {
 		if err := q.PauseQueue(e.Queue); err != nil && !strings.Contains(err.Error(), "already paused") {
 			return fmt.Errorf("pause %s: %w", e.Queue, err)
 		}
 		return saveQueue(ctx, tx, e.Queue, true, tasks.ActionPause, 0, env)
 	})
-	projections.On(p, func(ctx context.Context, tx pgx.Tx, env events.Envelope, e *tasks.QueueResumed) error {
+	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.QueueResumed) error {
 		if err := q.UnpauseQueue(e.Queue); err != nil && !strings.Contains(err.Error(), "not paused") {
 			return fmt.Errorf("resume %s: %w", e.Queue, err)
 		}
 		return saveQueue(ctx, tx, e.Queue, false, tasks.ActionResume, 0, env)
 	})
-	projections.On(p, func(ctx context.Context, tx pgx.Tx, env events.Envelope, e *tasks.QueueCleared) error {
+	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.QueueCleared) error {
 		removed, err := clear(q, e.Queue)
 		if err != nil {
 			return err
@@ -67,11 +67,13 @@ func Control(q Queues, w Workers) *projections.Projection {
 		for i, t := range removed {
 			recs[i] = tasks.Lifecycle{TaskID: t.ID, Queue: e.Queue, Type: t.Type, Step: StepCleared, At: e.At}
 		}
-		if err := ApplyLifecycle(ctx, tx, recs); err != nil {
-			return err
+		for _, r := range recs {
+			if err := tx.Exec(ctx, lifecycleSQL, lifecycleArgs(r)...); err != nil {
+				return fmt.Errorf("task lifecycle: %w", err)
+			}
 		}
 		// The pause flag is whatever it was: clear keeps it.
-		if _, err := tx.Exec(ctx, `
+		if err := tx.Exec(ctx, `
 			INSERT INTO task_queues (name, is_paused, last_action, cleared, version, updated_at) VALUES ($1, false, $2, $3, $4, $5)
 			ON CONFLICT (name) DO UPDATE SET last_action = excluded.last_action, cleared = task_queues.cleared + excluded.cleared,
 				version = excluded.version, updated_at = excluded.updated_at`,
@@ -80,11 +82,11 @@ func Control(q Queues, w Workers) *projections.Projection {
 		}
 		return nil
 	})
-	worker := func(ctx context.Context, tx pgx.Tx, env events.Envelope, id, action string) error {
+	worker := func(ctx context.Context, tx projections.Tx, env events.Envelope, id, action string) error {
 		if err := w.SetCommand(ctx, id, env.Version, action); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `
+		if err := tx.Exec(ctx, `
 			INSERT INTO task_worker_commands (worker_id, action, version, requested_at) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (worker_id) DO UPDATE SET action = excluded.action, version = excluded.version, requested_at = excluded.requested_at`,
 			id, action, env.Version, env.OccurredAt); err != nil {
@@ -92,20 +94,20 @@ func Control(q Queues, w Workers) *projections.Projection {
 		}
 		return nil
 	}
-	projections.On(p, func(ctx context.Context, tx pgx.Tx, env events.Envelope, e *tasks.WorkerStartRequested) error {
+	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.WorkerStartRequested) error {
 		return worker(ctx, tx, env, e.WorkerID, tasks.ActionStart)
 	})
-	projections.On(p, func(ctx context.Context, tx pgx.Tx, env events.Envelope, e *tasks.WorkerStopRequested) error {
+	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.WorkerStopRequested) error {
 		return worker(ctx, tx, env, e.WorkerID, tasks.ActionStop)
 	})
-	projections.On(p, func(ctx context.Context, tx pgx.Tx, env events.Envelope, e *tasks.WorkerRestartRequested) error {
+	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.WorkerRestartRequested) error {
 		return worker(ctx, tx, env, e.WorkerID, tasks.ActionRestart)
 	})
 	return p
 }
 
-func saveQueue(ctx context.Context, tx pgx.Tx, name string, paused bool, action string, cleared int, env events.Envelope) error {
-	if _, err := tx.Exec(ctx, `
+func saveQueue(ctx context.Context, tx projections.Tx, name string, paused bool, action string, cleared int, env events.Envelope) error {
+	if err := tx.Exec(ctx, `
 		INSERT INTO task_queues (name, is_paused, last_action, cleared, version, updated_at) VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (name) DO UPDATE SET is_paused = excluded.is_paused, last_action = excluded.last_action,
 			version = excluded.version, updated_at = excluded.updated_at`,
@@ -176,26 +178,9 @@ func rank(step string, attempt int) int64 {
 	return 0
 }
 
-// ApplyLifecycle records recs in tx. A step already recorded changes
-// nothing, so a redelivered batch is harmless.
-func ApplyLifecycle(ctx context.Context, tx pgx.Tx, recs []tasks.Lifecycle) error {
-	if len(recs) == 0 {
-		return nil
-	}
-	b := &pgx.Batch{}
-	for _, r := range recs {
-		at := r.At
-		if at.IsZero() {
-			at = time.Now().UTC()
-		}
-		var enq, fin *time.Time
-		if r.Step == tasks.StepEnqueued {
-			enq = &at
-		}
-		if tasks.Terminal(r.Step) || r.Step == StepCleared {
-			fin = &at
-		}
-		b.Queue(`
+// lifecycleSQL records one lifecycle step; a step already recorded changes
+// nothing, so a redelivered record is harmless.
+const lifecycleSQL = `
 			WITH step AS (
 				INSERT INTO task_lifecycle (task_id, step, attempt, queue, type, worker_id, error, at)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
@@ -213,8 +198,31 @@ func ApplyLifecycle(ctx context.Context, tx pgx.Tx, recs []tasks.Lifecycle) erro
 				attempts = greatest(r.attempts, excluded.attempts),
 				enqueued_at = coalesce(r.enqueued_at, excluded.enqueued_at),
 				finished_at = coalesce(r.finished_at, excluded.finished_at),
-				updated_at = greatest(r.updated_at, excluded.updated_at)`,
-			r.TaskID, r.Step, r.Attempt, r.Queue, r.Type, r.WorkerID, r.Error, at, rank(r.Step, r.Attempt), enq, fin)
+				updated_at = greatest(r.updated_at, excluded.updated_at)`
+
+func lifecycleArgs(r tasks.Lifecycle) []any {
+	at := r.At
+	if at.IsZero() {
+		at = time.Now().UTC()
+	}
+	var enq, fin *time.Time
+	if r.Step == tasks.StepEnqueued {
+		enq = &at
+	}
+	if tasks.Terminal(r.Step) || r.Step == StepCleared {
+		fin = &at
+	}
+	return []any{r.TaskID, r.Step, r.Attempt, r.Queue, r.Type, r.WorkerID, r.Error, at, rank(r.Step, r.Attempt), enq, fin}
+}
+
+// ApplyLifecycle records recs in tx, in one round trip.
+func ApplyLifecycle(ctx context.Context, tx pgx.Tx, recs []tasks.Lifecycle) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	for _, r := range recs {
+		b.Queue(lifecycleSQL, lifecycleArgs(r)...)
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("task lifecycle: %w", err)
