@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cfgd/cfgd/commands"
+	"github.com/cfgd/cfgd/events/store"
 )
 
 // StatusClientClosed is logged (never seen by anyone) when the client left
@@ -21,9 +22,13 @@ const StatusClientClosed = 499
 func Fail(w http.ResponseWriter, r *http.Request, err error) {
 	var connErr *pgconn.ConnectError
 	var netErr net.Error
+	var tooLarge *store.TooLargeError
 	switch {
 	case r.Context().Err() != nil:
 		Error(w, StatusClientClosed, "client_closed", "client closed the request")
+	case errors.As(err, &tooLarge):
+		// What was sent would make an event larger than the bus carries.
+		Error(w, http.StatusRequestEntityTooLarge, "too_large", "the request would record more data than cfgd accepts in one event")
 	case errors.Is(err, commands.ErrBusy):
 		w.Header().Set("Retry-After", "1")
 		Error(w, http.StatusServiceUnavailable, "busy", "too much concurrent activity, try again")

@@ -33,6 +33,8 @@ ensure_packages() {
 	command -v redis-server >/dev/null || missing+=(redis-server)
 	# protoc: make proto, and the tests that compile the served proto files.
 	command -v protoc >/dev/null || missing+=(protobuf-compiler)
+	# chromium: the browser tests of the pages for people (chromedp).
+	command -v chromium >/dev/null || missing+=(chromium)
 	if [ "${#missing[@]}" -gt 0 ]; then
 		log "installing ${missing[*]} (apt-get)"
 		as_root apt-get update -qq
