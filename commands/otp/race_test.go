@@ -55,6 +55,7 @@ type rig struct {
 	inbox   *inbox
 	request *otp.RequestHandler
 	verify  *otp.VerifyHandler
+	tokens  *token.Service
 }
 
 func newRig(t *testing.T) *rig {
@@ -90,6 +91,7 @@ func newRig(t *testing.T) *rig {
 		pool: pool, inbox: box,
 		request: otp.NewRequestHandler(pool, hasher, tpl, box, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil))),
 		verify:  otp.NewVerifyHandler(pool, hasher, tokens, user.Sources{}, time.Now),
+		tokens:  tokens,
 	}
 }
 

@@ -26,7 +26,7 @@ survivors="$out/survivors.txt"
 : >"$survivors"
 status=0
 for pattern in $PKGS; do
-  for pkg in $(go list -f '{{if .TestGoFiles}}{{.Dir}}{{end}}' "$pattern"); do
+  for pkg in $(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.Dir}}{{end}}' "$pattern"); do
     rel="${pkg#"$work"/}"
     echo "== $rel" >&2
     # One worker: the tests of these packages use the shared local
