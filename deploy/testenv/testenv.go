@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,11 +22,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cfgd/cfgd/cmd/settings"
 	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/bus"
 )
+
+// localPostgres is the server deploy/local/stack.sh starts (the default of
+// POSTGRES__URL, on its maintenance database).
+const localPostgres = "postgres:///postgres?host=/var/run/postgresql&user=postgres"
 
 // PostgresAdminURL is the server tests create their databases on; override
 // with CFGD_TEST_POSTGRES_URL.
@@ -35,7 +37,7 @@ func PostgresAdminURL() string {
 	if u := os.Getenv("CFGD_TEST_POSTGRES_URL"); u != "" {
 		return u
 	}
-	return strings.Replace(settings.DefaultPostgresURL, "/cfgd?", "/postgres?", 1)
+	return localPostgres
 }
 
 func withDatabase(raw, db string) string {
