@@ -42,8 +42,8 @@ func (c ProducerConfig) Validate() error {
 	if err := c.Bus.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.PackEvents < 1 || c.PackEvents > 10_000 {
-		errs = append(errs, errors.New("requestlog producer: PackEvents must be 1..10000"))
+	if c.PackEvents < 1 || c.PackEvents > 4096 {
+		errs = append(errs, errors.New("requestlog producer: PackEvents must be 1..4096 (the sink numbers events within a record in 12 bits)"))
 	}
 	if c.Timeout <= 0 {
 		errs = append(errs, errors.New("requestlog producer: Timeout must be positive"))
