@@ -73,8 +73,8 @@ func TestHoursWindowEdges(t *testing.T) {
 		row{at("11:34:59"), "s", "m", "success", 1}, // outside 1h, inside 2h (hour rollup)
 		row{at("11:35:00"), "s", "m", "success", 1}, // first second of 1h
 		row{at("12:00:00"), "s", "m", "success", 1},
-		row{at("12:34:59"), "s", "m", "success", 1}, // the current minute
-		row{at("12:35:00"), "s", "m", "success", 1}, // the future
+		row{at("12:34:59"), "s", "m", "success", 1},                // the current minute
+		row{at("12:35:00"), "s", "m", "success", 1},                // the future
 		row{now.Add(-30 * 24 * time.Hour), "s", "m", "success", 1}, // 4s before the 720h window
 	)
 	store := requestlog.New(conn, clock, nil)
