@@ -15,6 +15,7 @@ type appSettings struct {
 	Signin     signin.Config
 	AuthHTTP   auth.Config
 	Extensions *extensions.Set
+	RequestLog settings.RequestLog
 }
 
 // readApp reads every setting; problems are left in r. The error is for a
@@ -22,6 +23,7 @@ type appSettings struct {
 func readApp(r *config.Reader) (appSettings, error) {
 	app := appSettings{Core: settings.ReadCore(r)}
 	app.Signin, app.AuthHTTP = settings.ReadSignin(r, app.Core.HTTPAddr)
+	app.RequestLog = settings.ReadRequestLog(r)
 	set, err := extensions.Load(r, extensions.Builtin())
 	if err != nil {
 		return app, err

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/bus"
 	"github.com/cfgd/cfgd/events/identity"
 )
 
@@ -14,6 +15,7 @@ type wiring struct {
 	log  *slog.Logger
 	app  appSettings
 	deps *deps
+	bus  bus.Config
 }
 
 // eventTypes is the explicit registry of every event type cfgd stores.
@@ -34,5 +36,9 @@ func buildModules(ctx context.Context, w wiring) ([]module.Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []module.Module{id, ext}, nil
+	rl, err := requestLogModule(w, a, nil)
+	if err != nil {
+		return nil, err
+	}
+	return []module.Module{id, ext, rl}, nil
 }

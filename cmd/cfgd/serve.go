@@ -50,7 +50,7 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	if err != nil {
 		return err
 	}
-	modules, err := buildModules(ctx, wiring{log: log, app: app, deps: d})
+	modules, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: busCfg})
 	if err != nil {
 		return err
 	}
