@@ -73,7 +73,7 @@ func (h *handler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.Co
 
 // batch is what one insert carries.
 type batch struct {
-	rows   rows
+	rows   Rows
 	poison []poisoned
 	// last is the highest offset seen per partition, committed after the
 	// insert.
@@ -113,7 +113,7 @@ func (b *batch) add(m *sarama.ConsumerMessage) {
 		return
 	}
 	for i, e := range evs {
-		b.rows.add(m.Partition, m.Offset, i, &e)
+		b.rows.Add(m.Partition, m.Offset, i, &e)
 	}
 }
 
@@ -140,7 +140,7 @@ func (h *handler) batcher(sess sarama.ConsumerGroupSession) {
 				timer.Reset(s.cfg.BatchWait)
 			}
 			b.add(m)
-			if b.rows.len() >= s.cfg.BatchRows {
+			if b.rows.Len() >= s.cfg.BatchRows {
 				timer.Stop()
 				if !flush(false) {
 					return
@@ -181,7 +181,7 @@ func (h *handler) flush(sess sarama.ConsumerGroupSession, b *batch, final bool) 
 			return h.fatal
 		}
 		s.setHealth(fmt.Errorf("request-log sink: %w", err))
-		s.log.WarnContext(ctx, "request-log batch not written, retrying", "rows", b.rows.len(), "err", err, "retry_in", backoff.String())
+		s.log.WarnContext(ctx, "request-log batch not written, retrying", "rows", b.rows.Len(), "err", err, "retry_in", backoff.String())
 		if final || !s.sleep(ctx, backoff) {
 			return err
 		}
@@ -214,12 +214,17 @@ func (h *handler) write(ctx context.Context, b *batch) error {
 		return err
 	}
 	keep := b.rows.without(h.held)
-	s.skipped.Add(int64(b.rows.len() - keep.len()))
-	if keep.len() > 0 {
-		if err := keep.insert(ctx, s.conn); err != nil {
+	s.skipped.Add(int64(b.rows.Len() - keep.Len()))
+	if keep.Len() > 0 {
+		if err := keep.Insert(ctx, s.conn); err != nil {
+			// The insert may have landed before the error (a connection
+			// lost on the way back): ask ClickHouse again before retrying.
+			for p := range b.last {
+				delete(h.held, p)
+			}
 			return err
 		}
-		s.inserted.Add(int64(keep.len()))
+		s.inserted.Add(int64(keep.Len()))
 		for i, p := range keep.partition {
 			h.held[int32(p)] = max(h.held[int32(p)], int64(keep.offset[i]))
 		}
@@ -231,7 +236,7 @@ func (h *handler) write(ctx context.Context, b *batch) error {
 			return err
 		}
 	}
-	b.rows = rows{}
+	b.rows = Rows{}
 	return nil
 }
 

@@ -11,9 +11,10 @@ import (
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 )
 
-// rows are events in column order, ready for one columnar insert (much
-// cheaper for clickhouse-go than appending row by row).
-type rows struct {
+// Rows are events in column order, ready for one columnar insert (much
+// cheaper for clickhouse-go than appending row by row). The benchmark's
+// direct-insert baseline uses them too, so both paths insert alike.
+type Rows struct {
 	id                []uint64
 	partition         []uint16
 	offset            []uint64
@@ -34,9 +35,11 @@ type rows struct {
 // takes native inserts only with one).
 const Columns = "id, kafka_partition, kafka_offset, created_at, created_ms, request_id, service_name, method_name, status, grpc_status_code, duration_ms, error_message, client_ip, user_id, api_key_id, username, api_key_name, is_authenticated"
 
-func (r *rows) len() int { return len(r.id) }
+// Len is the number of rows.
+func (r *Rows) Len() int { return len(r.id) }
 
-func (r *rows) add(partition int32, offset int64, index int, e *reqlog.Event) {
+// Add appends the index-th event of the record at offset of partition.
+func (r *Rows) Add(partition int32, offset int64, index int, e *reqlog.Event) {
 	r.id = append(r.id, ID(partition, offset, index))
 	r.partition = append(r.partition, uint16(partition))
 	r.offset = append(r.offset, uint64(offset))
@@ -62,8 +65,8 @@ func (r *rows) add(partition int32, offset int64, index int, e *reqlog.Event) {
 }
 
 // without returns the rows whose offset is above held[partition].
-func (r *rows) without(held map[int32]int64) rows {
-	var out rows
+func (r *Rows) without(held map[int32]int64) Rows {
+	var out Rows
 	for i := range r.id {
 		if int64(r.offset[i]) <= held[int32(r.partition[i])] {
 			continue
@@ -90,8 +93,9 @@ func (r *rows) without(held map[int32]int64) rows {
 	return out
 }
 
-// insert writes the rows in one INSERT.
-func (r *rows) insert(ctx context.Context, conn driver.Conn) error {
+// Insert writes the rows in one INSERT into the raw table of conn's
+// database.
+func (r *Rows) Insert(ctx context.Context, conn driver.Conn) error {
 	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+migrations.RequestLogRaw+" ("+Columns+")")
 	if err != nil {
 		return fmt.Errorf("prepare insert: %w", err)
@@ -105,7 +109,7 @@ func (r *rows) insert(ctx context.Context, conn driver.Conn) error {
 		}
 	}
 	if err := b.Send(); err != nil {
-		return fmt.Errorf("insert %d rows: %w", r.len(), err)
+		return fmt.Errorf("insert %d rows: %w", r.Len(), err)
 	}
 	return nil
 }
