@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -246,4 +247,19 @@ func TestEndpointsAreBehindTheirMiddleware(t *testing.T) {
 	if code, _ := do(t, http.MethodPost, srv.URL+"/api/grpc/monitor/ingest/", "[]"); code != http.StatusForbidden {
 		t.Errorf("ingest: %d", code)
 	}
+}
+
+func TestEveryRouteIsDocumented(t *testing.T) {
+	spec, err := os.ReadFile("../../docs/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mux.NewRouter()
+	monitor.New(nil, nil, time.Now).Mount(r, pass, pass)
+	_ = r.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+		if tpl, err := route.GetPathTemplate(); err == nil && !strings.Contains(string(spec), "\n  "+tpl+":\n") {
+			t.Errorf("docs/openapi.yaml does not describe %s", tpl)
+		}
+		return nil
+	})
 }

@@ -55,6 +55,7 @@ type options struct {
 	brokers     string
 	skipIngest  bool
 	skipQueries bool
+	keep        bool
 }
 
 func main() {
@@ -69,6 +70,7 @@ func main() {
 	flag.StringVar(&o.brokers, "brokers", "", "Kafka brokers; empty starts an in-process embedded broker")
 	flag.BoolVar(&o.skipIngest, "skip-ingest", false, "skip the ingest benchmark")
 	flag.BoolVar(&o.skipQueries, "skip-queries", false, "skip the query benchmark")
+	flag.BoolVar(&o.keep, "keep", false, "keep the scratch databases (to look at them afterwards)")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
@@ -122,7 +124,8 @@ func synth(r *mrand.Rand, n int, from time.Time, span time.Duration) []reqlog.Ev
 }
 
 // scratch creates a database and returns a connection to it and a drop func.
-func scratch(ctx context.Context, dsn, prefix string) (driver.Conn, func(), error) {
+func scratch(ctx context.Context, o options, prefix string) (driver.Conn, func(), error) {
+	dsn := o.clickhouse
 	opts, err := clickhouse.ParseDSN(dsn)
 	if err != nil {
 		return nil, nil, err
@@ -147,7 +150,11 @@ func scratch(ctx context.Context, dsn, prefix string) (driver.Conn, func(), erro
 	}
 	drop := func() {
 		_ = conn.Close()
-		_ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name)
+		if o.keep {
+			fmt.Println("kept database", name)
+		} else {
+			_ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name)
+		}
 		_ = admin.Close()
 	}
 	if err := migrations.UpRequestLog(ctx, conn, 30); err != nil {
@@ -171,7 +178,7 @@ func benchIngest(ctx context.Context, o options) error {
 
 	// Baseline: the same rows, columnar batches of 50,000 straight into
 	// the same schema (materialized views included).
-	base, dropBase, err := scratch(ctx, o.clickhouse, "cfgd_bench_raw_")
+	base, dropBase, err := scratch(ctx, o, "cfgd_bench_raw_")
 	if err != nil {
 		return err
 	}
@@ -189,7 +196,7 @@ func benchIngest(ctx context.Context, o options) error {
 	baseline := float64(len(evs)) / time.Since(start).Seconds()
 
 	// The real path.
-	conn, drop, err := scratch(ctx, o.clickhouse, "cfgd_bench_e2e_")
+	conn, drop, err := scratch(ctx, o, "cfgd_bench_e2e_")
 	if err != nil {
 		return err
 	}
@@ -335,7 +342,7 @@ func benchIngest(ctx context.Context, o options) error {
 }
 
 func benchQueries(ctx context.Context, o options) error {
-	conn, drop, err := scratch(ctx, o.clickhouse, "cfgd_bench_q_")
+	conn, drop, err := scratch(ctx, o, "cfgd_bench_q_")
 	if err != nil {
 		return err
 	}
