@@ -74,10 +74,10 @@ func TestRequestLogSchemaAndRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 6 { // two old days in each of three tables
-		t.Fatalf("dropped %d partitions, want 6", n)
+	if n != 8 { // two old days in each of four tables
+		t.Fatalf("dropped %d partitions, want 8", n)
 	}
-	for _, table := range []string{"requestlog_raw", "requestlog_minute", "requestlog_hour"} {
+	for _, table := range []string{"requestlog_raw", "requestlog_minute", "requestlog_hour", "requestlog_day"} {
 		var rows uint64
 		if err := conn.QueryRow(ctx, "SELECT count() FROM "+table).Scan(&rows); err != nil {
 			t.Fatal(err)

@@ -3,6 +3,8 @@ package requestlog
 import (
 	"context"
 	"fmt"
+	"math"
+	"strings"
 	"time"
 
 	"github.com/cfgd/cfgd/deploy/migrations"
@@ -45,39 +47,105 @@ type Method struct {
 	P95DurationMS      float64 `json:"p95_duration_ms"`
 }
 
-// window is the set of rollup rows covering the last hours hours, in whole
-// minutes: the current minute and the hours*60-1 before it. Whole hours
-// inside it are read from the hour rollup, the edges from the minute
-// rollup, so a 720-hour question reads about 720 rows per method.
-type window struct {
-	hourFrom, hourTo int64 // hour buckets in [hourFrom, hourTo)
-	minuteRanges     [2][2]int64
+// span is a range [from, to) of unix seconds read from one rollup table.
+type span struct {
+	table    string
+	from, to int64
 }
 
-func newWindow(now time.Time, hours int) window {
+// window returns the rollup spans covering the last hours hours in whole
+// minutes: the current minute and the hours*60-1 before it. Whole days
+// inside it are read from the day rollup, whole hours around them from the
+// hour rollup and the ragged minute edges from the minute rollup, so a
+// 720-hour question reads about 30+48 rows per method plus at most two
+// hours of minutes.
+func window(now time.Time, hours int) []span {
 	end := now.UTC().Truncate(time.Minute).Add(time.Minute) // exclusive
 	start := end.Add(-time.Duration(hours) * time.Hour)
-	hs := start.Truncate(time.Hour)
-	if hs.Before(start) {
-		hs = hs.Add(time.Hour)
+	ceil := func(t time.Time, d time.Duration) time.Time {
+		if c := t.Truncate(d); c.Before(t) {
+			return c.Add(d)
+		}
+		return t
 	}
-	he := end.Truncate(time.Hour)
+	var out []span
+	add := func(table string, from, to time.Time) {
+		if from.Before(to) {
+			out = append(out, span{table, from.Unix(), to.Unix()})
+		}
+	}
+	hs, he := ceil(start, time.Hour), end.Truncate(time.Hour)
 	if !hs.Before(he) {
-		return window{minuteRanges: [2][2]int64{{start.Unix(), end.Unix()}, {0, 0}}}
+		add(migrations.RequestLogMinute, start, end)
+		return out
 	}
-	return window{hourFrom: hs.Unix(), hourTo: he.Unix(),
-		minuteRanges: [2][2]int64{{start.Unix(), hs.Unix()}, {he.Unix(), end.Unix()}}}
+	add(migrations.RequestLogMinute, start, hs)
+	add(migrations.RequestLogMinute, he, end)
+	// UTC days: the rollups bucket by whole days since the epoch.
+	ds, de := ceil(hs, 24*time.Hour), he.Truncate(24*time.Hour)
+	if ds.Before(de) {
+		add(migrations.RequestLogHour, hs, ds)
+		add(migrations.RequestLogDay, ds, de)
+		add(migrations.RequestLogHour, de, he)
+	} else {
+		add(migrations.RequestLogHour, hs, he)
+	}
+	return out
 }
 
-const stateCols = "service_name, method_name, requests, successes, errors, timeouts, cancellations, duration_sum, duration_min, duration_max, duration_q"
+var stateCols = func() string {
+	cols := "service_name, method_name, requests, successes, errors, timeouts, cancellations, duration_sum, duration_min, duration_max"
+	for _, b := range migrations.RequestLogDurationBounds {
+		cols += fmt.Sprintf(", duration_le_%d", b)
+	}
+	return cols
+}()
 
-// source is a subquery of the rollup states inside w, with its arguments;
-// extra narrows it further (a condition on service_name).
-func (w window) source(extra string) (string, []any) {
-	q := "SELECT " + stateCols + " FROM " + migrations.RequestLogHour + " WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?)" + extra +
-		" UNION ALL SELECT " + stateCols + " FROM " + migrations.RequestLogMinute +
-		" WHERE ((bucket >= toDateTime(?) AND bucket < toDateTime(?)) OR (bucket >= toDateTime(?) AND bucket < toDateTime(?)))" + extra
-	return "(" + q + ")", []any{w.hourFrom, w.hourTo, w.minuteRanges[0][0], w.minuteRanges[0][1], w.minuteRanges[1][0], w.minuteRanges[1][1]}
+// histogram is the SQL of the cumulative duration counts, as one array.
+var histogram = func() string {
+	var parts []string
+	for _, b := range migrations.RequestLogDurationBounds {
+		parts = append(parts, fmt.Sprintf("countIfMerge(duration_le_%d)", b))
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}()
+
+// source is a subquery of the rollup states inside the window, with its
+// arguments; service, when not empty, narrows it to one service.
+func source(spans []span, service string) (string, []any) {
+	var parts []string
+	var args []any
+	for _, sp := range spans {
+		q := "SELECT " + stateCols + " FROM " + sp.table + " WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?)"
+		args = append(args, sp.from, sp.to)
+		if service != "" {
+			q += " AND service_name = ?"
+			args = append(args, service)
+		}
+		parts = append(parts, q)
+	}
+	return "(" + strings.Join(parts, " UNION ALL ") + ")", args
+}
+
+// percentile reads the p-th percentile (0..1) from cumulative counts at
+// RequestLogDurationBounds, interpolating inside the bucket and clamping to
+// the observed min and max.
+func percentile(p float64, total uint64, cum []uint64, lo, hi float64) float64 {
+	if total == 0 {
+		return 0
+	}
+	target := math.Ceil(p * float64(total))
+	prevBound, prevCount := 0.0, 0.0
+	v := hi
+	for i, b := range migrations.RequestLogDurationBounds {
+		c := float64(cum[i])
+		if c >= target {
+			v = prevBound + (float64(b)-prevBound)*(target-prevCount)/(c-prevCount)
+			break
+		}
+		prevBound, prevCount = float64(b), c
+	}
+	return math.Min(math.Max(v, lo), hi)
 }
 
 const aggregates = `countMerge(requests) AS total, countIfMerge(successes) AS ok,
@@ -107,7 +175,7 @@ func (s *Store) Overview(ctx context.Context, hours int) (Overview, error) {
 	if _, err := parseInt("hours", fmt.Sprint(hours), 1, MaxHours); err != nil {
 		return Overview{}, err
 	}
-	src, args := newWindow(s.now(), hours).source("")
+	src, args := source(window(s.now(), hours), "")
 	var t totals
 	var services uint64
 	err := s.conn.QueryRow(ctx, "SELECT "+aggregates+", uniqExact(service_name) FROM "+src, args...).
@@ -130,8 +198,9 @@ func (s *Store) Services(ctx context.Context, hours int) ([]Service, error) {
 	if _, err := parseInt("hours", fmt.Sprint(hours), 1, MaxHours); err != nil {
 		return nil, err
 	}
-	src, args := newWindow(s.now(), hours).source("")
-	rows, err := s.conn.Query(ctx, "SELECT service_name, "+aggregates+`, uniqExact(method_name), toFloat64(quantileTDigestMerge(0.95)(duration_q))
+	src, args := source(window(s.now(), hours), "")
+	rows, err := s.conn.Query(ctx, "SELECT service_name, "+aggregates+`, uniqExact(method_name),
+	minMerge(duration_min), maxMerge(duration_max), `+histogram+`
 FROM `+src+` GROUP BY service_name ORDER BY total DESC, service_name`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("services: %w", err)
@@ -142,12 +211,14 @@ FROM `+src+` GROUP BY service_name ORDER BY total DESC, service_name`, args...)
 		var r Service
 		var t totals
 		var methods uint64
-		var p95 float64
-		if err := rows.Scan(&r.ServiceName, &t.total, &t.ok, &t.failed, &t.duration, &methods, &p95); err != nil {
+		var lo, hi uint32
+		var cum []uint64
+		if err := rows.Scan(&r.ServiceName, &t.total, &t.ok, &t.failed, &t.duration, &methods, &lo, &hi, &cum); err != nil {
 			return nil, fmt.Errorf("services: %w", err)
 		}
 		r.TotalRequests, r.SuccessfulRequests, r.FailedRequests = int64(t.total), int64(t.ok), int64(t.failed)
-		r.SuccessRate, r.AvgDurationMS, r.MethodsCount, r.P95DurationMS = t.rate(), t.avg(), int64(methods), p95
+		r.SuccessRate, r.AvgDurationMS, r.MethodsCount = t.rate(), t.avg(), int64(methods)
+		r.P95DurationMS = percentile(0.95, t.total, cum, float64(lo), float64(hi))
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -162,18 +233,9 @@ func (s *Store) Methods(ctx context.Context, hours int, service string) ([]Metho
 	if _, err := parseInt("hours", fmt.Sprint(hours), 1, MaxHours); err != nil {
 		return nil, err
 	}
-	extra := ""
-	if service != "" {
-		extra = " AND service_name = ?"
-	}
-	w := newWindow(s.now(), hours)
-	src, args := w.source(extra)
-	if service != "" {
-		// The placeholders come in the order of source's text.
-		args = []any{args[0], args[1], service, args[2], args[3], args[4], args[5], service}
-	}
+	src, args := source(window(s.now(), hours), service)
 	rows, err := s.conn.Query(ctx, "SELECT service_name, method_name, "+aggregates+`,
-	minMerge(duration_min), maxMerge(duration_max), toFloat64(quantileTDigestMerge(0.95)(duration_q))
+	minMerge(duration_min), maxMerge(duration_max), `+histogram+`
 FROM `+src+` GROUP BY service_name, method_name ORDER BY total DESC, service_name, method_name`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("methods: %w", err)
@@ -184,12 +246,13 @@ FROM `+src+` GROUP BY service_name, method_name ORDER BY total DESC, service_nam
 		var r Method
 		var t totals
 		var lo, hi uint32
-		var p95 float64
-		if err := rows.Scan(&r.ServiceName, &r.MethodName, &t.total, &t.ok, &t.failed, &t.duration, &lo, &hi, &p95); err != nil {
+		var cum []uint64
+		if err := rows.Scan(&r.ServiceName, &r.MethodName, &t.total, &t.ok, &t.failed, &t.duration, &lo, &hi, &cum); err != nil {
 			return nil, fmt.Errorf("methods: %w", err)
 		}
 		r.TotalRequests, r.SuccessfulRequests, r.FailedRequests = int64(t.total), int64(t.ok), int64(t.failed)
-		r.SuccessRate, r.AvgDurationMS, r.MinDurationMS, r.MaxDurationMS, r.P95DurationMS = t.rate(), t.avg(), int64(lo), int64(hi), p95
+		r.SuccessRate, r.AvgDurationMS, r.MinDurationMS, r.MaxDurationMS = t.rate(), t.avg(), int64(lo), int64(hi)
+		r.P95DurationMS = percentile(0.95, t.total, cum, float64(lo), float64(hi))
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
