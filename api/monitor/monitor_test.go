@@ -162,7 +162,12 @@ func TestIngestThenQueryEveryEndpoint(t *testing.T) {
 		t.Fatalf("filtered %v", filtered)
 	}
 
-	code, ov := do(t, http.MethodGet, srv.URL+"/api/grpc/monitor/overview/", "")
+	// The rollups are written right after the raw rows.
+	var ov map[string]any
+	waitFor(t, func() bool {
+		code, ov = do(t, http.MethodGet, srv.URL+"/api/grpc/monitor/overview/", "")
+		return ov["total_requests"] == 3.0
+	})
 	if code != 200 || !slices.Equal(keys(ov), sorted("total_requests", "successful_requests", "failed_requests", "success_rate", "avg_duration_ms", "total_services", "active_api_keys")) {
 		t.Fatalf("overview %d %v", code, ov)
 	}

@@ -132,9 +132,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func exact(t *testing.T, conn driver.Conn, want uint64) {
 	t.Helper()
 	var raw, minute, hour, ids uint64
+	// The rollups are written just after the raw rows (materialized views).
 	waitFor(t, fmt.Sprintf("%d rows", want), func() bool {
 		raw, minute, hour, ids = counts(t, conn)
-		return raw >= want
+		return raw >= want && minute >= want && hour >= want
 	})
 	time.Sleep(300 * time.Millisecond) // let a duplicate show, if any
 	raw, minute, hour, ids = counts(t, conn)

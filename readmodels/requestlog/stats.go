@@ -79,8 +79,6 @@ func window(now time.Time, hours int) []span {
 		add(migrations.RequestLogMinute, start, end)
 		return out
 	}
-	add(migrations.RequestLogMinute, start, hs)
-	add(migrations.RequestLogMinute, he, end)
 	// UTC days: the rollups bucket by whole days since the epoch.
 	ds, de := ceil(hs, 24*time.Hour), he.Truncate(24*time.Hour)
 	if ds.Before(de) {
@@ -90,6 +88,8 @@ func window(now time.Time, hours int) []span {
 	} else {
 		add(migrations.RequestLogHour, hs, he)
 	}
+	add(migrations.RequestLogMinute, start, hs)
+	add(migrations.RequestLogMinute, he, end)
 	return out
 }
 
