@@ -188,6 +188,7 @@ func (s *Sink) Run(ctx context.Context) error {
 			break
 		}
 		if err != nil && ctx.Err() == nil {
+			s.setHealth(fmt.Errorf("kafka: %w", err))
 			s.log.WarnContext(ctx, "request-log consume", "err", err)
 			s.sleep(ctx, backoff)
 			backoff = min(backoff*2, s.cfg.MaxBackoff)
