@@ -56,6 +56,7 @@ type options struct {
 	skipIngest  bool
 	skipQueries bool
 	keep        bool
+	rate        int
 }
 
 func main() {
@@ -70,6 +71,7 @@ func main() {
 	flag.StringVar(&o.brokers, "brokers", "", "Kafka brokers; empty starts an in-process embedded broker")
 	flag.BoolVar(&o.skipIngest, "skip-ingest", false, "skip the ingest benchmark")
 	flag.BoolVar(&o.skipQueries, "skip-queries", false, "skip the query benchmark")
+	flag.IntVar(&o.rate, "rate", 0, "events/s the callers produce in all (0: as fast as they can); below the sink's capacity it measures delay, not backlog")
 	flag.BoolVar(&o.keep, "keep", false, "keep the scratch databases (to look at them afterwards)")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
@@ -272,6 +274,10 @@ func benchIngest(ctx context.Context, o options) error {
 				if i >= int64(o.events)+1 {
 					return
 				}
+				if o.rate > 0 {
+					// Paced: event i is due i/rate seconds after the start.
+					time.Sleep(time.Until(start.Add(time.Duration(float64(i) / float64(o.rate) * float64(time.Second)))))
+				}
 				chunk := chunk(int(i), int(min(int64(o.callEvents), int64(o.events)+1-i)))
 				if err := prod.Produce(ctx, chunk); err != nil {
 					prodErr.Store(&err)
@@ -340,7 +346,11 @@ func benchIngest(ctx context.Context, o options) error {
 	st := s.Stats()
 	fmt.Println()
 	fmt.Println("== ingest: producer -> Kafka (embedded) -> sink -> ClickHouse ==")
-	fmt.Printf("events                         %d (%d per produce call, %d callers, %d partitions)\n", want, o.callEvents, o.producers, o.partitions)
+	pace := "unpaced"
+	if o.rate > 0 {
+		pace = fmt.Sprintf("paced at %d events/s", o.rate)
+	}
+	fmt.Printf("events                         %d (%d per produce call, %d callers, %d partitions, %s)\n", want, o.callEvents, o.producers, o.partitions, pace)
 	fmt.Printf("baseline direct insert         %10.0f events/s (clickhouse-go columnar batches of 50,000)\n", baseline)
 	fmt.Printf("end to end (queryable)         %10.0f events/s = %.0f%% of baseline (elapsed %.2fs)\n", e2e, e2e/baseline*100, elapsed.Seconds())
 	fmt.Printf("produce (acknowledged)         %10.0f events/s\n", produceRate)
