@@ -5,7 +5,7 @@ BIN      := $(CURDIR)/bin/cfgd
 export CFGD_DATA_DIR := $(DATA_DIR)
 export KAFKA__DATA_DIR ?= $(DATA_DIR)/kafka
 
-.PHONY: all build run test test-short bench mutate proto stack-up stack-down stack-status migrate lint fmt clean
+.PHONY: all build run test test-short bench bench-ingest mutate proto stack-up stack-down stack-status migrate lint fmt clean
 
 all: build
 
@@ -60,3 +60,8 @@ fmt:
 
 clean:
 	rm -rf bin
+
+## bench-ingest: request-log ingest and query benchmark with same-run baselines (BENCH_INGEST_ARGS="-events 12000000 -query-rows 10000000")
+BENCH_INGEST_ARGS ?=
+bench-ingest: stack-up
+	$(GO) run ./cmd/loadgen $(BENCH_INGEST_ARGS)

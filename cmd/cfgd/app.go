@@ -21,6 +21,7 @@ type appSettings struct {
 	GRPCProtoDir string
 	Extensions   *extensions.Set
 	Tasks        tasks.Config
+	RequestLog   settings.RequestLog
 }
 
 // readApp reads every setting; problems are left in r. The error is for a
@@ -32,6 +33,7 @@ func readApp(r *config.Reader) (appSettings, error) {
 	app.Front = settings.ReadFront(r)
 	app.GRPCProtoDir = r.String("GRPC__PROTO_DIR", "./data/protos")
 	app.Tasks = settings.ReadTasks(r, app.Core.RedisURL)
+	app.RequestLog = settings.ReadRequestLog(r)
 	set, err := extensions.Load(r, extensions.Builtin())
 	if err != nil {
 		return app, err

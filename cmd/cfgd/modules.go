@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"log/slog"
+	"time"
+
+	apikeyrm "github.com/cfgd/cfgd/readmodels/apikey"
 
 	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/events"
@@ -52,5 +55,13 @@ func buildModules(ctx context.Context, w wiring) ([]module.Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []module.Module{id, ext, grpc, tq, front}, nil
+	keys := apikeyrm.NewKeys(w.deps.pg, time.Now)
+	rl, err := requestLogModule(w, a, func(ctx context.Context) (int64, error) {
+		st, err := keys.Stats(ctx)
+		return st.ActiveKeys, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []module.Module{id, ext, grpc, tq, rl, front}, nil
 }

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/cfgd/cfgd/api/auth"
+	"github.com/cfgd/cfgd/api/health"
+	"github.com/cfgd/cfgd/api/module"
+	"github.com/cfgd/cfgd/api/monitor"
+	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	sink "github.com/cfgd/cfgd/projections/requestlog"
+	requestlogrm "github.com/cfgd/cfgd/readmodels/requestlog"
+)
+
+// requestLogModule is the request log: the ingest endpoint producing to
+// the request-log topic, the ClickHouse sink, and the staff monitoring
+// endpoints over the read model. activeKeys counts active API keys (nil
+// until the API-key read model is wired: active_api_keys is then 0).
+func requestLogModule(w wiring, a *auth.API, activeKeys requestlogrm.ActiveAPIKeys) (module.Module, error) {
+	c := w.app.RequestLog
+	c.Producer.Bus, c.Sink.Bus = w.bus, w.bus
+	prod, err := reqlog.NewProducer(c.Producer, w.log)
+	if err != nil {
+		return module.Module{}, err
+	}
+	s, err := sink.New(c.Sink, w.deps.ch, w.log)
+	if err != nil {
+		return module.Module{}, err
+	}
+	h := monitor.New(prod, requestlogrm.New(w.deps.ch, time.Now, activeKeys), time.Now)
+	return module.Module{
+		Name: "requestlog",
+		Routes: func(r *mux.Router) error {
+			h.Mount(r, a.Staff(), a.StaffOrAPIKey())
+			return nil
+		},
+		Checks: []health.Check{{Name: "requestlog-sink", Ping: s.Ready}},
+		Background: []module.Runner{s.Runner(), {Name: "requestlog-producer", Run: func(ctx context.Context) error {
+			// Servers stop first, so nothing produces once this closes.
+			<-ctx.Done()
+			return prod.Close()
+		}}},
+	}, nil
+}

@@ -1,0 +1,488 @@
+// Command loadgen is `make bench-ingest`: it measures the request-log path
+// on this machine and prints each figure next to its same-run baseline.
+//
+//  1. Ingest: N synthetic events through the real path (the request-log
+//     producer -> Kafka -> the ClickHouse sink -> the raw table and its
+//     rollups), against clickhouse-go batch inserts of the same rows
+//     straight into the same schema.
+//  2. Queries: overview/services/methods over HTTP at 24 h and 720 h with
+//     Q rows spread over 30 days, against the same questions as raw SQL
+//     over the raw table.
+//
+// Everything runs on loopback; each phase uses its own scratch ClickHouse
+// database, dropped at the end.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/gorilla/mux"
+
+	"github.com/cfgd/cfgd/api/monitor"
+	"github.com/cfgd/cfgd/deploy/migrations"
+	"github.com/cfgd/cfgd/events/bus"
+	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	sink "github.com/cfgd/cfgd/projections/requestlog"
+	"github.com/cfgd/cfgd/readmodels/requestlog"
+)
+
+type options struct {
+	events      int
+	queryRows   int
+	iterations  int
+	partitions  int
+	producers   int
+	callEvents  int
+	clickhouse  string
+	brokers     string
+	skipIngest  bool
+	skipQueries bool
+	keep        bool
+	rate        int
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.events, "events", 2_000_000, "events pushed through the ingest path")
+	flag.IntVar(&o.queryRows, "query-rows", 10_000_000, "rows loaded (over 30 days) for the query benchmark")
+	flag.IntVar(&o.iterations, "iterations", 50, "timed runs of each query")
+	flag.IntVar(&o.partitions, "partitions", 4, "partitions of the request-log topic")
+	flag.IntVar(&o.producers, "producers", 8, "concurrent producing callers")
+	flag.IntVar(&o.callEvents, "call-events", 1000, "events per produce call (an ingest request)")
+	flag.StringVar(&o.clickhouse, "clickhouse", "clickhouse://127.0.0.1:9000/default", "ClickHouse server (scratch databases are created on it)")
+	flag.StringVar(&o.brokers, "brokers", "", "Kafka brokers; empty starts an in-process embedded broker")
+	flag.BoolVar(&o.skipIngest, "skip-ingest", false, "skip the ingest benchmark")
+	flag.BoolVar(&o.skipQueries, "skip-queries", false, "skip the query benchmark")
+	flag.IntVar(&o.rate, "rate", 0, "events/s the callers produce in all (0: as fast as they can); below the sink's capacity it measures delay, not backlog")
+	flag.BoolVar(&o.keep, "keep", false, "keep the scratch databases (to look at them afterwards)")
+	flag.Parse()
+	if err := run(context.Background(), o); err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	fmt.Printf("cfgd request-log benchmark: %d CPUs, GOMAXPROCS %d, %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
+	if !o.skipIngest {
+		if err := benchIngest(ctx, o); err != nil {
+			return err
+		}
+	}
+	if !o.skipQueries {
+		if err := benchQueries(ctx, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var (
+	services = func() []string {
+		out := make([]string, 20)
+		for i := range out {
+			out[i] = fmt.Sprintf("bench.svc%02d.v1.Service%02d", i, i)
+		}
+		return out
+	}()
+	methods  = []string{"Get", "List", "Create", "Update", "Delete"}
+	statuses = []string{"success", "success", "success", "success", "success", "success", "success", "success", "error", "timeout"}
+)
+
+// synth returns n events spread over [from, from+span).
+func synth(r *mrand.Rand, n int, from time.Time, span time.Duration) []reqlog.Event {
+	out := make([]reqlog.Event, n)
+	for i := range out {
+		st := statuses[r.IntN(len(statuses))]
+		code := map[string]string{"success": "OK", "error": "Internal", "timeout": "DeadlineExceeded"}[st]
+		at := from
+		if span > 0 {
+			at = from.Add(time.Duration(r.Int64N(int64(span))))
+		}
+		out[i] = reqlog.Event{RequestID: fmt.Sprintf("%016x", r.Uint64()), ServiceName: services[r.IntN(len(services))],
+			MethodName: methods[r.IntN(len(methods))], Status: st, GRPCStatusCode: code, DurationMS: int64(r.ExpFloat64() * 20),
+			CreatedAt: at.UTC(), ClientIP: "127.0.0.1", UserID: int64(r.IntN(1000)), Username: "bench", IsAuthenticated: true,
+			APIKeyID: 1, APIKeyName: "bench"}
+	}
+	return out
+}
+
+// scratch creates a database and returns a connection to it and a drop func.
+func scratch(ctx context.Context, o options, prefix string) (driver.Conn, func(), error) {
+	dsn := o.clickhouse
+	opts, err := clickhouse.ParseDSN(dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	admin, err := clickhouse.Open(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := prefix + hex.EncodeToString(b)
+	if err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		admin.Close()
+		return nil, nil, fmt.Errorf("clickhouse at %s: %w", dsn, err)
+	}
+	o2, _ := clickhouse.ParseDSN(dsn)
+	o2.Auth.Database = name
+	o2.MaxOpenConns = 8
+	conn, err := clickhouse.Open(o2)
+	if err != nil {
+		return nil, nil, err
+	}
+	drop := func() {
+		_ = conn.Close()
+		if o.keep {
+			fmt.Println("kept database", name)
+		} else {
+			_ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name)
+		}
+		_ = admin.Close()
+	}
+	if err := migrations.UpRequestLog(ctx, conn, 30); err != nil {
+		drop()
+		return nil, nil, err
+	}
+	return conn, drop, nil
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func count(ctx context.Context, conn driver.Conn) (uint64, error) {
+	var n uint64
+	err := conn.QueryRow(ctx, "SELECT count() FROM "+migrations.RequestLogRaw).Scan(&n)
+	return n, err
+}
+
+func benchIngest(ctx context.Context, o options) error {
+	// A pool of synthetic events, cycled, keeps the generator's own memory
+	// out of the figures.
+	r := mrand.New(mrand.NewPCG(1, 2))
+	pool := synth(r, 100_000, time.Now().UTC(), 0)
+	chunk := func(i, n int) []reqlog.Event {
+		i %= len(pool)
+		if i+n > len(pool) {
+			i = 0
+		}
+		return pool[i : i+n]
+	}
+
+	// Baseline: the same rows, columnar batches of 50,000 straight into
+	// the same schema (materialized views included).
+	base, dropBase, err := scratch(ctx, o, "cfgd_bench_raw_")
+	if err != nil {
+		return err
+	}
+	defer dropBase()
+	start := time.Now()
+	for i := 0; i < o.events; i += 50_000 {
+		var rows sink.Rows
+		for j, e := range chunk(i, min(50_000, o.events-i)) {
+			rows.Add(0, int64(i+j), 0, &e)
+		}
+		if err := rows.Insert(ctx, base); err != nil {
+			return err
+		}
+	}
+	baseline := float64(o.events) / time.Since(start).Seconds()
+
+	// The real path.
+	conn, drop, err := scratch(ctx, o, "cfgd_bench_e2e_")
+	if err != nil {
+		return err
+	}
+	defer drop()
+	bc := bus.Config{Partitions: o.partitions, TopicPrefix: "bench.", ClientID: "cfgd-loadgen"}
+	if o.brokers != "" {
+		bc.Brokers = []string{o.brokers}
+	} else {
+		emb, err := bus.StartEmbedded("", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		defer emb.Close()
+		bc.Brokers = []string{emb.Addr()}
+	}
+	pc := reqlog.DefaultProducerConfig(bc)
+	pc.Timeout = 10 * time.Second
+	prod, err := reqlog.NewProducer(pc, quiet())
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
+	sc := sink.DefaultConfig(bc)
+	sc.Group = "bench"
+	s, err := sink.New(sc, conn, quiet())
+	if err != nil {
+		return err
+	}
+	sctx, stopSink := context.WithCancel(ctx)
+	sinkDone := make(chan error, 1)
+	go func() { sinkDone <- s.Run(sctx) }()
+	defer func() { stopSink(); <-sinkDone }()
+	for s.Ready(ctx) != nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Warm the producer (topic creation, connections) outside the clock.
+	if err := prod.Produce(ctx, pool[:1]); err != nil {
+		return err
+	}
+	want := uint64(o.events) + 1
+
+	type ack struct {
+		cum int64
+		at  time.Time
+	}
+	var (
+		acks    []ack
+		acksMu  sync.Mutex
+		cum     atomic.Int64
+		next    atomic.Int64
+		wg      sync.WaitGroup
+		prodErr atomic.Pointer[error]
+	)
+	cum.Store(1)
+	next.Store(1)
+	var peakRSS atomic.Int64
+	start = time.Now()
+	for range o.producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(int64(o.callEvents)) - int64(o.callEvents)
+				if i >= int64(o.events)+1 {
+					return
+				}
+				if o.rate > 0 {
+					// Paced: event i is due i/rate seconds after the start.
+					time.Sleep(time.Until(start.Add(time.Duration(float64(i) / float64(o.rate) * float64(time.Second)))))
+				}
+				chunk := chunk(int(i), int(min(int64(o.callEvents), int64(o.events)+1-i)))
+				if err := prod.Produce(ctx, chunk); err != nil {
+					prodErr.Store(&err)
+					return
+				}
+				c := cum.Add(int64(len(chunk)))
+				acksMu.Lock()
+				acks = append(acks, ack{c, time.Now()})
+				acksMu.Unlock()
+			}
+		}()
+	}
+	// Poll ClickHouse for what is queryable.
+	type seen struct {
+		n  uint64
+		at time.Time
+	}
+	var polls []seen
+	producedAt := time.Time{}
+	for {
+		n, err := count(ctx, conn)
+		if err != nil {
+			return err
+		}
+		polls = append(polls, seen{n, time.Now()})
+		peakRSS.Store(max(peakRSS.Load(), rss()))
+		if p := prodErr.Load(); p != nil {
+			return fmt.Errorf("produce: %w", *p)
+		}
+		if producedAt.IsZero() && cum.Load() >= int64(want) {
+			producedAt = time.Now()
+		}
+		if n >= want {
+			break
+		}
+		if time.Since(start) > 10*time.Minute {
+			return fmt.Errorf("only %d of %d events queryable after 10 minutes", n, want)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	wg.Wait()
+	e2e := float64(want-1) / elapsed.Seconds()
+	produceRate := float64(want-1) / producedAt.Sub(start).Seconds()
+	// Delay: from an event's acknowledgement by Kafka to the first poll
+	// that counts at least as many rows (rows arrive across partitions in
+	// no strict order, so this is by count, within the 25ms poll).
+	var delays []float64
+	for _, a := range acks {
+		k, _ := slices.BinarySearchFunc(polls, uint64(a.cum), func(p seen, t uint64) int {
+			switch {
+			case p.n < t:
+				return -1
+			case p.n > t:
+				return 1
+			}
+			return 0
+		})
+		for k < len(polls) && polls[k].at.Before(a.at) {
+			k++
+		}
+		if k < len(polls) {
+			delays = append(delays, polls[k].at.Sub(a.at).Seconds()*1000)
+		}
+	}
+	st := s.Stats()
+	fmt.Println()
+	fmt.Println("== ingest: producer -> Kafka (embedded) -> sink -> ClickHouse ==")
+	pace := "unpaced"
+	if o.rate > 0 {
+		pace = fmt.Sprintf("paced at %d events/s", o.rate)
+	}
+	fmt.Printf("events                         %d (%d per produce call, %d callers, %d partitions, %s)\n", want, o.callEvents, o.producers, o.partitions, pace)
+	fmt.Printf("baseline direct insert         %10.0f events/s (clickhouse-go columnar batches of 50,000)\n", baseline)
+	fmt.Printf("end to end (queryable)         %10.0f events/s = %.0f%% of baseline (elapsed %.2fs)\n", e2e, e2e/baseline*100, elapsed.Seconds())
+	fmt.Printf("produce (acknowledged)         %10.0f events/s\n", produceRate)
+	fmt.Printf("produce-to-queryable delay     p50 %.0f ms  p99 %.0f ms  max %.0f ms (%d samples)\n", pct(delays, 50), pct(delays, 99), pct(delays, 100), len(delays))
+	fmt.Printf("sink                           inserted %d, skipped %d, dead-lettered %d\n", st.Inserted, st.Skipped, st.Poisoned)
+	fmt.Printf("loadgen process peak RSS       %d MB (broker + producer + sink in one process)\n", peakRSS.Load()>>20)
+	return nil
+}
+
+func benchQueries(ctx context.Context, o options) error {
+	conn, drop, err := scratch(ctx, o, "cfgd_bench_q_")
+	if err != nil {
+		return err
+	}
+	defer drop()
+	now := time.Now().UTC()
+	from := now.Add(-30 * 24 * time.Hour)
+	load := time.Now()
+	r := mrand.New(mrand.NewPCG(3, 4))
+	for i := 0; i < o.queryRows; i += 200_000 {
+		n := min(200_000, o.queryRows-i)
+		var rows sink.Rows
+		for j, e := range synth(r, n, from, 30*24*time.Hour) {
+			rows.Add(0, int64(i+j), 0, &e)
+		}
+		if err := rows.Insert(ctx, conn); err != nil {
+			return err
+		}
+	}
+	loadSecs := time.Since(load).Seconds()
+	// Let the background merges of the load settle, as on a server that
+	// has been up a while.
+	_ = conn.Exec(ctx, "OPTIMIZE TABLE "+migrations.RequestLogHour+" FINAL")
+	_ = conn.Exec(ctx, "OPTIMIZE TABLE "+migrations.RequestLogMinute+" FINAL")
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	router := mux.NewRouter()
+	pass := func(h http.Handler) http.Handler { return h }
+	monitor.New(nil, requestlog.New(conn, time.Now, nil), time.Now).Mount(router, pass, pass)
+	srv := &http.Server{Handler: router, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	base := "http://" + ln.Addr().String()
+	client := &http.Client{Timeout: 30 * time.Second}
+
+	fmt.Println()
+	fmt.Printf("== queries: %d rows over 30 days (loaded in %.1fs), %d runs each ==\n", o.queryRows, loadSecs, o.iterations)
+	fmt.Printf("%-22s %12s %12s   %14s %14s   %s\n", "question", "HTTP p50", "HTTP p99", "raw SQL p50", "raw SQL p99", "speed-up (p50)")
+	for _, hours := range []int{24, 720} {
+		since := now.Add(-time.Duration(hours) * time.Hour)
+		raw := map[string]string{
+			"overview": `SELECT count(), countIf(status = 'success'), countIf(status IN ('error', 'timeout', 'cancelled')), sum(duration_ms), uniqExact(service_name)
+FROM requestlog_raw WHERE created_at >= toDateTime(?)`,
+			"services": `SELECT service_name, count() AS total, countIf(status = 'success'), countIf(status IN ('error', 'timeout', 'cancelled')), sum(duration_ms), uniqExact(method_name), quantileTDigest(0.95)(duration_ms)
+FROM requestlog_raw WHERE created_at >= toDateTime(?) GROUP BY service_name ORDER BY total DESC`,
+			"methods": `SELECT service_name, method_name, count() AS total, countIf(status = 'success'), countIf(status IN ('error', 'timeout', 'cancelled')), sum(duration_ms), min(duration_ms), max(duration_ms), quantileTDigest(0.95)(duration_ms)
+FROM requestlog_raw WHERE created_at >= toDateTime(?) GROUP BY service_name, method_name ORDER BY total DESC`,
+		}
+		for _, q := range []string{"overview", "services", "methods"} {
+			url := fmt.Sprintf("%s/api/grpc/monitor/%s/?hours=%d", base, q, hours)
+			httpT, err := timeIt(o.iterations, func() error {
+				res, err := client.Get(url)
+				if err != nil {
+					return err
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != 200 {
+					return fmt.Errorf("%s: %d", url, res.StatusCode)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			sqlT, err := timeIt(o.iterations, func() error {
+				rows, err := conn.Query(ctx, raw[q], since.Unix())
+				if err != nil {
+					return err
+				}
+				for rows.Next() {
+				}
+				rows.Close()
+				return rows.Err()
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%-22s %9.1f ms %9.1f ms   %11.1f ms %11.1f ms   %.1fx\n", fmt.Sprintf("%s %dh", q, hours),
+				pct(httpT, 50), pct(httpT, 99), pct(sqlT, 50), pct(sqlT, 99), pct(sqlT, 50)/pct(httpT, 50))
+		}
+	}
+	return nil
+}
+
+func timeIt(n int, fn func() error) ([]float64, error) {
+	if err := fn(); err != nil { // warm-up
+		return nil, err
+	}
+	out := make([]float64, 0, n)
+	for range n {
+		t := time.Now()
+		if err := fn(); err != nil {
+			return nil, err
+		}
+		out = append(out, float64(time.Since(t).Microseconds())/1000)
+	}
+	return out, nil
+}
+
+func pct(v []float64, p float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// rss is this process's resident set in bytes (Linux), 0 elsewhere.
+func rss() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var size, res int64
+	if _, err := fmt.Sscan(string(b), &size, &res); err != nil {
+		return 0
+	}
+	return res * int64(os.Getpagesize())
+}

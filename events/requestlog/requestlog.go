@@ -1,0 +1,224 @@
+// Package requestlog is the gRPC request-log record of SPEC.md section 2.7
+// as it travels from the edges (HTTP ingest, and later cfgd's own gRPC
+// interceptor and the cfgd.ingest.v1 service) to the ClickHouse sink: the
+// event, its validation, and the compact wire format that packs many events
+// into one Kafka message. It knows nothing of transports.
+package requestlog
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Statuses of a request (SPEC.md 2.7).
+const (
+	StatusSuccess   = "success"
+	StatusError     = "error"
+	StatusTimeout   = "timeout"
+	StatusPending   = "pending"
+	StatusCancelled = "cancelled"
+)
+
+// Statuses lists every status, in a stable order.
+var statuses = [...]string{StatusSuccess, StatusError, StatusTimeout, StatusPending, StatusCancelled}
+
+// Statuses returns every valid status.
+func Statuses() []string { return statuses[:] }
+
+// ValidStatus reports whether s is one of the five statuses.
+func ValidStatus(s string) bool {
+	for _, v := range statuses {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// grpcCodes are the names of the gRPC status codes, indexed by code.
+var grpcCodes = [...]string{
+	"OK", "Canceled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
+	"AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition",
+	"Aborted", "OutOfRange", "Unimplemented", "Internal", "Unavailable", "DataLoss",
+	"Unauthenticated",
+}
+
+// ValidCode reports whether name is a gRPC status code name ("OK",
+// "DeadlineExceeded", ...).
+func ValidCode(name string) bool {
+	for _, c := range grpcCodes {
+		if c == name {
+			return true
+		}
+	}
+	return false
+}
+
+// CodeName returns the name of gRPC code c ("Code(99)" for an unknown one),
+// so an interceptor can fill GRPCStatusCode without importing grpc here.
+func CodeName(c uint32) string {
+	if int(c) < len(grpcCodes) {
+		return grpcCodes[c]
+	}
+	return fmt.Sprintf("Code(%d)", c)
+}
+
+// StatusFromCode maps a gRPC status code name to a request status: OK is
+// success, DeadlineExceeded timeout, Canceled cancelled, anything else an
+// error.
+func StatusFromCode(name string) string {
+	switch name {
+	case "OK":
+		return StatusSuccess
+	case "DeadlineExceeded":
+		return StatusTimeout
+	case "Canceled":
+		return StatusCancelled
+	default:
+		return StatusError
+	}
+}
+
+// Event is one request-log record. ID is not here: the sink derives it
+// from where the event sits in Kafka, so it is the same after a replay.
+type Event struct {
+	RequestID       string    `json:"request_id"`
+	ServiceName     string    `json:"service_name"`
+	MethodName      string    `json:"method_name"`
+	Status          string    `json:"status"`
+	DurationMS      int64     `json:"duration_ms"`
+	GRPCStatusCode  string    `json:"grpc_status_code"`
+	ErrorMessage    string    `json:"error_message"`
+	CreatedAt       time.Time `json:"created_at"`
+	ClientIP        string    `json:"client_ip"`
+	UserID          int64     `json:"user_id"`
+	Username        string    `json:"username"`
+	IsAuthenticated bool      `json:"is_authenticated"`
+	APIKeyID        int64     `json:"api_key_id"`
+	APIKeyName      string    `json:"api_key_name"`
+}
+
+// Limits of the string fields, in bytes. They bound what one event can
+// cost downstream; a real gRPC name is far shorter.
+const (
+	MaxRequestID    = 128
+	MaxServiceName  = 256
+	MaxMethodName   = 256
+	MaxErrorMessage = 4096
+	MaxClientIP     = 64
+	MaxUsername     = 256
+	MaxAPIKeyName   = 256
+	// MaxDurationMS is a week: anything longer is a clock error.
+	MaxDurationMS = int64(7 * 24 * time.Hour / time.Millisecond)
+)
+
+// FieldError is one problem with one event of a batch.
+type FieldError struct {
+	Index   int    `json:"index"`
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+func (e FieldError) Error() string {
+	return fmt.Sprintf("events[%d].%s: %s", e.Index, e.Field, e.Message)
+}
+
+// Normalize fills what an edge may leave out: the status from the gRPC
+// code (or the code from the status), and the time the request was
+// reported when it has none. It returns the event, changed.
+func Normalize(e Event, now time.Time) Event {
+	if e.Status == "" && e.GRPCStatusCode != "" {
+		e.Status = StatusFromCode(e.GRPCStatusCode)
+	}
+	if e.GRPCStatusCode == "" && e.Status == StatusSuccess {
+		e.GRPCStatusCode = "OK"
+	}
+	if e.CreatedAt.IsZero() {
+		e.CreatedAt = now
+	}
+	e.CreatedAt = e.CreatedAt.UTC()
+	return e
+}
+
+// Check returns every problem of event e at index i of its batch.
+func Check(i int, e Event) []FieldError {
+	var errs []FieldError
+	add := func(field, format string, args ...any) {
+		errs = append(errs, FieldError{Index: i, Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	str := func(field, v string, max int, required bool) {
+		switch {
+		case required && strings.TrimSpace(v) == "":
+			add(field, "is required")
+		case len(v) > max:
+			add(field, "is longer than %d bytes", max)
+		case !utf8.ValidString(v):
+			add(field, "is not valid UTF-8")
+		}
+	}
+	str("request_id", e.RequestID, MaxRequestID, false)
+	str("service_name", e.ServiceName, MaxServiceName, true)
+	str("method_name", e.MethodName, MaxMethodName, true)
+	str("error_message", e.ErrorMessage, MaxErrorMessage, false)
+	str("username", e.Username, MaxUsername, false)
+	str("api_key_name", e.APIKeyName, MaxAPIKeyName, false)
+	switch {
+	case e.Status == "":
+		add("status", "is required (or give grpc_status_code); one of %s", strings.Join(statuses[:], ", "))
+	case !ValidStatus(e.Status):
+		add("status", "unknown status %q; one of %s", trunc(e.Status), strings.Join(statuses[:], ", "))
+	}
+	if e.GRPCStatusCode != "" && !ValidCode(e.GRPCStatusCode) {
+		add("grpc_status_code", "unknown gRPC status code name %q (OK, Canceled, ..., Unauthenticated)", trunc(e.GRPCStatusCode))
+	}
+	switch {
+	case e.DurationMS < 0:
+		add("duration_ms", "must not be negative")
+	case e.DurationMS > MaxDurationMS:
+		add("duration_ms", "must be at most %d (a week)", MaxDurationMS)
+	}
+	if e.UserID < 0 {
+		add("user_id", "must not be negative")
+	}
+	if e.APIKeyID < 0 {
+		add("api_key_id", "must not be negative")
+	}
+	if e.ClientIP != "" {
+		if len(e.ClientIP) > MaxClientIP {
+			add("client_ip", "is longer than %d bytes", MaxClientIP)
+		} else if _, err := netip.ParseAddr(e.ClientIP); err != nil {
+			add("client_ip", "is not an IP address")
+		}
+	}
+	if y := e.CreatedAt.Year(); !e.CreatedAt.IsZero() && (y < 1971 || y > 2105) {
+		// ClickHouse's DateTime holds 1970..2105.
+		add("created_at", "must be between 1971 and 2105")
+	}
+	return errs
+}
+
+// Validate normalizes every event of batch and splits it into the valid
+// ones, in order, and the problems of the rest.
+func Validate(batch []Event, now time.Time) ([]Event, []FieldError) {
+	accepted := make([]Event, 0, len(batch))
+	var problems []FieldError
+	for i, e := range batch {
+		e = Normalize(e, now)
+		if errs := Check(i, e); len(errs) > 0 {
+			problems = append(problems, errs...)
+			continue
+		}
+		accepted = append(accepted, e)
+	}
+	return accepted, problems
+}
+
+func trunc(s string) string {
+	if len(s) <= 32 {
+		return s
+	}
+	return s[:32] + "..."
+}

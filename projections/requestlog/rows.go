@@ -1,0 +1,115 @@
+package requestlog
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/cfgd/cfgd/deploy/migrations"
+	reqlog "github.com/cfgd/cfgd/events/requestlog"
+)
+
+// Rows are events in column order, ready for one columnar insert (much
+// cheaper for clickhouse-go than appending row by row). The benchmark's
+// direct-insert baseline uses them too, so both paths insert alike.
+type Rows struct {
+	id                []uint64
+	partition         []uint16
+	offset            []uint64
+	createdAt         []time.Time
+	createdMS         []uint16
+	requestID         []string
+	service, method   []string
+	status, code      []string
+	duration          []uint32
+	errorMessage      []string
+	clientIP          []string
+	userID, apiKeyID  []uint64
+	username, keyName []string
+	authenticated     []uint8
+}
+
+// Columns is the explicit column list of the insert (ClickHouse 18.16
+// takes native inserts only with one).
+const Columns = "id, kafka_partition, kafka_offset, created_at, created_ms, request_id, service_name, method_name, status, grpc_status_code, duration_ms, error_message, client_ip, user_id, api_key_id, username, api_key_name, is_authenticated"
+
+// Len is the number of rows.
+func (r *Rows) Len() int { return len(r.id) }
+
+// Add appends the index-th event of the record at offset of partition.
+func (r *Rows) Add(partition int32, offset int64, index int, e *reqlog.Event) {
+	r.id = append(r.id, ID(partition, offset, index))
+	r.partition = append(r.partition, uint16(partition))
+	r.offset = append(r.offset, uint64(offset))
+	r.createdAt = append(r.createdAt, e.CreatedAt.Truncate(time.Second))
+	r.createdMS = append(r.createdMS, uint16(e.CreatedAt.Nanosecond()/int(time.Millisecond)))
+	r.requestID = append(r.requestID, e.RequestID)
+	r.service = append(r.service, e.ServiceName)
+	r.method = append(r.method, e.MethodName)
+	r.status = append(r.status, e.Status)
+	r.code = append(r.code, e.GRPCStatusCode)
+	r.duration = append(r.duration, uint32(e.DurationMS))
+	r.errorMessage = append(r.errorMessage, e.ErrorMessage)
+	r.clientIP = append(r.clientIP, e.ClientIP)
+	r.userID = append(r.userID, uint64(e.UserID))
+	r.apiKeyID = append(r.apiKeyID, uint64(e.APIKeyID))
+	r.username = append(r.username, e.Username)
+	r.keyName = append(r.keyName, e.APIKeyName)
+	var a uint8
+	if e.IsAuthenticated {
+		a = 1
+	}
+	r.authenticated = append(r.authenticated, a)
+}
+
+// without returns the rows whose offset is above held[partition].
+func (r *Rows) without(held map[int32]int64) Rows {
+	var out Rows
+	for i := range r.id {
+		if int64(r.offset[i]) <= held[int32(r.partition[i])] {
+			continue
+		}
+		out.id = append(out.id, r.id[i])
+		out.partition = append(out.partition, r.partition[i])
+		out.offset = append(out.offset, r.offset[i])
+		out.createdAt = append(out.createdAt, r.createdAt[i])
+		out.createdMS = append(out.createdMS, r.createdMS[i])
+		out.requestID = append(out.requestID, r.requestID[i])
+		out.service = append(out.service, r.service[i])
+		out.method = append(out.method, r.method[i])
+		out.status = append(out.status, r.status[i])
+		out.code = append(out.code, r.code[i])
+		out.duration = append(out.duration, r.duration[i])
+		out.errorMessage = append(out.errorMessage, r.errorMessage[i])
+		out.clientIP = append(out.clientIP, r.clientIP[i])
+		out.userID = append(out.userID, r.userID[i])
+		out.apiKeyID = append(out.apiKeyID, r.apiKeyID[i])
+		out.username = append(out.username, r.username[i])
+		out.keyName = append(out.keyName, r.keyName[i])
+		out.authenticated = append(out.authenticated, r.authenticated[i])
+	}
+	return out
+}
+
+// Insert writes the rows in one INSERT into the raw table of conn's
+// database.
+func (r *Rows) Insert(ctx context.Context, conn driver.Conn) error {
+	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+migrations.RequestLogRaw+" ("+Columns+")")
+	if err != nil {
+		return fmt.Errorf("prepare insert: %w", err)
+	}
+	cols := []any{r.id, r.partition, r.offset, r.createdAt, r.createdMS, r.requestID, r.service, r.method, r.status, r.code,
+		r.duration, r.errorMessage, r.clientIP, r.userID, r.apiKeyID, r.username, r.keyName, r.authenticated}
+	for i, c := range cols {
+		if err := b.Column(i).Append(c); err != nil {
+			_ = b.Abort()
+			return fmt.Errorf("insert column %d: %w", i, err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("insert %d rows: %w", r.Len(), err)
+	}
+	return nil
+}
