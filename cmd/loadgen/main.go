@@ -221,7 +221,7 @@ func benchIngest(ctx context.Context, o options) error {
 			return err
 		}
 		defer emb.Close()
-		bc.Brokers = []string{emb.Addr()}
+		bc.Brokers, bc.SASL = []string{emb.Addr()}, emb.SASL()
 	}
 	pc := reqlog.DefaultProducerConfig(bc)
 	pc.Timeout = 10 * time.Second
