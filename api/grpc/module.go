@@ -16,6 +16,7 @@ import (
 	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 	"github.com/cfgd/cfgd/api/rpc"
 	"github.com/cfgd/cfgd/commands/apikey"
+	"github.com/cfgd/cfgd/events/store"
 	apikeyproj "github.com/cfgd/cfgd/projections/apikey"
 	apikeyrm "github.com/cfgd/cfgd/readmodels/apikey"
 )
@@ -28,6 +29,8 @@ type Config struct {
 	// ReadWait bounds how long an admin create waits for the read model to
 	// show the new key; default 5s.
 	ReadWait time.Duration
+	// Events sets the limits of every append; nil: the store's defaults.
+	Events *store.Store
 }
 
 // Validate joins every problem of c.
@@ -60,6 +63,10 @@ func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, no
 		return Parts{}, err
 	}
 	keys := apikeyrm.NewKeys(pool, now)
+	var db store.DB = pool
+	if cfg.Events != nil {
+		db = cfg.Events.Bind(pool)
+	}
 	srv, err := rpc.New(cfg.RPC, log, rpc.NewSigninAuthenticator(a.App().Auth))
 	if err != nil {
 		return Parts{}, err
@@ -76,7 +83,7 @@ func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, no
 	}
 	p := Parts{
 		Server: srv, Keys: keys, Protos: dir,
-		Create: apikey.NewCreateHandler(pool, now), Revoke: apikey.NewRevokeHandler(pool, now),
+		Create: apikey.NewCreateHandler(db, now), Revoke: apikey.NewRevokeHandler(db, now),
 	}
 	p.Module = module.Module{
 		Name: "grpc",

@@ -125,7 +125,7 @@ func createAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd ap
 		return err
 	}
 	defer d.Close()
-	c, err := apikey.NewCreateHandler(d.pg, time.Now).Handle(ctx, cmd)
+	c, err := apikey.NewCreateHandler(d.events.Bind(d.pg), time.Now).Handle(ctx, cmd)
 	if err != nil {
 		if apikey.IsInputError(err) {
 			return &exitError{code: 1, err: cliFields(err)}
@@ -152,7 +152,7 @@ func revokeAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd ap
 		return err
 	}
 	defer d.Close()
-	s, err := apikey.NewRevokeHandler(d.pg, time.Now).Handle(ctx, cmd)
+	s, err := apikey.NewRevokeHandler(d.events.Bind(d.pg), time.Now).Handle(ctx, cmd)
 	if err != nil {
 		if apikey.IsInputError(err) {
 			return &exitError{code: 1, err: fmt.Errorf("API key %d: %w", cmd.ID, err)}

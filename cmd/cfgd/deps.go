@@ -24,6 +24,9 @@ type deps struct {
 	commits *store.CommitSignal
 	ch      driver.Conn
 	redis   *redis.Client
+	// events carries the append limits (EVENTS__MAX_BYTES) every command
+	// handler gets.
+	events *store.Store
 }
 
 func openDeps(ctx context.Context, c settings.Core) (*deps, error) {
@@ -54,7 +57,13 @@ func openDeps(ctx context.Context, c settings.Core) (*deps, error) {
 		_ = ch.Close()
 		return nil, fmt.Errorf("REDIS__URL: %w", err)
 	}
-	return &deps{pg: pg, commits: commits, ch: ch, redis: redis.NewClient(redisOpts)}, nil
+	events, err := store.New(store.Config{MaxEventBytes: c.EventMaxBytes})
+	if err != nil {
+		pg.Close()
+		_ = ch.Close()
+		return nil, fmt.Errorf("EVENTS__MAX_BYTES: %w", err)
+	}
+	return &deps{pg: pg, commits: commits, ch: ch, redis: redis.NewClient(redisOpts), events: events}, nil
 }
 
 func (d *deps) Close() {

@@ -16,6 +16,7 @@ func grpcModule(w wiring, a *auth.API) (module.Module, error) {
 	p, err := apigrpc.NewModule(apigrpc.Config{
 		RPC:      rpc.Config{Addr: w.app.Core.GRPCAddr, ShutdownTimeout: w.app.Core.ShutdownTimeout},
 		ProtoDir: w.app.GRPCProtoDir,
+		Events:   w.deps.events,
 	}, a, w.deps.pg, w.log, time.Now)
 	return p.Module, err
 }

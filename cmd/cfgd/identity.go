@@ -15,7 +15,7 @@ import (
 // other modules protect their endpoints with.
 func identityModule(w wiring) (module.Module, *auth.API, error) {
 	app, err := signin.New(w.app.Signin, signin.Deps{
-		Pool: w.deps.pg, Redis: w.deps.redis, Log: w.log, Console: os.Stdout, Now: time.Now,
+		Pool: w.deps.pg, Events: w.deps.events, Redis: w.deps.redis, Log: w.log, Console: os.Stdout, Now: time.Now,
 	})
 	if err != nil {
 		return module.Module{}, nil, err

@@ -27,7 +27,7 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (module.Module, error
 	if err != nil {
 		return module.Module{}, err
 	}
-	app, err := taskcmd.New(cfg, taskcmd.Deps{Pool: w.deps.pg, Redis: rdb, Log: w.log, Now: time.Now})
+	app, err := taskcmd.New(cfg, taskcmd.Deps{Pool: w.deps.pg, Events: w.deps.events, Redis: rdb, Log: w.log, Now: time.Now})
 	if err != nil {
 		closeRedis()
 		return module.Module{}, err

@@ -71,7 +71,7 @@ func createSuperuser(ctx context.Context, log *slog.Logger, app appSettings, cmd
 	if err := migrations.Up(ctx, d.pg, log); err != nil {
 		return err
 	}
-	core, err := signin.New(app.Signin, signin.Deps{Pool: d.pg, Redis: d.redis, Log: log, Now: time.Now})
+	core, err := signin.New(app.Signin, signin.Deps{Pool: d.pg, Events: d.events, Redis: d.redis, Log: log, Now: time.Now})
 	if err != nil {
 		return err
 	}

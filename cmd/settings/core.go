@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/deploy/config"
+	"github.com/cfgd/cfgd/events/store"
 )
 
 // Core holds the settings every cfgd command shares (DESIGN.md section 5).
@@ -37,6 +38,9 @@ type Core struct {
 	// EventSigningKey signs events on the bus (EVENTS__SIGNING_KEY); unset:
 	// a key file generated beside the embedded broker's data.
 	EventSigningKey config.Secret
+	// EventMaxBytes bounds an event's encoded size at append time
+	// (EVENTS__MAX_BYTES), below the producer's 1 MiB.
+	EventMaxBytes int
 }
 
 // Defaults of the core settings, shared with the README's settings table.
@@ -68,6 +72,7 @@ func ReadCore(r *config.Reader) Core {
 		KafkaSASLUser:      r.String("KAFKA__SASL_USERNAME", ""),
 		KafkaSASLPassword:  config.NewSecret(r.Secret("KAFKA__SASL_PASSWORD", false)),
 		EventSigningKey:    config.NewSecret(r.Secret("EVENTS__SIGNING_KEY", false)),
+		EventMaxBytes:      r.IntRange("EVENTS__MAX_BYTES", store.DefaultMaxEventBytes, 1024, store.DefaultMaxEventBytes),
 	}
 	if c.KafkaSASLMechanism != "" && (c.KafkaSASLUser == "" || !c.KafkaSASLPassword.IsSet()) {
 		r.Fail("KAFKA__SASL_USERNAME", "KAFKA__SASL_USERNAME and KAFKA__SASL_PASSWORD are required with KAFKA__SASL_MECHANISM", "")

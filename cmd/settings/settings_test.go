@@ -40,3 +40,27 @@ func TestLoadDotenvFile(t *testing.T) {
 		t.Errorf("a missing .env is fine: %v", err)
 	}
 }
+
+func TestEventMaxBytes(t *testing.T) {
+	tests := []struct {
+		value string
+		want  int
+		bad   bool
+	}{
+		{"", 900 << 10, false},
+		{"65536", 65536, false},
+		{"100", 0, true},
+		{"2000000", 0, true}, // above what the producer carries
+	}
+	for _, tc := range tests {
+		env := map[string]string{}
+		if tc.value != "" {
+			env["EVENTS__MAX_BYTES"] = tc.value
+		}
+		r := config.NewReader(config.FromMaps(env, nil))
+		c := ReadCore(r)
+		if tc.bad != (r.Err() != nil) || (!tc.bad && c.EventMaxBytes != tc.want) {
+			t.Errorf("%q: %d, %v", tc.value, c.EventMaxBytes, r.Err())
+		}
+	}
+}

@@ -10,8 +10,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/events"
@@ -45,12 +43,12 @@ var ErrUnknownUser = errors.New("no active user with this e-mail address")
 
 // CreateHandler handles Create.
 type CreateHandler struct {
-	pool *pgxpool.Pool
+	pool store.DB
 	now  func() time.Time
 }
 
 // NewCreateHandler returns the handler.
-func NewCreateHandler(pool *pgxpool.Pool, now func() time.Time) *CreateHandler {
+func NewCreateHandler(pool store.DB, now func() time.Time) *CreateHandler {
 	return &CreateHandler{pool: pool, now: now}
 }
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/apikey"
@@ -21,12 +19,12 @@ type Revoke struct {
 
 // RevokeHandler handles Revoke.
 type RevokeHandler struct {
-	pool *pgxpool.Pool
+	pool store.DB
 	now  func() time.Time
 }
 
 // NewRevokeHandler returns the handler.
-func NewRevokeHandler(pool *pgxpool.Pool, now func() time.Time) *RevokeHandler {
+func NewRevokeHandler(pool store.DB, now func() time.Time) *RevokeHandler {
 	return &RevokeHandler{pool: pool, now: now}
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/mail"
@@ -34,7 +33,7 @@ type RequestResult struct {
 
 // RequestHandler handles Request.
 type RequestHandler struct {
-	pool      *pgxpool.Pool
+	pool      store.DB
 	hasher    *Hasher
 	templates *Templates
 	sender    mail.Sender
@@ -43,7 +42,7 @@ type RequestHandler struct {
 }
 
 // NewRequestHandler returns the handler.
-func NewRequestHandler(pool *pgxpool.Pool, hasher *Hasher, templates *Templates, sender mail.Sender, now func() time.Time, log *slog.Logger) *RequestHandler {
+func NewRequestHandler(pool store.DB, hasher *Hasher, templates *Templates, sender mail.Sender, now func() time.Time, log *slog.Logger) *RequestHandler {
 	return &RequestHandler{pool: pool, hasher: hasher, templates: templates, sender: sender, now: now, log: log}
 }
 

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/session"
@@ -33,7 +32,7 @@ type VerifyResult struct {
 
 // VerifyHandler handles Verify.
 type VerifyHandler struct {
-	pool    *pgxpool.Pool
+	pool    store.DB
 	hasher  *Hasher
 	tokens  session.Tokens
 	sources user.Sources
@@ -41,7 +40,7 @@ type VerifyHandler struct {
 }
 
 // NewVerifyHandler returns the handler.
-func NewVerifyHandler(pool *pgxpool.Pool, hasher *Hasher, tokens session.Tokens, sources user.Sources, now func() time.Time) *VerifyHandler {
+func NewVerifyHandler(pool store.DB, hasher *Hasher, tokens session.Tokens, sources user.Sources, now func() time.Time) *VerifyHandler {
 	return &VerifyHandler{pool: pool, hasher: hasher, tokens: tokens, sources: sources, now: now}
 }
 

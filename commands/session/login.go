@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/token"
@@ -39,13 +38,13 @@ var (
 
 // LoginHandler handles Login.
 type LoginHandler struct {
-	pool   *pgxpool.Pool
+	pool   store.DB
 	tokens Tokens
 	now    func() time.Time
 }
 
 // NewLoginHandler returns the handler.
-func NewLoginHandler(pool *pgxpool.Pool, tokens Tokens, now func() time.Time) *LoginHandler {
+func NewLoginHandler(pool store.DB, tokens Tokens, now func() time.Time) *LoginHandler {
 	return &LoginHandler{pool: pool, tokens: tokens, now: now}
 }
 

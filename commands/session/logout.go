@@ -5,8 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
@@ -26,12 +24,12 @@ var ErrNoSession = errors.New("no such session")
 
 // LogoutHandler handles Logout.
 type LogoutHandler struct {
-	pool *pgxpool.Pool
+	pool store.DB
 	now  func() time.Time
 }
 
 // NewLogoutHandler returns the handler.
-func NewLogoutHandler(pool *pgxpool.Pool, now func() time.Time) *LogoutHandler {
+func NewLogoutHandler(pool store.DB, now func() time.Time) *LogoutHandler {
 	return &LogoutHandler{pool: pool, now: now}
 }
 

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/token"
@@ -34,7 +33,7 @@ var ErrReused = fmt.Errorf("%w: refresh token reused, session revoked", ErrInval
 
 // RefreshHandler handles Refresh.
 type RefreshHandler struct {
-	pool   *pgxpool.Pool
+	pool   store.DB
 	tokens Tokens
 	rotate bool
 	now    func() time.Time
@@ -42,7 +41,7 @@ type RefreshHandler struct {
 
 // NewRefreshHandler returns the handler; rotate hands out a new refresh
 // token on each use and treats a second use of the old one as theft.
-func NewRefreshHandler(pool *pgxpool.Pool, tokens Tokens, rotate bool, now func() time.Time) *RefreshHandler {
+func NewRefreshHandler(pool store.DB, tokens Tokens, rotate bool, now func() time.Time) *RefreshHandler {
 	return &RefreshHandler{pool: pool, tokens: tokens, rotate: rotate, now: now}
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/cfgd/cfgd/commands/session"
 	"github.com/cfgd/cfgd/commands/token"
 	"github.com/cfgd/cfgd/commands/user"
+	"github.com/cfgd/cfgd/events/store"
 	apikeyrm "github.com/cfgd/cfgd/readmodels/apikey"
 	identityrm "github.com/cfgd/cfgd/readmodels/identity"
 )
@@ -41,6 +42,9 @@ type Deps struct {
 	Console io.Writer
 	// Now is the clock of every command and token check; default time.Now.
 	Now func() time.Time
+	// Events sets the limits of every append (EVENTS__MAX_BYTES); nil:
+	// the store's defaults.
+	Events *store.Store
 }
 
 // App is the sign-in capability assembled.
@@ -112,19 +116,24 @@ func New(cfg Config, d Deps) (*App, error) {
 		sender = newSender(cfg.Email, d.Console)
 	}
 	sources := user.Sources{DashboardHosts: cfg.DashboardHosts, RegistrationPaths: cfg.RegistrationPaths}
+	// Commands append through db, which carries the configured limits.
+	var db store.DB = d.Pool
+	if d.Events != nil {
+		db = d.Events.Bind(d.Pool)
+	}
 	a := &App{
 		Config: cfg, Log: d.Log, Now: d.Now, Tokens: tokens, secret: secret,
 		Users:           identityrm.NewUsers(d.Pool, cfg.ReadWait),
 		Revocations:     identityrm.NewRevocations(d.Pool, cfg.JWT.RevocationPoll, cfg.JWT.AccessTTL, d.Now),
 		Limiter:         NewLimiter(d.Redis, cfg.RedisPrefix),
-		RequestOTP:      otp.NewRequestHandler(d.Pool, hasher, templates, sender, d.Now, d.Log),
-		VerifyOTP:       otp.NewVerifyHandler(d.Pool, hasher, tokens, sources, d.Now),
-		Refresh:         session.NewRefreshHandler(d.Pool, tokens, cfg.JWT.RotateRefresh, d.Now),
-		Logout:          session.NewLogoutHandler(d.Pool, d.Now),
-		Login:           session.NewLoginHandler(d.Pool, tokens, d.Now),
-		UpdateProfile:   user.NewUpdateProfileHandler(d.Pool, d.Now),
-		ChangeAvatar:    user.NewChangeAvatarHandler(d.Pool, d.Now),
-		CreateSuperuser: user.NewCreateSuperuserHandler(d.Pool, d.Now),
+		RequestOTP:      otp.NewRequestHandler(db, hasher, templates, sender, d.Now, d.Log),
+		VerifyOTP:       otp.NewVerifyHandler(db, hasher, tokens, sources, d.Now),
+		Refresh:         session.NewRefreshHandler(db, tokens, cfg.JWT.RotateRefresh, d.Now),
+		Logout:          session.NewLogoutHandler(db, d.Now),
+		Login:           session.NewLoginHandler(db, tokens, d.Now),
+		UpdateProfile:   user.NewUpdateProfileHandler(db, d.Now),
+		ChangeAvatar:    user.NewChangeAvatarHandler(db, d.Now),
+		CreateSuperuser: user.NewCreateSuperuserHandler(db, d.Now),
 	}
 	apiKeys, err := apikeyrm.NewAuthenticator(d.Pool, apikeyrm.Config{CacheTTL: cfg.APIKeyCacheTTL, Now: d.Now})
 	if err != nil {

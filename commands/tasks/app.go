@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/projections"
 	taskproj "github.com/cfgd/cfgd/projections/tasks"
@@ -20,8 +21,10 @@ import (
 
 // Deps are the connections the core runs on.
 type Deps struct {
-	Pool  *pgxpool.Pool
-	Redis redis.UniversalClient
+	Pool *pgxpool.Pool
+	// Events sets the limits of every append; nil: the store's defaults.
+	Events *store.Store
+	Redis  redis.UniversalClient
 	// Recorder receives the enqueued records; nil: none are recorded.
 	Recorder Recorder
 	Log      *slog.Logger
@@ -56,7 +59,7 @@ func New(cfg Config, d Deps) (*App, error) {
 	insp := asynq.NewInspectorFromRedisClient(d.Redis)
 	return &App{
 		Config: cfg, Registry: reg, Inspector: insp,
-		Manager:  NewManager(d.Pool, cfg, reg, d.Now),
+		Manager:  NewManager(bindEvents(d), cfg, reg, d.Now),
 		Reader:   taskrm.NewReader(d.Pool, insp, reg, cfg.QueueNames(), cfg.SnapshotTTL),
 		Enqueuer: NewEnqueuer(cfg, d.Redis, d.Recorder),
 		pool:     d.Pool, log: d.Log,
@@ -141,4 +144,11 @@ func (a *App) ManageWorker(ctx context.Context, action, id string, md events.Met
 // client).
 func (a *App) Close() error {
 	return errors.Join(a.Inspector.Close(), a.Enqueuer.Close())
+}
+
+func bindEvents(d Deps) store.DB {
+	if d.Events != nil {
+		return d.Events.Bind(d.Pool)
+	}
+	return d.Pool
 }

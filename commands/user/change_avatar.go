@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
@@ -78,12 +76,12 @@ type AvatarChange struct {
 
 // ChangeAvatarHandler handles ChangeAvatar.
 type ChangeAvatarHandler struct {
-	pool *pgxpool.Pool
+	pool store.DB
 	now  func() time.Time
 }
 
 // NewChangeAvatarHandler returns the handler.
-func NewChangeAvatarHandler(pool *pgxpool.Pool, now func() time.Time) *ChangeAvatarHandler {
+func NewChangeAvatarHandler(pool store.DB, now func() time.Time) *ChangeAvatarHandler {
 	return &ChangeAvatarHandler{pool: pool, now: now}
 }
 

@@ -6,11 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
+	"github.com/cfgd/cfgd/events/store"
 )
 
 // CreateSuperuser creates a staff superuser, with a password or without one
@@ -26,12 +25,12 @@ var ErrPasswordTooShort = fmt.Errorf("the password must be at least %d character
 
 // CreateSuperuserHandler handles CreateSuperuser.
 type CreateSuperuserHandler struct {
-	pool *pgxpool.Pool
+	pool store.DB
 	now  func() time.Time
 }
 
 // NewCreateSuperuserHandler returns the handler.
-func NewCreateSuperuserHandler(pool *pgxpool.Pool, now func() time.Time) *CreateSuperuserHandler {
+func NewCreateSuperuserHandler(pool store.DB, now func() time.Time) *CreateSuperuserHandler {
 	return &CreateSuperuserHandler{pool: pool, now: now}
 }
 

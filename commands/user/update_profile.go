@@ -9,8 +9,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
@@ -41,12 +39,12 @@ var ErrNoSuchUser = errors.New("no such user")
 
 // UpdateProfileHandler handles UpdateProfile.
 type UpdateProfileHandler struct {
-	pool *pgxpool.Pool
+	pool store.DB
 	now  func() time.Time
 }
 
 // NewUpdateProfileHandler returns the handler.
-func NewUpdateProfileHandler(pool *pgxpool.Pool, now func() time.Time) *UpdateProfileHandler {
+func NewUpdateProfileHandler(pool store.DB, now func() time.Time) *UpdateProfileHandler {
 	return &UpdateProfileHandler{pool: pool, now: now}
 }
 

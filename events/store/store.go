@@ -136,12 +136,31 @@ func Version(ctx context.Context, db DB, stream string) (int64, error) {
 // returns *ConflictError; the caller's transaction is then unusable and the
 // whole command should be retried from a fresh load.
 func Append(ctx context.Context, db DB, stream string, expected int64, envs ...events.Envelope) ([]events.Envelope, error) {
-	return defaultStore().AppendMany(ctx, db, Write{Stream: stream, Expected: expected, Events: envs})
+	return storeOf(db).AppendMany(ctx, db, Write{Stream: stream, Expected: expected, Events: envs})
 }
 
-// AppendMany is Store.AppendMany with the default Config.
+// AppendMany is Store.AppendMany with the Config db is bound to (Bind),
+// or the default one.
 func AppendMany(ctx context.Context, db DB, writes ...Write) ([]events.Envelope, error) {
-	return defaultStore().AppendMany(ctx, db, writes...)
+	return storeOf(db).AppendMany(ctx, db, writes...)
+}
+
+// Bind returns db carrying s: the package functions Append and AppendMany
+// use s's limits for it. Command handlers take a DB, so the one built from
+// settings (EVENTS__MAX_BYTES) reaches every append without each handler
+// holding a Store.
+func (s *Store) Bind(db DB) DB { return bound{DB: db, store: s} }
+
+type bound struct {
+	DB
+	store *Store
+}
+
+func storeOf(db DB) *Store {
+	if b, ok := db.(bound); ok {
+		return b.store
+	}
+	return defaultStore()
 }
 
 // Append is the package function Append with s's limits.

@@ -478,3 +478,30 @@ func TestAppendManyWritesInStreamOrder(t *testing.T) {
 		t.Fatalf("inserted out of stream order: a %d, b %d, c %d %d", out[2].Position, out[3].Position, out[0].Position, out[1].Position)
 	}
 }
+
+// A DB bound to a Store carries its limits into the package functions and
+// into whatever appends through them (commands.Execute, every handler).
+func TestBoundDBCarriesTheLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.Postgres(t)
+	s, err := store.New(store.Config{MaxEventBytes: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Repeat("x", 5000)
+	var big *store.TooLargeError
+	if _, err := store.Append(ctx, s.Bind(db), "bound", events.NoStream, env(t, "bound", text)); !errors.As(err, &big) {
+		t.Fatalf("bound: %v, want a TooLargeError", err)
+	}
+	if _, err := store.AppendMany(ctx, s.Bind(db), store.Write{Stream: "bound-many", Expected: events.NoStream, Events: []events.Envelope{env(t, "bound-many", text)}}); !errors.As(err, &big) {
+		t.Fatalf("bound, many: %v, want a TooLargeError", err)
+	}
+	if _, err := store.Append(ctx, db, "unbound", events.NoStream, env(t, "unbound", text)); err != nil {
+		t.Fatalf("unbound, default limit: %v", err)
+	}
+	// The bound handle is still a DB for reads.
+	if v, err := store.Version(ctx, s.Bind(db), "unbound"); err != nil || v != 1 {
+		t.Fatalf("read through the bound handle: %d %v", v, err)
+	}
+}
