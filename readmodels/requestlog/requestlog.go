@@ -86,23 +86,11 @@ func New(conn driver.Conn, now func() time.Time, activeKeys ActiveAPIKeys) *Stor
 	return &Store{conn: conn, now: now, activeKeys: activeKeys}
 }
 
-// Request is one record of SPEC.md 2.7.
+// Request is one record of SPEC.md 2.7: the event as ingested, with the id
+// the sink gave it (its fields flatten into the JSON).
 type Request struct {
-	ID              uint64    `json:"id"`
-	RequestID       string    `json:"request_id"`
-	ServiceName     string    `json:"service_name"`
-	MethodName      string    `json:"method_name"`
-	Status          string    `json:"status"`
-	DurationMS      int64     `json:"duration_ms"`
-	GRPCStatusCode  string    `json:"grpc_status_code"`
-	ErrorMessage    string    `json:"error_message"`
-	CreatedAt       time.Time `json:"created_at"`
-	ClientIP        string    `json:"client_ip"`
-	UserID          int64     `json:"user_id"`
-	Username        string    `json:"username"`
-	IsAuthenticated bool      `json:"is_authenticated"`
-	APIKeyID        int64     `json:"api_key_id"`
-	APIKeyName      string    `json:"api_key_name"`
+	ID uint64 `json:"id"`
+	reqlog.Event
 }
 
 // Filter narrows the request list; empty fields do not filter.
