@@ -35,6 +35,18 @@ func deny(http.Handler) http.Handler {
 // ClickHouse -> read model -> HTTP.
 func stack(t *testing.T, brokers *bus.Config) *httptest.Server {
 	t.Helper()
+	p, store := backend(t, brokers)
+	r := mux.NewRouter()
+	monitor.New(p, store, time.Now).Mount(r, pass, pass)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// backend is the producer and the read model of the real path: with
+// brokers nil, a private broker and a running sink.
+func backend(t *testing.T, brokers *bus.Config) (*reqlog.Producer, *requestlog.Store) {
+	t.Helper()
 	_, conn := testenv.ClickHouse(t)
 	var c bus.Config
 	if brokers != nil {
@@ -62,11 +74,7 @@ func stack(t *testing.T, brokers *bus.Config) *httptest.Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	r := mux.NewRouter()
-	monitor.New(p, requestlog.New(conn, time.Now, func(context.Context) (int64, error) { return 2, nil }), time.Now).Mount(r, pass, pass)
-	srv := httptest.NewServer(r)
-	t.Cleanup(srv.Close)
-	return srv
+	return p, requestlog.New(conn, time.Now, func(context.Context) (int64, error) { return 2, nil })
 }
 
 func waitFor(t *testing.T, cond func() bool) {
