@@ -10,6 +10,7 @@ import (
 	"github.com/cfgd/cfgd/api/health"
 	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/api/monitor"
+	"github.com/cfgd/cfgd/api/static"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/apikeyusage"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
@@ -38,12 +39,17 @@ func requestLogModule(w wiring, a *auth.API, activeKeys requestlogrm.ActiveAPIKe
 	if err != nil {
 		return module.Module{}, err
 	}
+	assets, err := static.New()
+	if err != nil {
+		return module.Module{}, err
+	}
 	h := monitor.New(prod, requestlogrm.New(w.deps.ch, time.Now, activeKeys), time.Now)
 	return module.Module{
 		Name: "requestlog",
 		Routes: func(r *mux.Router) error {
 			h.Mount(r, a.Staff(), a.StaffOrAPIKey())
-			return nil
+			// The page's assets are served by the front module.
+			return monitor.MountDashboard(r, a.Staff(), assets)
 		},
 		Checks: []health.Check{{Name: "requestlog-sink", Ping: s.Ready}, {Name: "apikey-usage", Ping: usage.Ready}},
 		Background: []module.Runner{s.Runner(), usage.Runner(), {Name: "requestlog-producer", Run: func(ctx context.Context) error {
