@@ -38,6 +38,7 @@ type Queries interface {
 	Overview(ctx context.Context, hours int) (requestlog.Overview, error)
 	Services(ctx context.Context, hours int) ([]requestlog.Service, error)
 	Methods(ctx context.Context, hours int, service string) ([]requestlog.Method, error)
+	Timeline(ctx context.Context, hours int, service string) (requestlog.Timeline, error)
 }
 
 // Handlers serve the endpoints.
@@ -60,6 +61,7 @@ func (h *Handlers) Mount(r *mux.Router, staff, ingestAuth mux.MiddlewareFunc) {
 	r.Handle("/api/grpc/monitor/overview/", staff(http.HandlerFunc(h.overview))).Methods(http.MethodGet)
 	r.Handle("/api/grpc/monitor/services/", staff(http.HandlerFunc(h.services))).Methods(http.MethodGet)
 	r.Handle("/api/grpc/monitor/methods/", staff(http.HandlerFunc(h.methods))).Methods(http.MethodGet)
+	r.Handle("/api/grpc/monitor/timeline/", staff(http.HandlerFunc(h.timeline))).Methods(http.MethodGet)
 }
 
 // IngestResult is the answer of the ingest endpoint.
@@ -218,6 +220,21 @@ func (h *Handlers) methods(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	web.JSON(w, http.StatusOK, map[string]any{"methods": m})
+}
+
+// timeline is the per-minute series the monitoring page charts.
+func (h *Handlers) timeline(w http.ResponseWriter, r *http.Request) {
+	hours, err := requestlog.ParseTimelineHours(r.URL.Query().Get("hours"))
+	if err != nil {
+		invalid(w, r, err)
+		return
+	}
+	tl, err := h.queries.Timeline(r.Context(), hours, r.URL.Query().Get("service"))
+	if err != nil {
+		invalid(w, r, err)
+		return
+	}
+	web.JSON(w, http.StatusOK, tl)
 }
 
 // invalid answers 400 naming every bad parameter in err, or hands any

@@ -35,6 +35,18 @@ func deny(http.Handler) http.Handler {
 // ClickHouse -> read model -> HTTP.
 func stack(t *testing.T, brokers *bus.Config) *httptest.Server {
 	t.Helper()
+	p, store := backend(t, brokers)
+	r := mux.NewRouter()
+	monitor.New(p, store, time.Now).Mount(r, pass, pass)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// backend is the producer and the read model of the real path: with
+// brokers nil, a private broker and a running sink.
+func backend(t *testing.T, brokers *bus.Config) (*reqlog.Producer, *requestlog.Store) {
+	t.Helper()
 	_, conn := testenv.ClickHouse(t)
 	var c bus.Config
 	if brokers != nil {
@@ -62,11 +74,7 @@ func stack(t *testing.T, brokers *bus.Config) *httptest.Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	r := mux.NewRouter()
-	monitor.New(p, requestlog.New(conn, time.Now, func(context.Context) (int64, error) { return 2, nil }), time.Now).Mount(r, pass, pass)
-	srv := httptest.NewServer(r)
-	t.Cleanup(srv.Close)
-	return srv
+	return p, requestlog.New(conn, time.Now, func(context.Context) (int64, error) { return 2, nil })
 }
 
 func waitFor(t *testing.T, cond func() bool) {
@@ -193,6 +201,22 @@ func TestIngestThenQueryEveryEndpoint(t *testing.T) {
 	if m := ms[0].(map[string]any); m["method_name"] != "Put" || m["min_duration_ms"] != 20.0 || m["max_duration_ms"] != 20.0 || m["failed_requests"] != 1.0 {
 		t.Fatalf("Put %v", m)
 	}
+
+	_, tl := do(t, http.MethodGet, srv.URL+"/api/grpc/monitor/timeline/?hours=1", "")
+	if !slices.Equal(keys(tl), sorted("hours", "step_seconds", "service", "points")) || tl["step_seconds"] != 60.0 || len(tl["points"].([]any)) != 60 {
+		t.Fatalf("timeline %v", tl)
+	}
+	var req, failed float64
+	for _, p := range tl["points"].([]any) {
+		m := p.(map[string]any)
+		if !slices.Equal(keys(m), sorted("time", "requests", "failed", "error_rate")) {
+			t.Fatalf("timeline point %v", m)
+		}
+		req, failed = req+m["requests"].(float64), failed+m["failed"].(float64)
+	}
+	if req != 3 || failed != 2 {
+		t.Fatalf("timeline sums %v requests, %v failed; want 3 and 2", req, failed)
+	}
 }
 
 func TestBadInput(t *testing.T) {
@@ -215,6 +239,9 @@ func TestBadInput(t *testing.T) {
 			}
 			cases = append(cases, struct{ method, path, body string }{"GET", "/api/grpc/monitor/" + p + "/?hours=" + h, ""})
 		}
+	}
+	for _, h := range []string{"0", "721", "-1", "abc", "1.5", "%20"} {
+		cases = append(cases, struct{ method, path, body string }{"GET", "/api/grpc/monitor/timeline/?hours=" + h, ""})
 	}
 	for _, q := range []string{"page_size=0", "page_size=1001", "page_size=-1", "page_size=abc", "page=0", "page=x", "status=weird"} {
 		cases = append(cases, struct{ method, path, body string }{"GET", "/api/grpc/monitor/requests/?" + q, ""})
@@ -244,7 +271,7 @@ func TestEndpointsAreBehindTheirMiddleware(t *testing.T) {
 	monitor.New(nil, nil, time.Now).Mount(r, deny, deny)
 	srv := httptest.NewServer(r)
 	defer srv.Close()
-	for _, p := range []string{"requests", "overview", "services", "methods"} {
+	for _, p := range []string{"requests", "overview", "services", "methods", "timeline"} {
 		if code, _ := do(t, http.MethodGet, srv.URL+"/api/grpc/monitor/"+p+"/", ""); code != http.StatusForbidden {
 			t.Errorf("%s: %d", p, code)
 		}

@@ -5,6 +5,7 @@ import (
 	"github.com/cfgd/cfgd/api/extensions"
 	"github.com/cfgd/cfgd/api/front"
 	"github.com/cfgd/cfgd/api/module"
+	"github.com/cfgd/cfgd/api/monitor"
 )
 
 // frontModule serves / (index), /api/schema/, /api/docs/ and the embedded
@@ -14,5 +15,6 @@ func frontModule(w wiring) (module.Module, error) {
 		front.Link{Rel: "extensions", Href: extensions.ListPath, Title: "Installed extensions"},
 		front.Link{Rel: "top_sources", Href: analytics.PathTopSources, Title: "Top registration sources"},
 		front.Link{Rel: "source_links", Href: analytics.PathLinks, Title: "Registrations by source"},
+		front.Link{Rel: "grpc_dashboard", Href: monitor.PathDashboard, Title: "gRPC monitoring"},
 	)
 }

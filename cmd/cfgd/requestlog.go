@@ -10,7 +10,9 @@ import (
 	"github.com/cfgd/cfgd/api/health"
 	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/api/monitor"
+	"github.com/cfgd/cfgd/api/static"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/projections/apikeyusage"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
 	requestlogrm "github.com/cfgd/cfgd/readmodels/requestlog"
 )
@@ -30,15 +32,27 @@ func requestLogModule(w wiring, a *auth.API, activeKeys requestlogrm.ActiveAPIKe
 	if err != nil {
 		return module.Module{}, err
 	}
+	// API-key usage (request_count, last_used_at) is a second consumer of
+	// the same topic; its settings are the defaults until cmd/settings
+	// reads them.
+	usage, err := apikeyusage.New(apikeyusage.DefaultConfig(w.bus), w.deps.pg, w.log)
+	if err != nil {
+		return module.Module{}, err
+	}
+	assets, err := static.New()
+	if err != nil {
+		return module.Module{}, err
+	}
 	h := monitor.New(prod, requestlogrm.New(w.deps.ch, time.Now, activeKeys), time.Now)
 	return module.Module{
 		Name: "requestlog",
 		Routes: func(r *mux.Router) error {
 			h.Mount(r, a.Staff(), a.StaffOrAPIKey())
-			return nil
+			// The page's assets are served by the front module.
+			return monitor.MountDashboard(r, a.Staff(), assets)
 		},
-		Checks: []health.Check{{Name: "requestlog-sink", Ping: s.Ready}},
-		Background: []module.Runner{s.Runner(), {Name: "requestlog-producer", Run: func(ctx context.Context) error {
+		Checks: []health.Check{{Name: "requestlog-sink", Ping: s.Ready}, {Name: "apikey-usage", Ping: usage.Ready}},
+		Background: []module.Runner{s.Runner(), usage.Runner(), {Name: "requestlog-producer", Run: func(ctx context.Context) error {
 			// Servers stop first, so nothing produces once this closes.
 			<-ctx.Done()
 			return prod.Close()

@@ -1,0 +1,202 @@
+package monitor
+
+import (
+	"bytes"
+	"fmt"
+	"html/template"
+	"net/http"
+
+	"github.com/gorilla/mux"
+
+	"github.com/cfgd/cfgd/api/static"
+)
+
+// PathDashboard is the monitoring page.
+const PathDashboard = "/admin/grpc/dashboard/"
+
+// cspPage allows this origin only; uPlot styles its elements from script
+// (CSSOM), which style-src 'self' permits.
+const cspPage = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+// MountDashboard adds the monitoring page: staff get the page, anyone not
+// signed in a sign-in form. Its scripts and styles are the shared static
+// assets (mounted once by the front module, under static.Prefix).
+func MountDashboard(r *mux.Router, staff mux.MiddlewareFunc, assets *static.Assets) error {
+	data := map[string]string{
+		"CSS":      assets.URL("cfgd/monitor.css"),
+		"ChartCSS": assets.URL("uplot/uPlot.min.css"),
+		"Chart":    assets.URL("uplot/uPlot.iife.min.js"),
+		"JS":       assets.URL("cfgd/monitor.js"),
+		"Login":    assets.URL("cfgd/login.js"),
+	}
+	page, err := render("dashboard", dashboardHTML, data)
+	if err != nil {
+		return err
+	}
+	login, err := render("login", loginHTML, data)
+	if err != nil {
+		return err
+	}
+	r.Handle(PathDashboard, pageHandler(staff, page, login)).Methods(http.MethodGet, http.MethodHead).Name("monitor:dashboard")
+	return nil
+}
+
+func render(name, text string, data any) ([]byte, error) {
+	t, err := template.New(name).Parse(text)
+	if err != nil {
+		return nil, fmt.Errorf("monitor: parse %s: %w", name, err)
+	}
+	var b bytes.Buffer
+	if err := t.Execute(&b, data); err != nil {
+		return nil, fmt.Errorf("monitor: render %s: %w", name, err)
+	}
+	return b.Bytes(), nil
+}
+
+// pageHandler serves page to staff. Anyone the staff check turns away as
+// not signed in (401) gets the sign-in form instead of a JSON error; other
+// refusals (403) are passed on as they are.
+func pageHandler(staff mux.MiddlewareFunc, page, login []byte) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		passed := false
+		rec := &recorder{header: http.Header{}}
+		staff(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { passed = true })).ServeHTTP(rec, r)
+		h := w.Header()
+		h.Set("Content-Security-Policy", cspPage)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-store")
+		body, status := page, http.StatusOK
+		switch {
+		case passed:
+		case rec.status == http.StatusUnauthorized:
+			body, status = login, http.StatusUnauthorized
+		default:
+			for k, v := range rec.header {
+				h[k] = v
+			}
+			w.WriteHeader(rec.status)
+			_, _ = w.Write(rec.body.Bytes())
+			return
+		}
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(status)
+		if r.Method != http.MethodHead {
+			_, _ = w.Write(body)
+		}
+	})
+}
+
+// recorder keeps the staff check's refusal to relay or replace it.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.body.Write(b)
+}
+func (r *recorder) WriteHeader(s int) { r.status = s }
+
+const dashboardHTML = `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>gRPC monitoring · cfgd</title>
+<link rel="stylesheet" href="{{.ChartCSS}}">
+<link rel="stylesheet" href="{{.CSS}}">
+</head>
+<body>
+<header>
+  <h1>gRPC monitoring</h1>
+  <span id="updated" class="muted" aria-live="polite">loading…</span>
+  <label>Window
+    <select id="hours">
+      <option value="1" selected>last hour</option>
+      <option value="6">6 hours</option>
+      <option value="24">24 hours</option>
+      <option value="168">7 days</option>
+      <option value="720">30 days</option>
+    </select>
+  </label>
+</header>
+<div id="error" class="error" role="alert" hidden></div>
+<main>
+  <div class="cards">
+    <div class="card"><div class="label">Requests</div><div class="value" id="stat-total">–</div></div>
+    <div class="card"><div class="label">Failed</div><div class="value" id="stat-failed">–</div></div>
+    <div class="card"><div class="label">Success rate</div><div class="value" id="stat-rate">–</div></div>
+    <div class="card"><div class="label">Avg duration</div><div class="value" id="stat-avg">–</div></div>
+    <div class="card"><div class="label">Services</div><div class="value" id="stat-services">–</div></div>
+    <div class="card"><div class="label">Active API keys</div><div class="value" id="stat-keys">–</div></div>
+  </div>
+  <section class="charts" aria-label="charts">
+    <div class="chart-box"><h2>Requests per minute <span class="muted" id="chart-step"></span></h2><div id="chart-rate" class="chart"></div></div>
+    <div class="chart-box"><h2>Error rate (%)</h2><div id="chart-errors" class="chart"></div></div>
+  </section>
+  <section>
+    <h2>Services</h2>
+    <table>
+      <thead><tr><th>Service</th><th class="num">Requests</th><th class="num">Failed</th><th class="num">Success</th><th class="num">Avg</th><th class="num">p95</th><th class="num">Methods</th></tr></thead>
+      <tbody id="services"></tbody>
+    </table>
+  </section>
+  <section>
+    <h2>Methods</h2>
+    <table>
+      <thead><tr><th>Service</th><th>Method</th><th class="num">Requests</th><th class="num">Failed</th><th class="num">Success</th><th class="num">Avg</th><th class="num">Min / max</th><th class="num">p95</th></tr></thead>
+      <tbody id="methods"></tbody>
+    </table>
+  </section>
+  <section>
+    <h2>Latest requests <span class="muted" id="requests-count"></span></h2>
+    <form id="filters" class="filters">
+      <input id="f-service" placeholder="service" aria-label="service" autocomplete="off">
+      <input id="f-method" placeholder="method" aria-label="method" autocomplete="off">
+      <select id="f-status" aria-label="status">
+        <option value="">any status</option>
+        <option>success</option><option>error</option><option>timeout</option><option>cancelled</option><option>pending</option>
+      </select>
+      <button type="submit" id="f-apply">Filter</button>
+    </form>
+    <table>
+      <thead><tr><th>Time</th><th>Service</th><th>Method</th><th>Status</th><th>Code</th><th class="num">Duration</th><th>Caller</th><th>Error</th></tr></thead>
+      <tbody id="requests"></tbody>
+    </table>
+  </section>
+</main>
+<script src="{{.Chart}}"></script>
+<script src="{{.JS}}"></script>
+</body>
+</html>
+`
+
+const loginHTML = `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Sign in · cfgd</title>
+<link rel="stylesheet" href="{{.CSS}}">
+</head>
+<body>
+<header><h1>gRPC monitoring</h1></header>
+<main>
+  <form id="login" class="login">
+    <p>Sign in with a staff account.</p>
+    <label>E-mail <input id="email" name="email" type="email" autocomplete="username" required></label>
+    <label>Password <input id="password" name="password" type="password" autocomplete="current-password" required></label>
+    <button type="submit" id="signin">Sign in</button>
+    <div id="error" class="error" role="alert" hidden></div>
+  </form>
+</main>
+<script src="{{.Login}}"></script>
+</body>
+</html>
+`
