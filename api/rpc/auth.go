@@ -77,6 +77,7 @@ func authFunc(a Authenticator, log *slog.Logger) grpcauth.AuthFunc {
 			log.WarnContext(ctx, "grpc authentication unavailable", "err", err)
 			return nil, status.Error(codes.Unavailable, "authentication is unavailable, try again shortly")
 		}
+		notePrincipal(ctx, p)
 		return WithPrincipal(ctx, p), nil
 	}
 }

@@ -115,7 +115,9 @@ func (s *APIKeys) unavailable(ctx context.Context, err error) error {
 // Monitor serves cfgd.monitor.v1 from the live server.
 type Monitor struct {
 	monitorv1.UnimplementedMonitorServiceServer
-	status func() Status
+	status  func() Status
+	queries RequestLogQueries
+	log     *slog.Logger
 }
 
 // NewMonitor returns the service; status is usually (*Server).Status.
