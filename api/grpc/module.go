@@ -13,9 +13,11 @@ import (
 	"github.com/cfgd/cfgd/api/protos"
 	apikeysv1 "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
 	authv1 "github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
+	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
 	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 	"github.com/cfgd/cfgd/api/rpc"
 	"github.com/cfgd/cfgd/commands/apikey"
+	reqlog "github.com/cfgd/cfgd/events/requestlog"
 	apikeyproj "github.com/cfgd/cfgd/projections/apikey"
 	apikeyrm "github.com/cfgd/cfgd/readmodels/apikey"
 )
@@ -28,12 +30,18 @@ type Config struct {
 	// ReadWait bounds how long an admin create waits for the read model to
 	// show the new key; default 5s.
 	ReadWait time.Duration
+	// Report batches the request-log events of the calls the server serves
+	// (requestlog.DefaultBatcherConfig when zero).
+	Report reqlog.BatcherConfig
 }
 
 // Validate joins every problem of c.
 func (c Config) Validate() error {
 	var errs []error
 	errs = append(errs, c.RPC.Validate())
+	if c.Report != (reqlog.BatcherConfig{}) {
+		errs = append(errs, c.Report.Validate())
+	}
 	if c.ProtoDir == "" {
 		errs = append(errs, errors.New("grpc: the proto directory is required"))
 	}
@@ -48,6 +56,18 @@ type Parts struct {
 	Protos *protos.Dir
 	Create *apikey.CreateHandler
 	Revoke *apikey.RevokeHandler
+	// Reporter batches the request log of served calls; nil without a
+	// producer.
+	Reporter *reqlog.Batcher
+}
+
+// RequestLog is what the module uses of the request log. With a Producer
+// the server reports every call it serves and serves cfgd.ingest.v1;
+// with Queries cfgd.monitor.v1 answers the statistics. The zero value
+// leaves both out (tests of other features).
+type RequestLog struct {
+	Producer rpc.Producer
+	Queries  rpc.RequestLogQueries
 }
 
 // NewModule builds gRPC monitoring: the gRPC server (health, reflection,
@@ -55,18 +75,44 @@ type Parts struct {
 // API-key commands, projection and read model, the REST endpoints and the
 // proto files (written into ProtoDir now when missing or changed). cfgd
 // serve and the tests (grpctest) both build it here.
-func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now func() time.Time) (Parts, error) {
+func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now func() time.Time, rl RequestLog) (Parts, error) {
 	if err := cfg.Validate(); err != nil {
 		return Parts{}, err
 	}
+	if cfg.Report == (reqlog.BatcherConfig{}) {
+		cfg.Report = reqlog.DefaultBatcherConfig()
+	}
 	keys := apikeyrm.NewKeys(pool, now)
-	srv, err := rpc.New(cfg.RPC, log, rpc.NewSigninAuthenticator(a.App().Auth))
+	var (
+		opts     []rpc.Option
+		reporter *reqlog.Batcher
+		bg       []module.Runner
+	)
+	if rl.Producer != nil {
+		b, err := reqlog.NewBatcher(cfg.Report, rl.Producer.Produce, log)
+		if err != nil {
+			return Parts{}, err
+		}
+		reporter = b
+		opts = append(opts, rpc.WithRequestLog(b))
+		// Background runners stop after the server, so the last calls'
+		// events are flushed.
+		bg = append(bg, module.Runner{Name: "grpc-requestlog-reporter", Run: b.Run})
+	}
+	srv, err := rpc.New(cfg.RPC, log, rpc.NewSigninAuthenticator(a.App().Auth), opts...)
 	if err != nil {
 		return Parts{}, err
 	}
 	srv.Register(&apikeysv1.APIKeyService_ServiceDesc, rpc.NewAPIKeys(keys, log))
-	srv.Register(&monitorv1.MonitorService_ServiceDesc, rpc.NewMonitor(srv.Status))
+	mon := rpc.NewMonitor(srv.Status)
+	if rl.Queries != nil {
+		mon = mon.WithQueries(rl.Queries, log)
+	}
+	srv.Register(&monitorv1.MonitorService_ServiceDesc, mon)
 	srv.Register(&authv1.AuthService_ServiceDesc, rpc.NewAuth(a.App(), log))
+	if rl.Producer != nil {
+		srv.Register(&ingestv1.IngestService_ServiceDesc, rpc.NewIngest(rl.Producer, now, log))
+	}
 	dir, err := protos.NewDir(cfg.ProtoDir)
 	if err != nil {
 		return Parts{}, err
@@ -76,7 +122,7 @@ func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, no
 	}
 	p := Parts{
 		Server: srv, Keys: keys, Protos: dir,
-		Create: apikey.NewCreateHandler(pool, now), Revoke: apikey.NewRevokeHandler(pool, now),
+		Create: apikey.NewCreateHandler(pool, now), Revoke: apikey.NewRevokeHandler(pool, now), Reporter: reporter,
 	}
 	p.Module = module.Module{
 		Name: "grpc",
@@ -91,6 +137,7 @@ func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, no
 			})
 		},
 		Projections: apikeyproj.All(),
+		Background:  bg,
 		Servers:     []module.Runner{{Name: "grpc", Run: srv.Run}},
 	}
 	return p, nil
