@@ -1,6 +1,7 @@
 package grpc
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"time"
@@ -86,7 +87,6 @@ func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, no
 	var (
 		opts     []rpc.Option
 		reporter *reqlog.Batcher
-		bg       []module.Runner
 	)
 	if rl.Producer != nil {
 		b, err := reqlog.NewBatcher(cfg.Report, rl.Producer.Produce, log)
@@ -95,9 +95,6 @@ func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, no
 		}
 		reporter = b
 		opts = append(opts, rpc.WithRequestLog(b))
-		// Background runners stop after the server, so the last calls'
-		// events are flushed.
-		bg = append(bg, module.Runner{Name: "grpc-requestlog-reporter", Run: b.Run})
 	}
 	srv, err := rpc.New(cfg.RPC, log, rpc.NewSigninAuthenticator(a.App().Auth), opts...)
 	if err != nil {
@@ -110,9 +107,9 @@ func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, no
 	}
 	srv.Register(&monitorv1.MonitorService_ServiceDesc, mon)
 	srv.Register(&authv1.AuthService_ServiceDesc, rpc.NewAuth(a.App(), log))
-	if rl.Producer != nil {
-		srv.Register(&ingestv1.IngestService_ServiceDesc, rpc.NewIngest(rl.Producer, now, log))
-	}
+	// Registered even without a producer (it then answers Unimplemented),
+	// so reflection always lists what the proto files declare.
+	srv.Register(&ingestv1.IngestService_ServiceDesc, rpc.NewIngest(rl.Producer, now, log))
 	dir, err := protos.NewDir(cfg.ProtoDir)
 	if err != nil {
 		return Parts{}, err
@@ -137,8 +134,26 @@ func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, no
 			})
 		},
 		Projections: apikeyproj.All(),
-		Background:  bg,
-		Servers:     []module.Runner{{Name: "grpc", Run: srv.Run}},
+		Servers:     []module.Runner{{Name: "grpc", Run: serve(srv, reporter)}},
 	}
 	return p, nil
+}
+
+// serve runs srv, and reporter beside it when there is one. The reporter
+// stops after the server, within the server stage, so the last calls'
+// events are flushed while the producer (a background runner, which stops
+// after every server) still takes them.
+func serve(srv *rpc.Server, reporter *reqlog.Batcher) func(context.Context) error {
+	if reporter == nil {
+		return srv.Run
+	}
+	return func(ctx context.Context) error {
+		rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan error, 1)
+		go func() { done <- reporter.Run(rctx) }()
+		err := srv.Run(ctx)
+		stop()
+		<-done
+		return err
+	}
 }

@@ -34,7 +34,8 @@ type Ingest struct {
 	log      *slog.Logger
 }
 
-// NewIngest returns the service.
+// NewIngest returns the service; with a nil producer it answers
+// Unimplemented.
 func NewIngest(p Producer, now func() time.Time, log *slog.Logger) *Ingest {
 	return &Ingest{producer: p, now: now, log: log}
 }
@@ -44,6 +45,9 @@ func NewIngest(p Producer, now func() time.Time, log *slog.Logger) *Ingest {
 // pace reaches the client as flow control.
 func (s *Ingest) Report(stream grpc.ClientStreamingServer[ingestv1.ReportRequest, ingestv1.ReportResponse]) error {
 	ctx := stream.Context()
+	if s.producer == nil {
+		return status.Error(codes.Unimplemented, "the request log is not configured on this server")
+	}
 	p, ok := PrincipalFrom(ctx)
 	if !ok {
 		return status.Error(codes.Unauthenticated, "not authenticated")

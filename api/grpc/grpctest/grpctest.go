@@ -122,9 +122,6 @@ func StartWith(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range parts.Module.Background {
-		run(t, r.Run)
-	}
 	reg, err := events.NewRegistry(append(identity.Events(), eventsapikey.Events()...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +131,7 @@ func StartWith(t testing.TB, o Options) *Env {
 	srv := parts.Server
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
+	go func() { done <- parts.Module.Servers[0].Run(ctx) }()
 	var addr string
 	select {
 	case addr = <-srv.Started():
