@@ -8,6 +8,7 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cfgd/cfgd/api/auth"
 	"github.com/cfgd/cfgd/api/module"
@@ -60,6 +61,10 @@ type Parts struct {
 	// Reporter batches the request log of served calls; nil without a
 	// producer.
 	Reporter *reqlog.Batcher
+	// Metrics count the reported and dropped events of served calls
+	// (cfgd_grpc_requestlog_sent_total, cfgd_grpc_requestlog_dropped_total);
+	// empty without a producer. The caller registers them.
+	Metrics []prometheus.Collector
 }
 
 // RequestLog is what the module uses of the request log. With a Producer
@@ -120,6 +125,18 @@ func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, no
 	p := Parts{
 		Server: srv, Keys: keys, Protos: dir,
 		Create: apikey.NewCreateHandler(pool, now), Revoke: apikey.NewRevokeHandler(pool, now), Reporter: reporter,
+	}
+	if reporter != nil {
+		p.Metrics = []prometheus.Collector{
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "cfgd_grpc_requestlog_sent_total",
+				Help: "Request-log events of served gRPC calls handed to Kafka.",
+			}, func() float64 { return float64(reporter.Sent()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "cfgd_grpc_requestlog_dropped_total",
+				Help: "Request-log events of served gRPC calls dropped: queue full, or Kafka slow or down.",
+			}, func() float64 { return float64(reporter.Dropped()) }),
+		}
 	}
 	p.Module = module.Module{
 		Name: "grpc",

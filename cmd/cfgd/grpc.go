@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/cfgd/cfgd/api/auth"
@@ -23,5 +24,15 @@ func grpcModule(w wiring, a *auth.API, prod *reqlog.Producer, activeKeys request
 	}, a, w.deps.pg, w.log, time.Now, apigrpc.RequestLog{
 		Producer: prod, Queries: requestlogrm.New(w.deps.ch, time.Now, activeKeys),
 	})
-	return p.Module, err
+	if err != nil {
+		return module.Module{}, err
+	}
+	if w.metrics != nil {
+		for _, c := range p.Metrics {
+			if err := w.metrics.Register(c); err != nil {
+				return module.Module{}, fmt.Errorf("grpc metrics: %w", err)
+			}
+		}
+	}
+	return p.Module, nil
 }

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	apikeyrm "github.com/cfgd/cfgd/readmodels/apikey"
 
 	"github.com/cfgd/cfgd/api/module"
@@ -21,6 +23,9 @@ type wiring struct {
 	app  appSettings
 	deps *deps
 	bus  bus.Config
+	// metrics is where modules register their collectors (nil in tests
+	// that do not look).
+	metrics prometheus.Registerer
 }
 
 // eventTypes is the explicit registry of every event type cfgd stores.
