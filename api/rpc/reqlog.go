@@ -74,6 +74,9 @@ func report(ctx context.Context, r Reporter, rec *callRecord, fullMethod string,
 	if rec.ok {
 		e.IsAuthenticated = true
 		e.UserID, e.APIKeyID, e.APIKeyName = rec.principal.UserID, rec.principal.KeyID, rec.principal.KeyName
+		if len(rec.principal.Username) <= reqlog.MaxUsername {
+			e.Username = rec.principal.Username
+		}
 	}
 	// The call's own context may be cancelled already; the report is not
 	// part of the call.

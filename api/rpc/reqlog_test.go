@@ -109,11 +109,11 @@ func TestRequestLogOverGRPC(t *testing.T) {
 			rid, status, code string
 			auth              bool
 			user, keyID       int64
-			keyName           string
+			keyName, username string
 		}{
-			{"rid-key", reqlog.StatusSuccess, "OK", true, adminID, key.State.ID, "svc-key"},
-			{"rid-anon", reqlog.StatusError, "Unauthenticated", false, 0, 0, ""},
-			{"rid-missing", reqlog.StatusError, "NotFound", true, staff.UserID, 0, ""},
+			{"rid-key", reqlog.StatusSuccess, "OK", true, adminID, key.State.ID, "svc-key", ""},
+			{"rid-anon", reqlog.StatusError, "Unauthenticated", false, 0, 0, "", ""},
+			{"rid-missing", reqlog.StatusError, "NotFound", true, staff.UserID, 0, "", admin},
 		}
 		for _, w := range want {
 			r, ok := find(got, func(r requestlog.Request) bool { return r.RequestID == w.rid })
@@ -121,7 +121,7 @@ func TestRequestLogOverGRPC(t *testing.T) {
 				t.Fatalf("%s not logged: %+v", w.rid, got)
 			}
 			if r.Status != w.status || r.GRPCStatusCode != w.code || r.IsAuthenticated != w.auth || r.UserID != w.user ||
-				r.APIKeyID != w.keyID || r.APIKeyName != w.keyName || r.ClientIP != "127.0.0.1" ||
+				r.APIKeyID != w.keyID || r.APIKeyName != w.keyName || r.Username != w.username || r.ClientIP != "127.0.0.1" ||
 				time.Since(r.CreatedAt) > time.Minute || r.DurationMS < 0 {
 				t.Errorf("%s logged as %+v, want %+v from 127.0.0.1", w.rid, r, w)
 			}
