@@ -79,8 +79,10 @@ type RequestLog struct {
 // NewModule builds gRPC monitoring: the gRPC server (health, reflection,
 // cfgd's services; callers authenticated through a's authenticator), the
 // API-key commands, projection and read model, the REST endpoints and the
-// proto files (written into ProtoDir now when missing or changed). cfgd
-// serve and the tests (grpctest) both build it here.
+// proto files (written into ProtoDir now when missing or changed), and
+// with rl the request log of every served call, cfgd.ingest.v1 and the
+// cfgd.monitor.v1 statistics. cfgd serve and the tests (grpctest) both
+// build it here.
 func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now func() time.Time, rl RequestLog) (Parts, error) {
 	if err := cfg.Validate(); err != nil {
 		return Parts{}, err
