@@ -1,21 +1,25 @@
 package grpc
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"time"
 
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cfgd/cfgd/api/auth"
 	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/api/protos"
 	apikeysv1 "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
 	authv1 "github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
+	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
 	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 	"github.com/cfgd/cfgd/api/rpc"
 	"github.com/cfgd/cfgd/commands/apikey"
+	reqlog "github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/events/store"
 	apikeyproj "github.com/cfgd/cfgd/projections/apikey"
 	apikeyrm "github.com/cfgd/cfgd/readmodels/apikey"
@@ -31,12 +35,18 @@ type Config struct {
 	ReadWait time.Duration
 	// Events sets the limits of every append; nil: the store's defaults.
 	Events *store.Store
+	// Report batches the request-log events of the calls the server serves
+	// (requestlog.DefaultBatcherConfig when zero).
+	Report reqlog.BatcherConfig
 }
 
 // Validate joins every problem of c.
 func (c Config) Validate() error {
 	var errs []error
 	errs = append(errs, c.RPC.Validate())
+	if c.Report != (reqlog.BatcherConfig{}) {
+		errs = append(errs, c.Report.Validate())
+	}
 	if c.ProtoDir == "" {
 		errs = append(errs, errors.New("grpc: the proto directory is required"))
 	}
@@ -51,29 +61,69 @@ type Parts struct {
 	Protos *protos.Dir
 	Create *apikey.CreateHandler
 	Revoke *apikey.RevokeHandler
+	// Reporter batches the request log of served calls; nil without a
+	// producer.
+	Reporter *reqlog.Batcher
+	// Metrics count the reported and dropped events of served calls
+	// (cfgd_grpc_requestlog_sent_total, cfgd_grpc_requestlog_dropped_total);
+	// empty without a producer. The caller registers them.
+	Metrics []prometheus.Collector
+}
+
+// RequestLog is what the module uses of the request log. With a Producer
+// the server reports every call it serves and serves cfgd.ingest.v1;
+// with Queries cfgd.monitor.v1 answers the statistics. The zero value
+// leaves both out (tests of other features).
+type RequestLog struct {
+	Producer rpc.Producer
+	Queries  rpc.RequestLogQueries
 }
 
 // NewModule builds gRPC monitoring: the gRPC server (health, reflection,
 // cfgd's services; callers authenticated through a's authenticator), the
 // API-key commands, projection and read model, the REST endpoints and the
-// proto files (written into ProtoDir now when missing or changed). cfgd
-// serve and the tests (grpctest) both build it here.
-func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now func() time.Time) (Parts, error) {
+// proto files (written into ProtoDir now when missing or changed), and
+// with rl the request log of every served call, cfgd.ingest.v1 and the
+// cfgd.monitor.v1 statistics. cfgd serve and the tests (grpctest) both
+// build it here.
+func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now func() time.Time, rl RequestLog) (Parts, error) {
 	if err := cfg.Validate(); err != nil {
 		return Parts{}, err
+	}
+	if cfg.Report == (reqlog.BatcherConfig{}) {
+		cfg.Report = reqlog.DefaultBatcherConfig()
 	}
 	keys := apikeyrm.NewKeys(pool, now)
 	var db store.DB = pool
 	if cfg.Events != nil {
 		db = cfg.Events.Bind(pool)
 	}
-	srv, err := rpc.New(cfg.RPC, log, rpc.NewSigninAuthenticator(a.App().Auth))
+	var (
+		opts     []rpc.Option
+		reporter *reqlog.Batcher
+	)
+	if rl.Producer != nil {
+		b, err := reqlog.NewBatcher(cfg.Report, rl.Producer.Produce, log)
+		if err != nil {
+			return Parts{}, err
+		}
+		reporter = b
+		opts = append(opts, rpc.WithRequestLog(b))
+	}
+	srv, err := rpc.New(cfg.RPC, log, rpc.NewSigninAuthenticator(a.App().Auth), opts...)
 	if err != nil {
 		return Parts{}, err
 	}
 	srv.Register(&apikeysv1.APIKeyService_ServiceDesc, rpc.NewAPIKeys(keys, log))
-	srv.Register(&monitorv1.MonitorService_ServiceDesc, rpc.NewMonitor(srv.Status))
+	mon := rpc.NewMonitor(srv.Status)
+	if rl.Queries != nil {
+		mon = mon.WithQueries(rl.Queries, log)
+	}
+	srv.Register(&monitorv1.MonitorService_ServiceDesc, mon)
 	srv.Register(&authv1.AuthService_ServiceDesc, rpc.NewAuth(a.App(), log))
+	// Registered even without a producer (it then answers Unimplemented),
+	// so reflection always lists what the proto files declare.
+	srv.Register(&ingestv1.IngestService_ServiceDesc, rpc.NewIngest(rl.Producer, now, log))
 	dir, err := protos.NewDir(cfg.ProtoDir)
 	if err != nil {
 		return Parts{}, err
@@ -83,7 +133,19 @@ func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, no
 	}
 	p := Parts{
 		Server: srv, Keys: keys, Protos: dir,
-		Create: apikey.NewCreateHandler(db, now), Revoke: apikey.NewRevokeHandler(db, now),
+		Create: apikey.NewCreateHandler(db, now), Revoke: apikey.NewRevokeHandler(db, now), Reporter: reporter,
+	}
+	if reporter != nil {
+		p.Metrics = []prometheus.Collector{
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "cfgd_grpc_requestlog_sent_total",
+				Help: "Request-log events of served gRPC calls handed to Kafka.",
+			}, func() float64 { return float64(reporter.Sent()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "cfgd_grpc_requestlog_dropped_total",
+				Help: "Request-log events of served gRPC calls dropped: queue full, or Kafka slow or down.",
+			}, func() float64 { return float64(reporter.Dropped()) }),
+		}
 	}
 	p.Module = module.Module{
 		Name: "grpc",
@@ -98,7 +160,26 @@ func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, no
 			})
 		},
 		Projections: apikeyproj.All(),
-		Servers:     []module.Runner{{Name: "grpc", Run: srv.Run}},
+		Servers:     []module.Runner{{Name: "grpc", Run: serve(srv, reporter)}},
 	}
 	return p, nil
+}
+
+// serve runs srv, and reporter beside it when there is one. The reporter
+// stops after the server, within the server stage, so the last calls'
+// events are flushed while the producer (a background runner, which stops
+// after every server) still takes them.
+func serve(srv *rpc.Server, reporter *reqlog.Batcher) func(context.Context) error {
+	if reporter == nil {
+		return srv.Run
+	}
+	return func(ctx context.Context) error {
+		rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan error, 1)
+		go func() { done <- reporter.Run(rctx) }()
+		err := srv.Run(ctx)
+		stop()
+		<-done
+		return err
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/cfgd/cfgd/api/protos"
 	_ "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
 	_ "github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
+	_ "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
 	_ "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 )
 

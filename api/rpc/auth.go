@@ -18,6 +18,9 @@ type Principal struct {
 	KeyID   int64  // set when authenticated by API key
 	KeyName string // set when authenticated by API key
 	Via     string // ViaAPIKey or ViaBearer
+	// Username is the user's e-mail address (SPEC's username), when the
+	// user was loaded (Bearer).
+	Username string
 }
 
 // Ways a caller authenticates.
@@ -77,6 +80,7 @@ func authFunc(a Authenticator, log *slog.Logger) grpcauth.AuthFunc {
 			log.WarnContext(ctx, "grpc authentication unavailable", "err", err)
 			return nil, status.Error(codes.Unavailable, "authentication is unavailable, try again shortly")
 		}
+		notePrincipal(ctx, p)
 		return WithPrincipal(ctx, p), nil
 	}
 }

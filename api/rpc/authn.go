@@ -45,7 +45,7 @@ func (a *SigninAuthenticator) Bearer(ctx context.Context, raw string) (Principal
 	if !p.User.IsActive {
 		return Principal{}, fmt.Errorf("%w: inactive user", ErrUnauthenticated)
 	}
-	return Principal{UserID: p.UserID, Staff: p.User.IsStaff, Via: ViaBearer}, nil
+	return Principal{UserID: p.UserID, Staff: p.User.IsStaff, Via: ViaBearer, Username: p.User.Email}, nil
 }
 
 // credentialErr marks a refused credential as ErrUnauthenticated; any

@@ -66,7 +66,11 @@ type Server struct {
 }
 
 // New builds the server; register services with Register, then Run.
-func New(cfg Config, log *slog.Logger, authn Authenticator) (*Server, error) {
+func New(cfg Config, log *slog.Logger, authn Authenticator, opts ...Option) (*Server, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 15 * time.Second
 	}
@@ -84,18 +88,22 @@ func New(cfg Config, log *slog.Logger, authn Authenticator) (*Server, error) {
 	})
 	needsAuth := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool { return !Public(c.Service) })
 	authFn := authFunc(authn, log)
-	s.srv = grpc.NewServer(
-		grpc.ChainUnaryInterceptor(
-			logging.UnaryServerInterceptor(slogger(log), logOpts...),
-			recovery.UnaryServerInterceptor(recoverOpt),
-			selector.UnaryServerInterceptor(grpcauth.UnaryServerInterceptor(authFn), needsAuth),
-		),
-		grpc.ChainStreamInterceptor(
-			logging.StreamServerInterceptor(slogger(log), logOpts...),
-			recovery.StreamServerInterceptor(recoverOpt),
-			selector.StreamServerInterceptor(grpcauth.StreamServerInterceptor(authFn), needsAuth),
-		),
-	)
+	unary := []grpc.UnaryServerInterceptor{
+		logging.UnaryServerInterceptor(slogger(log), logOpts...),
+		recovery.UnaryServerInterceptor(recoverOpt),
+		selector.UnaryServerInterceptor(grpcauth.UnaryServerInterceptor(authFn), needsAuth),
+	}
+	stream := []grpc.StreamServerInterceptor{
+		logging.StreamServerInterceptor(slogger(log), logOpts...),
+		recovery.StreamServerInterceptor(recoverOpt),
+		selector.StreamServerInterceptor(grpcauth.StreamServerInterceptor(authFn), needsAuth),
+	}
+	if o.reporter != nil {
+		// Outermost, so it sees the status recovery and auth give.
+		unary = append([]grpc.UnaryServerInterceptor{unaryReport(o.reporter)}, unary...)
+		stream = append([]grpc.StreamServerInterceptor{streamReport(o.reporter)}, stream...)
+	}
+	s.srv = grpc.NewServer(grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
 	healthpb.RegisterHealthServer(s.srv, s.health)
 	reflection.Register(s.srv)
 	return s, nil

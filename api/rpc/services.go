@@ -112,10 +112,13 @@ func (s *APIKeys) unavailable(ctx context.Context, err error) error {
 	return status.Error(codes.Unavailable, "the read model is unavailable, try again shortly")
 }
 
-// Monitor serves cfgd.monitor.v1 from the live server.
+// Monitor serves cfgd.monitor.v1: health from the live server, and the
+// request-log statistics (staff only) from the read model.
 type Monitor struct {
 	monitorv1.UnimplementedMonitorServiceServer
-	status func() Status
+	status  func() Status
+	queries RequestLogQueries
+	log     *slog.Logger
 }
 
 // NewMonitor returns the service; status is usually (*Server).Status.

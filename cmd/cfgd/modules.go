@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	apikeyrm "github.com/cfgd/cfgd/readmodels/apikey"
 
 	"github.com/cfgd/cfgd/api/module"
@@ -21,6 +23,9 @@ type wiring struct {
 	app  appSettings
 	deps *deps
 	bus  bus.Config
+	// metrics is where modules register their collectors (nil in tests
+	// that do not look).
+	metrics prometheus.Registerer
 }
 
 // eventTypes is the explicit registry of every event type cfgd stores.
@@ -43,7 +48,18 @@ func buildModules(ctx context.Context, w wiring) ([]module.Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	grpc, err := grpcModule(w, a)
+	keys := apikeyrm.NewKeys(w.deps.pg, time.Now)
+	activeKeys := func(ctx context.Context) (int64, error) {
+		st, err := keys.Stats(ctx)
+		return st.ActiveKeys, err
+	}
+	// One request-log producer for both ways in: the gRPC server's own
+	// calls and the ingest endpoints.
+	prod, err := requestLogProducer(w)
+	if err != nil {
+		return nil, err
+	}
+	grpc, err := grpcModule(w, a, prod, activeKeys)
 	if err != nil {
 		return nil, err
 	}
@@ -55,11 +71,7 @@ func buildModules(ctx context.Context, w wiring) ([]module.Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys := apikeyrm.NewKeys(w.deps.pg, time.Now)
-	rl, err := requestLogModule(w, a, func(ctx context.Context) (int64, error) {
-		st, err := keys.Stats(ctx)
-		return st.ActiveKeys, err
-	})
+	rl, err := requestLogModule(w, a, prod, activeKeys)
 	if err != nil {
 		return nil, err
 	}

@@ -17,17 +17,22 @@ import (
 	requestlogrm "github.com/cfgd/cfgd/readmodels/requestlog"
 )
 
+// requestLogProducer is the producer of the request-log topic, shared by
+// the gRPC module (its own calls, cfgd.ingest.v1) and the request-log
+// module (the HTTP ingest endpoint), which closes it.
+func requestLogProducer(w wiring) (*reqlog.Producer, error) {
+	c := w.app.RequestLog.Producer
+	c.Bus = w.bus
+	return reqlog.NewProducer(c, w.log)
+}
+
 // requestLogModule is the request log: the ingest endpoint producing to
-// the request-log topic, the ClickHouse sink, and the staff monitoring
-// endpoints over the read model. activeKeys counts active API keys (nil
-// until the API-key read model is wired: active_api_keys is then 0).
-func requestLogModule(w wiring, a *auth.API, activeKeys requestlogrm.ActiveAPIKeys) (module.Module, error) {
+// the request-log topic through prod, the ClickHouse sink, and the staff
+// monitoring endpoints over the read model. activeKeys counts active API
+// keys (nil: active_api_keys is then 0).
+func requestLogModule(w wiring, a *auth.API, prod *reqlog.Producer, activeKeys requestlogrm.ActiveAPIKeys) (module.Module, error) {
 	c := w.app.RequestLog
-	c.Producer.Bus, c.Sink.Bus = w.bus, w.bus
-	prod, err := reqlog.NewProducer(c.Producer, w.log)
-	if err != nil {
-		return module.Module{}, err
-	}
+	c.Sink.Bus = w.bus
 	s, err := sink.New(c.Sink, w.deps.ch, w.log)
 	if err != nil {
 		return module.Module{}, err

@@ -53,7 +53,7 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	if err != nil {
 		return err
 	}
-	modules, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: busCfg})
+	modules, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: busCfg, metrics: metrics})
 	if err != nil {
 		return err
 	}

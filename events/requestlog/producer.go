@@ -124,12 +124,14 @@ func (p *Producer) Produce(ctx context.Context, events []Event) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
+	// Held before the producer is fetched: Close, which takes it
+	// exclusively, must not shut the input between fetch and send.
+	p.sending.RLock()
+	defer p.sending.RUnlock()
 	ap, err := p.producer(ctx)
 	if err != nil {
 		return err
 	}
-	p.sending.RLock()
-	defer p.sending.RUnlock()
 	chunks := (len(events) + p.cfg.PackEvents - 1) / p.cfg.PackEvents
 	w := &waiter{done: make(chan struct{})}
 	w.remaining.Store(int32(chunks))

@@ -69,7 +69,7 @@ func TestProducerFailsFastWhenKafkaIsDown(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(e.Close)
-			return bus.Config{Brokers: []string{e.Addr()}, Partitions: 1, TopicPrefix: "x.", SASL: e.SASL()}, e.Close
+			return bus.Config{Brokers: []string{e.Addr()}, SASL: e.SASL(), Partitions: 1, TopicPrefix: "x."}, e.Close
 		}},
 	}
 	for _, c := range cases {

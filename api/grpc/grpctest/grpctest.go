@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net"
 	"net/http/httptest"
 	"sync"
 	"testing"
@@ -29,10 +30,14 @@ import (
 	"github.com/cfgd/cfgd/deploy/testenv"
 	"github.com/cfgd/cfgd/events"
 	eventsapikey "github.com/cfgd/cfgd/events/apikey"
+	"github.com/cfgd/cfgd/events/bus"
 	"github.com/cfgd/cfgd/events/identity"
+	reqlog "github.com/cfgd/cfgd/events/requestlog"
 	projapikey "github.com/cfgd/cfgd/projections/apikey"
 	identityproj "github.com/cfgd/cfgd/projections/identity"
+	sink "github.com/cfgd/cfgd/projections/requestlog"
 	rmapikey "github.com/cfgd/cfgd/readmodels/apikey"
+	requestlogrm "github.com/cfgd/cfgd/readmodels/requestlog"
 )
 
 // Logs is a goroutine-safe log sink.
@@ -67,20 +72,53 @@ type Env struct {
 	Logs     *Logs
 	// StopGRPC stops the gRPC server early (it stops with the test anyway).
 	StopGRPC func()
+	// With Options.RequestLog: the reporter of served calls, the producer
+	// and the read model over the test's ClickHouse database.
+	Reporter *reqlog.Batcher
+	Producer *reqlog.Producer
+	Requests *requestlogrm.Store
+}
+
+// Options of Start.
+type Options struct {
+	// RequestLog adds the request log: a producer on the test's broker,
+	// the ClickHouse sink into a fresh database, the reporting of served
+	// calls, cfgd.ingest.v1 and the monitor statistics.
+	RequestLog bool
+	// KafkaDown points the request-log producer at a dead broker (with
+	// RequestLog), for the Unavailable path.
+	KafkaDown bool
 }
 
 // Start brings the stack up for t.
 func Start(t testing.TB) *Env {
 	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith brings the stack up for t with o.
+func StartWith(t testing.TB, o Options) *Env {
+	t.Helper()
 	a := authtest.Start(t, authtest.Options{NoPipeline: true, Config: func(c *signin.Config) { c.APIKeyCacheTTL = 200 * time.Millisecond }})
 	logs := &Logs{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	kafka := testenv.Kafka(t, 3)
+	var rl apigrpc.RequestLog
+	var prod *reqlog.Producer
+	var store *requestlogrm.Store
+	if o.RequestLog {
+		prod, store = requestLog(t, kafka, o.KafkaDown)
+		rl = apigrpc.RequestLog{Producer: prod, Queries: store}
+	}
+	report := reqlog.DefaultBatcherConfig()
+	report.FlushInterval = 20 * time.Millisecond
 	parts, err := apigrpc.NewModule(apigrpc.Config{
 		RPC: rpc.Config{Addr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}, ProtoDir: t.TempDir(),
 		// A consumer group's first join can take seconds on a loaded
 		// machine; the tests are about answers, not that latency.
 		ReadWait: 30 * time.Second,
-	}, a.API, a.Pool, log, a.Clock.Now)
+		Report:   report,
+	}, a.API, a.Pool, log, a.Clock.Now, rl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,12 +126,12 @@ func Start(t testing.TB) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Pipeline(t, a.Pool, nil, testenv.Kafka(t, 3), reg, append(identityproj.All(), parts.Module.Projections...)...)
+	testenv.Pipeline(t, a.Pool, nil, kafka, reg, append(identityproj.All(), parts.Module.Projections...)...)
 
 	srv := parts.Server
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
+	go func() { done <- parts.Module.Servers[0].Run(ctx) }()
 	var addr string
 	select {
 	case addr = <-srv.Started():
@@ -133,6 +171,7 @@ func Start(t testing.TB) *Env {
 	return &Env{
 		Env: &ae, GRPC: srv, GRPCAddr: addr, Conn: conn, Keys: parts.Keys, Protos: parts.Protos,
 		Create: parts.Create, Revoke: parts.Revoke, Logs: logs, StopGRPC: stop,
+		Reporter: parts.Reporter, Producer: prod, Requests: store,
 	}
 }
 
@@ -146,4 +185,61 @@ func (e *Env) NewKey(t testing.TB, name, typ, email string, expires *time.Time) 
 	}
 	e.WaitProjected(t, projapikey.Name, eventsapikey.Stream(c.State.ID))
 	return c
+}
+
+// requestLog starts the request-log path on broker c: the ClickHouse sink
+// into a fresh database and a producer (on a dead broker when down).
+func requestLog(t testing.TB, c bus.Config, down bool) (*reqlog.Producer, *requestlogrm.Store) {
+	t.Helper()
+	_, conn := testenv.ClickHouse(t)
+	sc := sink.DefaultConfig(c)
+	sc.BatchWait = 20 * time.Millisecond
+	s, err := sink.New(sc, conn, testenv.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, s.Run)
+	deadline := time.Now().Add(60 * time.Second)
+	for s.Ready(context.Background()) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("request-log sink not ready")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	pc := reqlog.DefaultProducerConfig(c)
+	if down {
+		dead := c
+		dead.Brokers = []string{deadAddr(t)}
+		pc.Bus = dead
+	} else {
+		// The first produce creates the topic; on a loaded machine that
+		// can take longer than the serving default of one second.
+		pc.Timeout = 10 * time.Second
+	}
+	p, err := reqlog.NewProducer(pc, testenv.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p, requestlogrm.New(conn, time.Now, func(context.Context) (int64, error) { return 0, nil })
+}
+
+// deadAddr is a loopback address nothing listens on.
+func deadAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// run runs f until the test ends.
+func run(t testing.TB, f func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = f(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 }

@@ -129,6 +129,834 @@ func (x *HealthResponse) GetRegisteredServices() int32 {
 	return 0
 }
 
+type RequestsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty filters do not filter; status is one of success, error,
+	// timeout, pending, cancelled.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Method  string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	Status  string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	// Default 1.
+	Page int32 `protobuf:"varint,4,opt,name=page,proto3" json:"page,omitempty"`
+	// Default 100, at most 1000.
+	PageSize      int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestsRequest) Reset() {
+	*x = RequestsRequest{}
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestsRequest) ProtoMessage() {}
+
+func (x *RequestsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestsRequest.ProtoReflect.Descriptor instead.
+func (*RequestsRequest) Descriptor() ([]byte, []int) {
+	return file_cfgd_monitor_v1_monitor_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RequestsRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *RequestsRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *RequestsRequest) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *RequestsRequest) GetPage() int32 {
+	if x != nil {
+		return x.Page
+	}
+	return 0
+}
+
+func (x *RequestsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+type Request struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Id             uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	RequestId      string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ServiceName    string                 `protobuf:"bytes,3,opt,name=service_name,json=serviceName,proto3" json:"service_name,omitempty"`
+	MethodName     string                 `protobuf:"bytes,4,opt,name=method_name,json=methodName,proto3" json:"method_name,omitempty"`
+	Status         string                 `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
+	DurationMs     int64                  `protobuf:"varint,6,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	GrpcStatusCode string                 `protobuf:"bytes,7,opt,name=grpc_status_code,json=grpcStatusCode,proto3" json:"grpc_status_code,omitempty"`
+	ErrorMessage   string                 `protobuf:"bytes,8,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	// RFC 3339, UTC.
+	CreatedAt       string `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	ClientIp        string `protobuf:"bytes,10,opt,name=client_ip,json=clientIp,proto3" json:"client_ip,omitempty"`
+	UserId          int64  `protobuf:"varint,11,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	Username        string `protobuf:"bytes,12,opt,name=username,proto3" json:"username,omitempty"`
+	IsAuthenticated bool   `protobuf:"varint,13,opt,name=is_authenticated,json=isAuthenticated,proto3" json:"is_authenticated,omitempty"`
+	ApiKeyId        int64  `protobuf:"varint,14,opt,name=api_key_id,json=apiKeyId,proto3" json:"api_key_id,omitempty"`
+	ApiKeyName      string `protobuf:"bytes,15,opt,name=api_key_name,json=apiKeyName,proto3" json:"api_key_name,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Request) Reset() {
+	*x = Request{}
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Request) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Request) ProtoMessage() {}
+
+func (x *Request) ProtoReflect() protoreflect.Message {
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Request.ProtoReflect.Descriptor instead.
+func (*Request) Descriptor() ([]byte, []int) {
+	return file_cfgd_monitor_v1_monitor_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Request) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Request) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *Request) GetServiceName() string {
+	if x != nil {
+		return x.ServiceName
+	}
+	return ""
+}
+
+func (x *Request) GetMethodName() string {
+	if x != nil {
+		return x.MethodName
+	}
+	return ""
+}
+
+func (x *Request) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *Request) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+func (x *Request) GetGrpcStatusCode() string {
+	if x != nil {
+		return x.GrpcStatusCode
+	}
+	return ""
+}
+
+func (x *Request) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+func (x *Request) GetCreatedAt() string {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return ""
+}
+
+func (x *Request) GetClientIp() string {
+	if x != nil {
+		return x.ClientIp
+	}
+	return ""
+}
+
+func (x *Request) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *Request) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *Request) GetIsAuthenticated() bool {
+	if x != nil {
+		return x.IsAuthenticated
+	}
+	return false
+}
+
+func (x *Request) GetApiKeyId() int64 {
+	if x != nil {
+		return x.ApiKeyId
+	}
+	return 0
+}
+
+func (x *Request) GetApiKeyName() string {
+	if x != nil {
+		return x.ApiKeyName
+	}
+	return ""
+}
+
+type RequestsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Count         int64                  `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	Results       []*Request             `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestsResponse) Reset() {
+	*x = RequestsResponse{}
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestsResponse) ProtoMessage() {}
+
+func (x *RequestsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestsResponse.ProtoReflect.Descriptor instead.
+func (*RequestsResponse) Descriptor() ([]byte, []int) {
+	return file_cfgd_monitor_v1_monitor_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RequestsResponse) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *RequestsResponse) GetResults() []*Request {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type OverviewRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 0 means the default, 24.
+	Hours         int32 `protobuf:"varint,1,opt,name=hours,proto3" json:"hours,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OverviewRequest) Reset() {
+	*x = OverviewRequest{}
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverviewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverviewRequest) ProtoMessage() {}
+
+func (x *OverviewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverviewRequest.ProtoReflect.Descriptor instead.
+func (*OverviewRequest) Descriptor() ([]byte, []int) {
+	return file_cfgd_monitor_v1_monitor_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *OverviewRequest) GetHours() int32 {
+	if x != nil {
+		return x.Hours
+	}
+	return 0
+}
+
+type OverviewResponse struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	TotalRequests      int64                  `protobuf:"varint,1,opt,name=total_requests,json=totalRequests,proto3" json:"total_requests,omitempty"`
+	SuccessfulRequests int64                  `protobuf:"varint,2,opt,name=successful_requests,json=successfulRequests,proto3" json:"successful_requests,omitempty"`
+	FailedRequests     int64                  `protobuf:"varint,3,opt,name=failed_requests,json=failedRequests,proto3" json:"failed_requests,omitempty"`
+	// A percent; 0 with no requests.
+	SuccessRate   float64 `protobuf:"fixed64,4,opt,name=success_rate,json=successRate,proto3" json:"success_rate,omitempty"`
+	AvgDurationMs float64 `protobuf:"fixed64,5,opt,name=avg_duration_ms,json=avgDurationMs,proto3" json:"avg_duration_ms,omitempty"`
+	TotalServices int64   `protobuf:"varint,6,opt,name=total_services,json=totalServices,proto3" json:"total_services,omitempty"`
+	ActiveApiKeys int64   `protobuf:"varint,7,opt,name=active_api_keys,json=activeApiKeys,proto3" json:"active_api_keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OverviewResponse) Reset() {
+	*x = OverviewResponse{}
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverviewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverviewResponse) ProtoMessage() {}
+
+func (x *OverviewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverviewResponse.ProtoReflect.Descriptor instead.
+func (*OverviewResponse) Descriptor() ([]byte, []int) {
+	return file_cfgd_monitor_v1_monitor_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *OverviewResponse) GetTotalRequests() int64 {
+	if x != nil {
+		return x.TotalRequests
+	}
+	return 0
+}
+
+func (x *OverviewResponse) GetSuccessfulRequests() int64 {
+	if x != nil {
+		return x.SuccessfulRequests
+	}
+	return 0
+}
+
+func (x *OverviewResponse) GetFailedRequests() int64 {
+	if x != nil {
+		return x.FailedRequests
+	}
+	return 0
+}
+
+func (x *OverviewResponse) GetSuccessRate() float64 {
+	if x != nil {
+		return x.SuccessRate
+	}
+	return 0
+}
+
+func (x *OverviewResponse) GetAvgDurationMs() float64 {
+	if x != nil {
+		return x.AvgDurationMs
+	}
+	return 0
+}
+
+func (x *OverviewResponse) GetTotalServices() int64 {
+	if x != nil {
+		return x.TotalServices
+	}
+	return 0
+}
+
+func (x *OverviewResponse) GetActiveApiKeys() int64 {
+	if x != nil {
+		return x.ActiveApiKeys
+	}
+	return 0
+}
+
+type ServicesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hours         int32                  `protobuf:"varint,1,opt,name=hours,proto3" json:"hours,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServicesRequest) Reset() {
+	*x = ServicesRequest{}
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServicesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServicesRequest) ProtoMessage() {}
+
+func (x *ServicesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServicesRequest.ProtoReflect.Descriptor instead.
+func (*ServicesRequest) Descriptor() ([]byte, []int) {
+	return file_cfgd_monitor_v1_monitor_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ServicesRequest) GetHours() int32 {
+	if x != nil {
+		return x.Hours
+	}
+	return 0
+}
+
+type ServiceStats struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	ServiceName        string                 `protobuf:"bytes,1,opt,name=service_name,json=serviceName,proto3" json:"service_name,omitempty"`
+	TotalRequests      int64                  `protobuf:"varint,2,opt,name=total_requests,json=totalRequests,proto3" json:"total_requests,omitempty"`
+	SuccessfulRequests int64                  `protobuf:"varint,3,opt,name=successful_requests,json=successfulRequests,proto3" json:"successful_requests,omitempty"`
+	FailedRequests     int64                  `protobuf:"varint,4,opt,name=failed_requests,json=failedRequests,proto3" json:"failed_requests,omitempty"`
+	SuccessRate        float64                `protobuf:"fixed64,5,opt,name=success_rate,json=successRate,proto3" json:"success_rate,omitempty"`
+	AvgDurationMs      float64                `protobuf:"fixed64,6,opt,name=avg_duration_ms,json=avgDurationMs,proto3" json:"avg_duration_ms,omitempty"`
+	MethodsCount       int64                  `protobuf:"varint,7,opt,name=methods_count,json=methodsCount,proto3" json:"methods_count,omitempty"`
+	P95DurationMs      float64                `protobuf:"fixed64,8,opt,name=p95_duration_ms,json=p95DurationMs,proto3" json:"p95_duration_ms,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *ServiceStats) Reset() {
+	*x = ServiceStats{}
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceStats) ProtoMessage() {}
+
+func (x *ServiceStats) ProtoReflect() protoreflect.Message {
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceStats.ProtoReflect.Descriptor instead.
+func (*ServiceStats) Descriptor() ([]byte, []int) {
+	return file_cfgd_monitor_v1_monitor_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ServiceStats) GetServiceName() string {
+	if x != nil {
+		return x.ServiceName
+	}
+	return ""
+}
+
+func (x *ServiceStats) GetTotalRequests() int64 {
+	if x != nil {
+		return x.TotalRequests
+	}
+	return 0
+}
+
+func (x *ServiceStats) GetSuccessfulRequests() int64 {
+	if x != nil {
+		return x.SuccessfulRequests
+	}
+	return 0
+}
+
+func (x *ServiceStats) GetFailedRequests() int64 {
+	if x != nil {
+		return x.FailedRequests
+	}
+	return 0
+}
+
+func (x *ServiceStats) GetSuccessRate() float64 {
+	if x != nil {
+		return x.SuccessRate
+	}
+	return 0
+}
+
+func (x *ServiceStats) GetAvgDurationMs() float64 {
+	if x != nil {
+		return x.AvgDurationMs
+	}
+	return 0
+}
+
+func (x *ServiceStats) GetMethodsCount() int64 {
+	if x != nil {
+		return x.MethodsCount
+	}
+	return 0
+}
+
+func (x *ServiceStats) GetP95DurationMs() float64 {
+	if x != nil {
+		return x.P95DurationMs
+	}
+	return 0
+}
+
+type ServicesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Services      []*ServiceStats        `protobuf:"bytes,1,rep,name=services,proto3" json:"services,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServicesResponse) Reset() {
+	*x = ServicesResponse{}
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServicesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServicesResponse) ProtoMessage() {}
+
+func (x *ServicesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServicesResponse.ProtoReflect.Descriptor instead.
+func (*ServicesResponse) Descriptor() ([]byte, []int) {
+	return file_cfgd_monitor_v1_monitor_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ServicesResponse) GetServices() []*ServiceStats {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
+type MethodsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Hours int32                  `protobuf:"varint,1,opt,name=hours,proto3" json:"hours,omitempty"`
+	// Narrows to one service when set.
+	Service       string `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MethodsRequest) Reset() {
+	*x = MethodsRequest{}
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MethodsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MethodsRequest) ProtoMessage() {}
+
+func (x *MethodsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MethodsRequest.ProtoReflect.Descriptor instead.
+func (*MethodsRequest) Descriptor() ([]byte, []int) {
+	return file_cfgd_monitor_v1_monitor_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *MethodsRequest) GetHours() int32 {
+	if x != nil {
+		return x.Hours
+	}
+	return 0
+}
+
+func (x *MethodsRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+type MethodStats struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	ServiceName        string                 `protobuf:"bytes,1,opt,name=service_name,json=serviceName,proto3" json:"service_name,omitempty"`
+	MethodName         string                 `protobuf:"bytes,2,opt,name=method_name,json=methodName,proto3" json:"method_name,omitempty"`
+	TotalRequests      int64                  `protobuf:"varint,3,opt,name=total_requests,json=totalRequests,proto3" json:"total_requests,omitempty"`
+	SuccessfulRequests int64                  `protobuf:"varint,4,opt,name=successful_requests,json=successfulRequests,proto3" json:"successful_requests,omitempty"`
+	FailedRequests     int64                  `protobuf:"varint,5,opt,name=failed_requests,json=failedRequests,proto3" json:"failed_requests,omitempty"`
+	SuccessRate        float64                `protobuf:"fixed64,6,opt,name=success_rate,json=successRate,proto3" json:"success_rate,omitempty"`
+	AvgDurationMs      float64                `protobuf:"fixed64,7,opt,name=avg_duration_ms,json=avgDurationMs,proto3" json:"avg_duration_ms,omitempty"`
+	MinDurationMs      int64                  `protobuf:"varint,8,opt,name=min_duration_ms,json=minDurationMs,proto3" json:"min_duration_ms,omitempty"`
+	MaxDurationMs      int64                  `protobuf:"varint,9,opt,name=max_duration_ms,json=maxDurationMs,proto3" json:"max_duration_ms,omitempty"`
+	P95DurationMs      float64                `protobuf:"fixed64,10,opt,name=p95_duration_ms,json=p95DurationMs,proto3" json:"p95_duration_ms,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *MethodStats) Reset() {
+	*x = MethodStats{}
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MethodStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MethodStats) ProtoMessage() {}
+
+func (x *MethodStats) ProtoReflect() protoreflect.Message {
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MethodStats.ProtoReflect.Descriptor instead.
+func (*MethodStats) Descriptor() ([]byte, []int) {
+	return file_cfgd_monitor_v1_monitor_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *MethodStats) GetServiceName() string {
+	if x != nil {
+		return x.ServiceName
+	}
+	return ""
+}
+
+func (x *MethodStats) GetMethodName() string {
+	if x != nil {
+		return x.MethodName
+	}
+	return ""
+}
+
+func (x *MethodStats) GetTotalRequests() int64 {
+	if x != nil {
+		return x.TotalRequests
+	}
+	return 0
+}
+
+func (x *MethodStats) GetSuccessfulRequests() int64 {
+	if x != nil {
+		return x.SuccessfulRequests
+	}
+	return 0
+}
+
+func (x *MethodStats) GetFailedRequests() int64 {
+	if x != nil {
+		return x.FailedRequests
+	}
+	return 0
+}
+
+func (x *MethodStats) GetSuccessRate() float64 {
+	if x != nil {
+		return x.SuccessRate
+	}
+	return 0
+}
+
+func (x *MethodStats) GetAvgDurationMs() float64 {
+	if x != nil {
+		return x.AvgDurationMs
+	}
+	return 0
+}
+
+func (x *MethodStats) GetMinDurationMs() int64 {
+	if x != nil {
+		return x.MinDurationMs
+	}
+	return 0
+}
+
+func (x *MethodStats) GetMaxDurationMs() int64 {
+	if x != nil {
+		return x.MaxDurationMs
+	}
+	return 0
+}
+
+func (x *MethodStats) GetP95DurationMs() float64 {
+	if x != nil {
+		return x.P95DurationMs
+	}
+	return 0
+}
+
+type MethodsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Methods       []*MethodStats         `protobuf:"bytes,1,rep,name=methods,proto3" json:"methods,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MethodsResponse) Reset() {
+	*x = MethodsResponse{}
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MethodsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MethodsResponse) ProtoMessage() {}
+
+func (x *MethodsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cfgd_monitor_v1_monitor_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MethodsResponse.ProtoReflect.Descriptor instead.
+func (*MethodsResponse) Descriptor() ([]byte, []int) {
+	return file_cfgd_monitor_v1_monitor_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *MethodsResponse) GetMethods() []*MethodStats {
+	if x != nil {
+		return x.Methods
+	}
+	return nil
+}
+
 var File_cfgd_monitor_v1_monitor_proto protoreflect.FileDescriptor
 
 const file_cfgd_monitor_v1_monitor_proto_rawDesc = "" +
@@ -139,9 +967,86 @@ const file_cfgd_monitor_v1_monitor_proto_rawDesc = "" +
 	"\x06status\x18\x01 \x01(\tR\x06status\x12%\n" +
 	"\x0eserver_running\x18\x02 \x01(\bR\rserverRunning\x12%\n" +
 	"\x0euptime_seconds\x18\x03 \x01(\x03R\ruptimeSeconds\x12/\n" +
-	"\x13registered_services\x18\x04 \x01(\x05R\x12registeredServices2[\n" +
+	"\x13registered_services\x18\x04 \x01(\x05R\x12registeredServices\"\x8c\x01\n" +
+	"\x0fRequestsRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\x12\x12\n" +
+	"\x04page\x18\x04 \x01(\x05R\x04page\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\"\xe0\x03\n" +
+	"\aRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12!\n" +
+	"\fservice_name\x18\x03 \x01(\tR\vserviceName\x12\x1f\n" +
+	"\vmethod_name\x18\x04 \x01(\tR\n" +
+	"methodName\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\tR\x06status\x12\x1f\n" +
+	"\vduration_ms\x18\x06 \x01(\x03R\n" +
+	"durationMs\x12(\n" +
+	"\x10grpc_status_code\x18\a \x01(\tR\x0egrpcStatusCode\x12#\n" +
+	"\rerror_message\x18\b \x01(\tR\ferrorMessage\x12\x1d\n" +
+	"\n" +
+	"created_at\x18\t \x01(\tR\tcreatedAt\x12\x1b\n" +
+	"\tclient_ip\x18\n" +
+	" \x01(\tR\bclientIp\x12\x17\n" +
+	"\auser_id\x18\v \x01(\x03R\x06userId\x12\x1a\n" +
+	"\busername\x18\f \x01(\tR\busername\x12)\n" +
+	"\x10is_authenticated\x18\r \x01(\bR\x0fisAuthenticated\x12\x1c\n" +
+	"\n" +
+	"api_key_id\x18\x0e \x01(\x03R\bapiKeyId\x12 \n" +
+	"\fapi_key_name\x18\x0f \x01(\tR\n" +
+	"apiKeyName\"\\\n" +
+	"\x10RequestsResponse\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x03R\x05count\x122\n" +
+	"\aresults\x18\x02 \x03(\v2\x18.cfgd.monitor.v1.RequestR\aresults\"'\n" +
+	"\x0fOverviewRequest\x12\x14\n" +
+	"\x05hours\x18\x01 \x01(\x05R\x05hours\"\xad\x02\n" +
+	"\x10OverviewResponse\x12%\n" +
+	"\x0etotal_requests\x18\x01 \x01(\x03R\rtotalRequests\x12/\n" +
+	"\x13successful_requests\x18\x02 \x01(\x03R\x12successfulRequests\x12'\n" +
+	"\x0ffailed_requests\x18\x03 \x01(\x03R\x0efailedRequests\x12!\n" +
+	"\fsuccess_rate\x18\x04 \x01(\x01R\vsuccessRate\x12&\n" +
+	"\x0favg_duration_ms\x18\x05 \x01(\x01R\ravgDurationMs\x12%\n" +
+	"\x0etotal_services\x18\x06 \x01(\x03R\rtotalServices\x12&\n" +
+	"\x0factive_api_keys\x18\a \x01(\x03R\ractiveApiKeys\"'\n" +
+	"\x0fServicesRequest\x12\x14\n" +
+	"\x05hours\x18\x01 \x01(\x05R\x05hours\"\xca\x02\n" +
+	"\fServiceStats\x12!\n" +
+	"\fservice_name\x18\x01 \x01(\tR\vserviceName\x12%\n" +
+	"\x0etotal_requests\x18\x02 \x01(\x03R\rtotalRequests\x12/\n" +
+	"\x13successful_requests\x18\x03 \x01(\x03R\x12successfulRequests\x12'\n" +
+	"\x0ffailed_requests\x18\x04 \x01(\x03R\x0efailedRequests\x12!\n" +
+	"\fsuccess_rate\x18\x05 \x01(\x01R\vsuccessRate\x12&\n" +
+	"\x0favg_duration_ms\x18\x06 \x01(\x01R\ravgDurationMs\x12#\n" +
+	"\rmethods_count\x18\a \x01(\x03R\fmethodsCount\x12&\n" +
+	"\x0fp95_duration_ms\x18\b \x01(\x01R\rp95DurationMs\"M\n" +
+	"\x10ServicesResponse\x129\n" +
+	"\bservices\x18\x01 \x03(\v2\x1d.cfgd.monitor.v1.ServiceStatsR\bservices\"@\n" +
+	"\x0eMethodsRequest\x12\x14\n" +
+	"\x05hours\x18\x01 \x01(\x05R\x05hours\x12\x18\n" +
+	"\aservice\x18\x02 \x01(\tR\aservice\"\x95\x03\n" +
+	"\vMethodStats\x12!\n" +
+	"\fservice_name\x18\x01 \x01(\tR\vserviceName\x12\x1f\n" +
+	"\vmethod_name\x18\x02 \x01(\tR\n" +
+	"methodName\x12%\n" +
+	"\x0etotal_requests\x18\x03 \x01(\x03R\rtotalRequests\x12/\n" +
+	"\x13successful_requests\x18\x04 \x01(\x03R\x12successfulRequests\x12'\n" +
+	"\x0ffailed_requests\x18\x05 \x01(\x03R\x0efailedRequests\x12!\n" +
+	"\fsuccess_rate\x18\x06 \x01(\x01R\vsuccessRate\x12&\n" +
+	"\x0favg_duration_ms\x18\a \x01(\x01R\ravgDurationMs\x12&\n" +
+	"\x0fmin_duration_ms\x18\b \x01(\x03R\rminDurationMs\x12&\n" +
+	"\x0fmax_duration_ms\x18\t \x01(\x03R\rmaxDurationMs\x12&\n" +
+	"\x0fp95_duration_ms\x18\n" +
+	" \x01(\x01R\rp95DurationMs\"I\n" +
+	"\x0fMethodsResponse\x126\n" +
+	"\amethods\x18\x01 \x03(\v2\x1c.cfgd.monitor.v1.MethodStatsR\amethods2\x9c\x03\n" +
 	"\x0eMonitorService\x12I\n" +
-	"\x06Health\x12\x1e.cfgd.monitor.v1.HealthRequest\x1a\x1f.cfgd.monitor.v1.HealthResponseB;Z9github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1;monitorv1b\x06proto3"
+	"\x06Health\x12\x1e.cfgd.monitor.v1.HealthRequest\x1a\x1f.cfgd.monitor.v1.HealthResponse\x12O\n" +
+	"\bRequests\x12 .cfgd.monitor.v1.RequestsRequest\x1a!.cfgd.monitor.v1.RequestsResponse\x12O\n" +
+	"\bOverview\x12 .cfgd.monitor.v1.OverviewRequest\x1a!.cfgd.monitor.v1.OverviewResponse\x12O\n" +
+	"\bServices\x12 .cfgd.monitor.v1.ServicesRequest\x1a!.cfgd.monitor.v1.ServicesResponse\x12L\n" +
+	"\aMethods\x12\x1f.cfgd.monitor.v1.MethodsRequest\x1a .cfgd.monitor.v1.MethodsResponseB;Z9github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1;monitorv1b\x06proto3"
 
 var (
 	file_cfgd_monitor_v1_monitor_proto_rawDescOnce sync.Once
@@ -155,19 +1060,41 @@ func file_cfgd_monitor_v1_monitor_proto_rawDescGZIP() []byte {
 	return file_cfgd_monitor_v1_monitor_proto_rawDescData
 }
 
-var file_cfgd_monitor_v1_monitor_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_cfgd_monitor_v1_monitor_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_cfgd_monitor_v1_monitor_proto_goTypes = []any{
-	(*HealthRequest)(nil),  // 0: cfgd.monitor.v1.HealthRequest
-	(*HealthResponse)(nil), // 1: cfgd.monitor.v1.HealthResponse
+	(*HealthRequest)(nil),    // 0: cfgd.monitor.v1.HealthRequest
+	(*HealthResponse)(nil),   // 1: cfgd.monitor.v1.HealthResponse
+	(*RequestsRequest)(nil),  // 2: cfgd.monitor.v1.RequestsRequest
+	(*Request)(nil),          // 3: cfgd.monitor.v1.Request
+	(*RequestsResponse)(nil), // 4: cfgd.monitor.v1.RequestsResponse
+	(*OverviewRequest)(nil),  // 5: cfgd.monitor.v1.OverviewRequest
+	(*OverviewResponse)(nil), // 6: cfgd.monitor.v1.OverviewResponse
+	(*ServicesRequest)(nil),  // 7: cfgd.monitor.v1.ServicesRequest
+	(*ServiceStats)(nil),     // 8: cfgd.monitor.v1.ServiceStats
+	(*ServicesResponse)(nil), // 9: cfgd.monitor.v1.ServicesResponse
+	(*MethodsRequest)(nil),   // 10: cfgd.monitor.v1.MethodsRequest
+	(*MethodStats)(nil),      // 11: cfgd.monitor.v1.MethodStats
+	(*MethodsResponse)(nil),  // 12: cfgd.monitor.v1.MethodsResponse
 }
 var file_cfgd_monitor_v1_monitor_proto_depIdxs = []int32{
-	0, // 0: cfgd.monitor.v1.MonitorService.Health:input_type -> cfgd.monitor.v1.HealthRequest
-	1, // 1: cfgd.monitor.v1.MonitorService.Health:output_type -> cfgd.monitor.v1.HealthResponse
-	1, // [1:2] is the sub-list for method output_type
-	0, // [0:1] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	3,  // 0: cfgd.monitor.v1.RequestsResponse.results:type_name -> cfgd.monitor.v1.Request
+	8,  // 1: cfgd.monitor.v1.ServicesResponse.services:type_name -> cfgd.monitor.v1.ServiceStats
+	11, // 2: cfgd.monitor.v1.MethodsResponse.methods:type_name -> cfgd.monitor.v1.MethodStats
+	0,  // 3: cfgd.monitor.v1.MonitorService.Health:input_type -> cfgd.monitor.v1.HealthRequest
+	2,  // 4: cfgd.monitor.v1.MonitorService.Requests:input_type -> cfgd.monitor.v1.RequestsRequest
+	5,  // 5: cfgd.monitor.v1.MonitorService.Overview:input_type -> cfgd.monitor.v1.OverviewRequest
+	7,  // 6: cfgd.monitor.v1.MonitorService.Services:input_type -> cfgd.monitor.v1.ServicesRequest
+	10, // 7: cfgd.monitor.v1.MonitorService.Methods:input_type -> cfgd.monitor.v1.MethodsRequest
+	1,  // 8: cfgd.monitor.v1.MonitorService.Health:output_type -> cfgd.monitor.v1.HealthResponse
+	4,  // 9: cfgd.monitor.v1.MonitorService.Requests:output_type -> cfgd.monitor.v1.RequestsResponse
+	6,  // 10: cfgd.monitor.v1.MonitorService.Overview:output_type -> cfgd.monitor.v1.OverviewResponse
+	9,  // 11: cfgd.monitor.v1.MonitorService.Services:output_type -> cfgd.monitor.v1.ServicesResponse
+	12, // 12: cfgd.monitor.v1.MonitorService.Methods:output_type -> cfgd.monitor.v1.MethodsResponse
+	8,  // [8:13] is the sub-list for method output_type
+	3,  // [3:8] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_cfgd_monitor_v1_monitor_proto_init() }
@@ -181,7 +1108,7 @@ func file_cfgd_monitor_v1_monitor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cfgd_monitor_v1_monitor_proto_rawDesc), len(file_cfgd_monitor_v1_monitor_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,7 +22,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	MonitorService_Health_FullMethodName = "/cfgd.monitor.v1.MonitorService/Health"
+	MonitorService_Health_FullMethodName   = "/cfgd.monitor.v1.MonitorService/Health"
+	MonitorService_Requests_FullMethodName = "/cfgd.monitor.v1.MonitorService/Requests"
+	MonitorService_Overview_FullMethodName = "/cfgd.monitor.v1.MonitorService/Overview"
+	MonitorService_Services_FullMethodName = "/cfgd.monitor.v1.MonitorService/Services"
+	MonitorService_Methods_FullMethodName  = "/cfgd.monitor.v1.MonitorService/Methods"
 )
 
 // MonitorServiceClient is the client API for MonitorService service.
@@ -31,6 +35,15 @@ const (
 type MonitorServiceClient interface {
 	// Health reports the live server's state.
 	Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthResponse, error)
+	// Requests lists the latest request-log records, newest first, as
+	// GET /api/grpc/monitor/requests/ (staff only).
+	Requests(ctx context.Context, in *RequestsRequest, opts ...grpc.CallOption) (*RequestsResponse, error)
+	// Overview, Services and Methods are the statistics of the last hours
+	// hours (default 24, 1..8760), as GET /api/grpc/monitor/overview/,
+	// services/ and methods/ (staff only).
+	Overview(ctx context.Context, in *OverviewRequest, opts ...grpc.CallOption) (*OverviewResponse, error)
+	Services(ctx context.Context, in *ServicesRequest, opts ...grpc.CallOption) (*ServicesResponse, error)
+	Methods(ctx context.Context, in *MethodsRequest, opts ...grpc.CallOption) (*MethodsResponse, error)
 }
 
 type monitorServiceClient struct {
@@ -51,12 +64,61 @@ func (c *monitorServiceClient) Health(ctx context.Context, in *HealthRequest, op
 	return out, nil
 }
 
+func (c *monitorServiceClient) Requests(ctx context.Context, in *RequestsRequest, opts ...grpc.CallOption) (*RequestsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RequestsResponse)
+	err := c.cc.Invoke(ctx, MonitorService_Requests_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *monitorServiceClient) Overview(ctx context.Context, in *OverviewRequest, opts ...grpc.CallOption) (*OverviewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OverviewResponse)
+	err := c.cc.Invoke(ctx, MonitorService_Overview_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *monitorServiceClient) Services(ctx context.Context, in *ServicesRequest, opts ...grpc.CallOption) (*ServicesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ServicesResponse)
+	err := c.cc.Invoke(ctx, MonitorService_Services_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *monitorServiceClient) Methods(ctx context.Context, in *MethodsRequest, opts ...grpc.CallOption) (*MethodsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MethodsResponse)
+	err := c.cc.Invoke(ctx, MonitorService_Methods_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MonitorServiceServer is the server API for MonitorService service.
 // All implementations must embed UnimplementedMonitorServiceServer
 // for forward compatibility.
 type MonitorServiceServer interface {
 	// Health reports the live server's state.
 	Health(context.Context, *HealthRequest) (*HealthResponse, error)
+	// Requests lists the latest request-log records, newest first, as
+	// GET /api/grpc/monitor/requests/ (staff only).
+	Requests(context.Context, *RequestsRequest) (*RequestsResponse, error)
+	// Overview, Services and Methods are the statistics of the last hours
+	// hours (default 24, 1..8760), as GET /api/grpc/monitor/overview/,
+	// services/ and methods/ (staff only).
+	Overview(context.Context, *OverviewRequest) (*OverviewResponse, error)
+	Services(context.Context, *ServicesRequest) (*ServicesResponse, error)
+	Methods(context.Context, *MethodsRequest) (*MethodsResponse, error)
 	mustEmbedUnimplementedMonitorServiceServer()
 }
 
@@ -69,6 +131,18 @@ type UnimplementedMonitorServiceServer struct{}
 
 func (UnimplementedMonitorServiceServer) Health(context.Context, *HealthRequest) (*HealthResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Health not implemented")
+}
+func (UnimplementedMonitorServiceServer) Requests(context.Context, *RequestsRequest) (*RequestsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Requests not implemented")
+}
+func (UnimplementedMonitorServiceServer) Overview(context.Context, *OverviewRequest) (*OverviewResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Overview not implemented")
+}
+func (UnimplementedMonitorServiceServer) Services(context.Context, *ServicesRequest) (*ServicesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Services not implemented")
+}
+func (UnimplementedMonitorServiceServer) Methods(context.Context, *MethodsRequest) (*MethodsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Methods not implemented")
 }
 func (UnimplementedMonitorServiceServer) mustEmbedUnimplementedMonitorServiceServer() {}
 func (UnimplementedMonitorServiceServer) testEmbeddedByValue()                        {}
@@ -109,6 +183,78 @@ func _MonitorService_Health_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MonitorService_Requests_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RequestsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MonitorServiceServer).Requests(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MonitorService_Requests_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MonitorServiceServer).Requests(ctx, req.(*RequestsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MonitorService_Overview_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OverviewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MonitorServiceServer).Overview(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MonitorService_Overview_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MonitorServiceServer).Overview(ctx, req.(*OverviewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MonitorService_Services_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ServicesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MonitorServiceServer).Services(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MonitorService_Services_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MonitorServiceServer).Services(ctx, req.(*ServicesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MonitorService_Methods_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MethodsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MonitorServiceServer).Methods(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MonitorService_Methods_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MonitorServiceServer).Methods(ctx, req.(*MethodsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // MonitorService_ServiceDesc is the grpc.ServiceDesc for MonitorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -119,6 +265,22 @@ var MonitorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Health",
 			Handler:    _MonitorService_Health_Handler,
+		},
+		{
+			MethodName: "Requests",
+			Handler:    _MonitorService_Requests_Handler,
+		},
+		{
+			MethodName: "Overview",
+			Handler:    _MonitorService_Overview_Handler,
+		},
+		{
+			MethodName: "Services",
+			Handler:    _MonitorService_Services_Handler,
+		},
+		{
+			MethodName: "Methods",
+			Handler:    _MonitorService_Methods_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

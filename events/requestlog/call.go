@@ -1,0 +1,69 @@
+package requestlog
+
+import (
+	"net/netip"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Call is what an interceptor knows of one finished gRPC call.
+type Call struct {
+	// FullMethod is grpc's "/package.Service/Method".
+	FullMethod string
+	// Code is the gRPC status code (codes.Code) and Message its text.
+	Code    uint32
+	Message string
+	Start   time.Time
+	End     time.Time
+	// Peer is the remote address ("10.0.0.1:5000"); its IP is kept.
+	Peer      string
+	RequestID string
+}
+
+// SplitMethod splits "/package.Service/Method" into service and method.
+func SplitMethod(full string) (service, method string) {
+	full = strings.TrimPrefix(full, "/")
+	if i := strings.LastIndexByte(full, '/'); i >= 0 {
+		return full[:i], full[i+1:]
+	}
+	return "unknown", full
+}
+
+// FromCall is the event of c, without a principal; the caller fills the
+// user and API key fields it knows. Strings are cut to their limits so an
+// event built here always passes Check.
+func FromCall(c Call) Event {
+	svc, m := SplitMethod(c.FullMethod)
+	code := CodeName(c.Code)
+	e := Event{
+		RequestID:      cut(c.RequestID, MaxRequestID),
+		ServiceName:    cut(svc, MaxServiceName),
+		MethodName:     cut(m, MaxMethodName),
+		Status:         StatusFromCode(code),
+		GRPCStatusCode: code,
+		DurationMS:     min(max(c.End.Sub(c.Start).Milliseconds(), 0), MaxDurationMS),
+		CreatedAt:      c.Start.UTC(),
+	}
+	if c.Code != 0 {
+		e.ErrorMessage = cut(c.Message, MaxErrorMessage)
+	}
+	if ap, err := netip.ParseAddrPort(c.Peer); err == nil {
+		e.ClientIP = ap.Addr().Unmap().String()
+	} else if a, err := netip.ParseAddr(c.Peer); err == nil {
+		e.ClientIP = a.Unmap().String()
+	}
+	return e
+}
+
+// cut shortens s to at most n bytes without splitting a UTF-8 sequence.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
