@@ -3,6 +3,7 @@ package apikey_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -68,8 +69,8 @@ func TestCreateAndRevoke(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			st, err := revoke.Handle(ctx, apikey.Revoke{ID: s.ID, RevokedBy: "t"})
-			if err == nil && !st.Revoked {
-				err = errors.New("not revoked")
+			if err == nil && (!st.Revoked || st.Version != 2) {
+				err = fmt.Errorf("revoke answered %+v, want revoked at version 2", st)
 			}
 			errs <- err
 		}()

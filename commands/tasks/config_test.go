@@ -18,6 +18,8 @@ func TestParseQueues(t *testing.T) {
 		{[]string{"default", "high", "low"}, []tasks.Queue{{"default", 3}, {"high", 6}, {"low", 1}}, ""},
 		{[]string{"reports", "high:10"}, []tasks.Queue{{"reports", 1}, {"high", 10}}, ""},
 		{[]string{"x:0"}, nil, "weight must be an integer from 1 to 100"},
+		{[]string{"x:1", "y:100"}, []tasks.Queue{{"x", 1}, {"y", 100}}, ""},
+		{[]string{"x:101"}, nil, "weight must be an integer from 1 to 100"},
 		{[]string{"x:abc"}, nil, "weight must be an integer from 1 to 100"},
 	}
 	for _, c := range cases {
@@ -79,5 +81,15 @@ func TestValidatePayload(t *testing.T) {
 		if err := tasks.ValidatePayload(c.typ, []byte(c.payload)); (err == nil) != c.ok {
 			t.Errorf("%s %s: %v", c.typ, c.payload, err)
 		}
+	}
+}
+
+// The smallest valid values pass; one below fails.
+func TestConfigValidateBounds(t *testing.T) {
+	t.Parallel()
+	c := tasks.DefaultConfig()
+	c.Processes, c.Threads, c.MaxRetries = 1, 1, 0
+	if err := c.Validate(); err != nil {
+		t.Fatalf("processes 1, threads 1, max retries 0: %v", err)
 	}
 }
