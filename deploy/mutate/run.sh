@@ -11,7 +11,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 GREMLINS_VERSION=v0.6.0
-PKGS=${MUTATE_PKGS:-"./events/... ./projections/... ./commands/..."}
+# gremlins takes a folder and mutates everything below it.
+PKGS=${MUTATE_PKGS:-"events projections commands"}
 GOBIN="$(go env GOPATH)/bin"
 if ! "$GOBIN/gremlins" --version 2>/dev/null | grep -q "${GREMLINS_VERSION#v}"; then
   go install "github.com/go-gremlins/gremlins/cmd/gremlins@$GREMLINS_VERSION"
@@ -22,21 +23,21 @@ trap 'rm -rf "$work"' EXIT
 cd "$work"
 out="$ROOT/data/mutate"
 mkdir -p "$out"
+rm -f "$out"/*.json "$out"/*.log
 survivors="$out/survivors.txt"
 : >"$survivors"
 status=0
-for pattern in $PKGS; do
-  for pkg in $(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.Dir}}{{end}}' "$pattern"); do
-    rel="${pkg#"$work"/}"
-    echo "== $rel" >&2
-    # One worker: the tests of these packages use the shared local
-    # Postgres/Redis and their own brokers; parallel mutants would only
-    # fight for two cores.
-    "$GOBIN/gremlins" unleash --workers 1 --timeout-coefficient 6 \
-      --output "$out/$(echo "$rel" | tr / _).json" "./$rel" 2>&1 |
-      tee "$out/$(echo "$rel" | tr / _).log" | grep -E 'Killed:|Mutator coverage|Test efficacy|LIVED' >&2 || true
-    grep -h 'LIVED' "$out/$(echo "$rel" | tr / _).log" | sed -E "s#.*LIVED +([A-Z_]+) at (.*)#$rel/\\2 \\1#" >>"$survivors" || true
-  done
+for rel in $PKGS; do
+  rel="${rel#./}"
+  rel="${rel%/...}"
+  name="$(echo "$rel" | tr / _)"
+  echo "== $rel" >&2
+  # One worker: the tests use the shared local Postgres/Redis and their
+  # own brokers; parallel mutants would only fight for two cores.
+  "$GOBIN/gremlins" unleash --workers 1 --timeout-coefficient 6 \
+    --output "$out/$name.json" "./$rel" 2>&1 |
+    tee "$out/$name.log" | grep -E 'Killed:|Mutator coverage|Test efficacy|LIVED' >&2 || true
+  grep -h 'LIVED' "$out/$name.log" | sed -E "s#.*LIVED +([A-Z_]+) at (.*)#$rel/\\2 \\1#" >>"$survivors" || true
 done
 killed=0 lived=0
 for f in "$out"/*.json; do
