@@ -18,7 +18,6 @@ package relay
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/store"
 )
 
 // Publisher is the part of a Watermill publisher the relay uses.
@@ -462,16 +462,10 @@ func (r *Relay) step(ctx context.Context, ck checkpoint, pid uint32) (int, check
 	)
 	for rows.Next() {
 		var tx int64
-		var e events.Envelope
-		var md []byte
-		if err := rows.Scan(&tx, &e.ID, &e.Stream, &e.Version, &e.Position, &e.Type, &e.OccurredAt, &md, &e.Data); err != nil {
+		e, err := store.ScanAfter(rows, &tx)
+		if err != nil {
 			rows.Close()
 			return 0, ck, fmt.Errorf("relay scan: %w", err)
-		}
-		e.OccurredAt = e.OccurredAt.UTC()
-		if err := json.Unmarshal(md, &e.Metadata); err != nil {
-			rows.Close()
-			return 0, ck, fmt.Errorf("relay metadata of %s: %w", e.ID, err)
 		}
 		m, err := SignedMessage(r.cfg.Signer, e)
 		if err != nil {

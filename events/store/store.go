@@ -421,10 +421,15 @@ func ReadAll(ctx context.Context, db DB, after int64, limit int) ([]events.Envel
 }
 
 // Scan reads one envelope from rows selected with the column order of Load.
-func Scan(rows pgx.Rows) (events.Envelope, error) {
+func Scan(rows pgx.Rows) (events.Envelope, error) { return ScanAfter(rows) }
+
+// ScanAfter is Scan for a query that selects more columns before the
+// envelope's: they are scanned into before, in order.
+func ScanAfter(rows pgx.Rows, before ...any) (events.Envelope, error) {
 	var e events.Envelope
 	var md []byte
-	if err := rows.Scan(&e.ID, &e.Stream, &e.Version, &e.Position, &e.Type, &e.OccurredAt, &md, &e.Data); err != nil {
+	dst := append(before, &e.ID, &e.Stream, &e.Version, &e.Position, &e.Type, &e.OccurredAt, &md, &e.Data)
+	if err := rows.Scan(dst...); err != nil {
 		return e, err
 	}
 	if err := json.Unmarshal(md, &e.Metadata); err != nil {
