@@ -29,7 +29,11 @@ func NewRouter(log *slog.Logger, reg *prometheus.Registry) (*mux.Router, error) 
 	if err != nil {
 		return nil, err
 	}
-	r := mux.NewRouter()
+	// No path cleaning: gorilla/mux would answer a path with "." or ".."
+	// segments with a redirect to the cleaned one; every route gets the
+	// path as sent instead, so a traversal attempt is refused by the
+	// handler that owns the prefix (a 400 or 404), never redirected.
+	r := mux.NewRouter().SkipClean(true)
 	r.NotFoundHandler = web.Observe(log, m)(web.NotFound())
 	r.MethodNotAllowedHandler = web.Observe(log, m)(web.MethodNotAllowed())
 	r.Use(web.Observe(log, m))

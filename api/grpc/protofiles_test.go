@@ -81,11 +81,11 @@ func TestProtoFileLabelTraversal(t *testing.T) {
 		{"...", http.StatusBadRequest},
 		{"apikeys%00", http.StatusBadRequest},
 		{"APIKEYS", http.StatusBadRequest},
-		{"..", http.StatusMovedPermanently},
-		{"%2E%2E", http.StatusMovedPermanently},
-		{"../../secret", http.StatusMovedPermanently},
-		{"..%2F..%2Fsecret", http.StatusMovedPermanently},
-		{"%2E%2E%2Fsecret", http.StatusMovedPermanently},
+		{"..", http.StatusBadRequest},
+		{"%2E%2E", http.StatusBadRequest},
+		{"../../secret", http.StatusBadRequest},
+		{"..%2F..%2Fsecret", http.StatusBadRequest},
+		{"%2E%2E%2Fsecret", http.StatusBadRequest},
 		{"nope", http.StatusNotFound},
 	}
 	for _, tc := range tests {
