@@ -199,8 +199,24 @@ func (r *replayer) run(ctx context.Context) (Result, error) {
 		if err != nil {
 			return r.res, err
 		}
-		if n == 0 {
+		if n > 0 {
+			continue
+		}
+		// Nothing below the oldest running transaction: caught up, unless
+		// committed events wait behind one (any database's). Wait for it
+		// rather than swap in tables that lack them.
+		var hidden bool
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM public.events WHERE (tx_id, position) > ($1::bigint::text::xid8, $2))`,
+			r.cursor.txID, r.cursor.position).Scan(&hidden); err != nil {
+			return r.res, fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
+		}
+		if !hidden {
 			break
+		}
+		select {
+		case <-ctx.Done():
+			return r.res, fmt.Errorf("replay %s: %w", r.p.Name, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	if err := r.swap(ctx); err != nil {
