@@ -310,6 +310,11 @@ func (r *replayer) batch(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if n > 0 {
+		// Outside the transaction: a slow reporter must not hold back
+		// the relay, which waits for the oldest running transaction.
+		r.progress(r.res.Events, r.total)
+	}
 	return n, nil
 }
 
@@ -351,9 +356,6 @@ func (r *replayer) applyNext(ctx context.Context, tx pgx.Tx) (int, error) {
 	r.res.Applied += int64(applied)
 	if r.res.Events > r.total {
 		r.total = r.res.Events
-	}
-	if len(batch) > 0 {
-		r.progress(r.res.Events, r.total)
 	}
 	return len(batch), nil
 }
@@ -417,6 +419,7 @@ func (r *replayer) swap(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("replay %s: swap: %w", r.p.Name, err)
 	}
+	r.progress(r.res.Events, r.total)
 	return nil
 }
 
