@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/events"
@@ -35,15 +36,16 @@ import (
 type Config struct {
 	// BatchSize is how many events one transaction applies.
 	BatchSize int
-	// LockTimeout bounds how long the swap waits for the live tables (a
-	// projection batch or a long query holding them).
+	// LockTimeout bounds each of the swap's attempts to lock the live
+	// tables (a projection batch or a long query holding them); readers
+	// arriving meanwhile queue behind the request, so keep it short.
 	LockTimeout time.Duration
 }
 
 // Defaults: see Config.
 const (
 	DefaultBatchSize   = 1000
-	DefaultLockTimeout = 10 * time.Second
+	DefaultLockTimeout = 2 * time.Second
 )
 
 // WithDefaults fills the zero fields.
@@ -163,12 +165,33 @@ func (r *replayer) run(ctx context.Context) (Result, error) {
 	h := fnv.New32a()
 	h.Write([]byte(r.p.Name))
 	var locked bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, int32(advisoryClass), int32(h.Sum32())).Scan(&locked); err != nil {
-		return r.res, fmt.Errorf("replay %s: lock: %w", r.p.Name, err)
+	// A replay stopped a moment ago (its connection closed on Ctrl-C) may
+	// hold the lock until its backend has exited: ask a few times.
+	for try := 0; !locked && try < 5; try++ {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return r.res, fmt.Errorf("replay %s: %w", r.p.Name, ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, int32(advisoryClass), int32(h.Sum32())).Scan(&locked); err != nil {
+			return r.res, fmt.Errorf("replay %s: lock: %w", r.p.Name, err)
+		}
 	}
 	if !locked {
 		return r.res, fmt.Errorf("replay %s: %w", r.p.Name, ErrBusy)
 	}
+	defer func() {
+		// Explicitly: a closed connection's backend may still hold the
+		// lock for a moment, and a replay started right after would be
+		// refused.
+		if !conn.IsClosed() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_, _ = conn.Exec(cctx, `SELECT pg_advisory_unlock($1, $2)`, int32(advisoryClass), int32(h.Sum32()))
+		}
+	}()
 	if err := r.createShadow(ctx); err != nil {
 		return r.res, err
 	}
@@ -219,7 +242,7 @@ func (r *replayer) run(ctx context.Context) (Result, error) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	if err := r.swap(ctx); err != nil {
+	if err := r.swapRetrying(ctx); err != nil {
 		return r.res, err
 	}
 	swapped = true
@@ -358,6 +381,34 @@ func (r *replayer) applyNext(ctx context.Context, tx pgx.Tx) (int, error) {
 		r.total = r.res.Events
 	}
 	return len(batch), nil
+}
+
+// swapAttempts bounds how often the swap waits LockTimeout for the live
+// tables before the replay gives up.
+const swapAttempts = 5
+
+// lockNotAvailable is the SQLSTATE of a lock_timeout.
+const lockNotAvailable = "55P03"
+
+// swapRetrying runs swap until it gets its locks. A waiting ACCESS
+// EXCLUSIVE request queues every new reader behind it, so each attempt
+// waits only LockTimeout and then lets the readers through for a moment.
+func (r *replayer) swapRetrying(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		cur, res := r.cursor, r.res
+		err := r.swap(ctx)
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != lockNotAvailable || attempt == swapAttempts {
+			return err
+		}
+		// The rolled-back catch-up is read again.
+		r.cursor, r.res = cur, res
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("replay %s: %w", r.p.Name, ctx.Err())
+		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		}
+	}
 }
 
 // swap catches up and replaces the live tables in one transaction. It

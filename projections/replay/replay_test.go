@@ -294,3 +294,63 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// A long reader of a live table makes the swap wait and retry in short
+// attempts; one that never lets go fails the replay, leaving the live
+// tables and no shadow schema.
+func TestReplaySwapWaitsForReaders(t *testing.T) {
+	t.Parallel()
+	e := authtest.Start(t, authtest.Options{NoPipeline: true})
+	e.SignIn(t, authtest.Email("reader"))
+	reg := registry(t)
+	// Without the live runner, a first replay builds the tables.
+	if _, err := replay.Run(context.Background(), e.Pool, reg, identityproj.Users(), replay.Config{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		hold time.Duration
+		ok   bool
+	}{
+		{"released", 300 * time.Millisecond, true},
+		{"held", time.Minute, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			before := snapshot(t, e.Pool)
+			tx, err := e.Pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, `SELECT count(*) FROM users`); err != nil {
+				_ = tx.Rollback(ctx)
+				t.Fatal(err)
+			}
+			// The reader ends after hold, or when the test is done.
+			stop, released := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(released)
+				select {
+				case <-time.After(tc.hold):
+				case <-stop:
+				}
+				_ = tx.Rollback(ctx)
+			}()
+			release := func() { close(stop); <-released }
+			_, err = replay.Run(ctx, e.Pool, reg, identityproj.Users(), replay.Config{LockTimeout: 50 * time.Millisecond}, nil)
+			switch {
+			case tc.ok && err != nil:
+				t.Fatal(err)
+			case !tc.ok && (err == nil || !strings.Contains(err.Error(), "lock live tables")):
+				t.Fatalf("replay with a reader holding users: %v", err)
+			}
+			release()
+			if after := snapshot(t, e.Pool); after != before {
+				t.Fatalf("the live tables changed:\n%s\nvs\n%s", before, after)
+			}
+			if n := shadowSchemas(t, e.Pool); n != 0 {
+				t.Fatalf("%d shadow schemas left", n)
+			}
+		})
+	}
+}
