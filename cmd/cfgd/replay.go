@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/projections"
+	apikeyproj "github.com/cfgd/cfgd/projections/apikey"
+	identityproj "github.com/cfgd/cfgd/projections/identity"
+	"github.com/cfgd/cfgd/projections/replay"
+	taskproj "github.com/cfgd/cfgd/projections/tasks"
+)
+
+const replayUsage = `usage: cfgd replay NAME...   rebuild Postgres projections from the event store and swap them in
+       cfgd replay --all       rebuild every Postgres read-model projection (reactors never replay)
+       cfgd replay --list      every projection with its tables, checkpoint and lag
+`
+
+// postgresProjections lists every Postgres projection the modules run, for
+// replay. The task reactor is built without its queue and worker handles:
+// replay only lists it, never runs it.
+func postgresProjections() []*projections.Projection {
+	var all []*projections.Projection
+	all = append(all, identityproj.All()...)
+	all = append(all, apikeyproj.All()...)
+	all = append(all, taskproj.Control(nil, nil))
+	return all
+}
+
+func parseReplay(args []string, stdout, stderr io.Writer) (action, error) {
+	fs := flag.NewFlagSet("cfgd replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, replayUsage) }
+	all := fs.Bool("all", false, "replay every read-model projection")
+	list := fs.Bool("list", false, "list the projections")
+	batch := fs.Int("batch", replay.DefaultBatchSize, "events per transaction")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, &exitError{code: 0}
+		}
+		return nil, &exitError{code: 2}
+	}
+	names := fs.Args()
+	modes := 0
+	for _, on := range []bool{*all, *list, len(names) > 0} {
+		if on {
+			modes++
+		}
+	}
+	if modes != 1 {
+		fmt.Fprint(stderr, replayUsage)
+		return nil, &exitError{code: 2, err: errors.New("replay takes projection names, --all or --list (one of them)")}
+	}
+	cfg := replay.Config{BatchSize: *batch, LockTimeout: replay.DefaultLockTimeout}
+	if err := cfg.Validate(); err != nil {
+		return nil, &exitError{code: 2, err: err}
+	}
+	known := map[string]*projections.Projection{}
+	for _, p := range postgresProjections() {
+		known[p.Name] = p
+	}
+	var chosen []*projections.Projection
+	for _, n := range names {
+		p, ok := known[n]
+		switch {
+		case !ok:
+			return nil, &exitError{code: 2, err: fmt.Errorf("unknown projection %q (cfgd replay --list shows them)", n)}
+		case p.Reactor:
+			return nil, &exitError{code: 2, err: fmt.Errorf("%s %w", n, replay.ErrReactor)}
+		}
+		chosen = append(chosen, p)
+	}
+	if *all {
+		for _, p := range postgresProjections() {
+			if !p.Reactor {
+				chosen = append(chosen, p)
+			}
+		}
+	}
+	return func(ctx context.Context, log *slog.Logger, app appSettings) error {
+		pool, err := pgxpool.New(ctx, app.Core.PostgresURL)
+		if err != nil {
+			return fmt.Errorf("POSTGRES__URL: %w", err)
+		}
+		defer pool.Close()
+		if *list {
+			return listProjections(ctx, pool, stdout)
+		}
+		reg, err := events.NewRegistry(eventTypes()...)
+		if err != nil {
+			return err
+		}
+		for _, p := range chosen {
+			if err := replayOne(ctx, pool, reg, p, cfg, stdout); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
+}
+
+func listProjections(ctx context.Context, pool *pgxpool.Pool, stdout io.Writer) error {
+	st, err := replay.List(ctx, pool, postgresProjections())
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tKIND\tTABLES\tSTREAMS\tPOSITION\tLAG")
+	for _, s := range st {
+		kind := "read model"
+		if s.Reactor {
+			kind = "reactor"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\n", s.Name, kind, strings.Join(s.Tables, ","), s.Streams, s.Position, s.Lag)
+	}
+	return w.Flush()
+}
+
+// replayOne replays p, with a progress bar on a terminal and a line every
+// few seconds otherwise.
+func replayOne(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p *projections.Projection, cfg replay.Config, stdout io.Writer) error {
+	var progress replay.Progress
+	var bar *progressbar.ProgressBar
+	if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		bar = progressbar.NewOptions64(-1,
+			progressbar.OptionSetWriter(stdout),
+			progressbar.OptionSetDescription(p.Name),
+			progressbar.OptionShowCount(),
+			progressbar.OptionShowIts(),
+			progressbar.OptionSetItsString("events"),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionFullWidth(),
+			progressbar.OptionOnCompletion(func() { fmt.Fprintln(stdout) }),
+		)
+		progress = func(done, total int64) {
+			bar.ChangeMax64(max(total, 1))
+			_ = bar.Set64(done)
+		}
+	} else {
+		start := time.Now()
+		var last time.Time
+		progress = func(done, total int64) {
+			if now := time.Now(); now.Sub(last) >= 2*time.Second || done == total {
+				last = now
+				fmt.Fprintln(stdout, progressLine(p.Name, done, total, now.Sub(start)))
+			}
+		}
+	}
+	res, err := replay.Run(ctx, pool, reg, p, cfg, progress)
+	if bar != nil {
+		if err == nil {
+			_ = bar.Finish()
+		} else {
+			_ = bar.Exit()
+			fmt.Fprintln(stdout)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return fmt.Errorf("%s: interrupted; the live tables are untouched, run the replay again to rebuild: %w", p.Name, err)
+		}
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: replayed %d events (%d applied) in %s, swapped in\n", p.Name, res.Events, res.Applied, res.Elapsed.Round(time.Millisecond))
+	return nil
+}
+
+// progressLine is the plain progress report: done/total, rate and ETA.
+func progressLine(name string, done, total int64, elapsed time.Duration) string {
+	rate := 0.0
+	if elapsed > 0 {
+		rate = float64(done) / elapsed.Seconds()
+	}
+	eta := "?"
+	if rate > 0 {
+		eta = time.Duration(float64(total-done) / rate * float64(time.Second)).Round(time.Second).String()
+	}
+	pct := 100.0
+	if total > 0 {
+		pct = 100 * float64(done) / float64(total)
+	}
+	return fmt.Sprintf("%s: %d/%d events (%.1f%%), %.0f events/s, ETA %s", name, done, total, pct, rate, eta)
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cfgd/cfgd/deploy/testenv"
+)
+
+func TestReplayCommand(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	baseEnv(t, url)
+	tests := []struct {
+		args   []string
+		code   int
+		stderr string // in the error or on stderr
+		stdout []string
+	}{
+		{[]string{"replay"}, 2, "usage: cfgd replay", nil},
+		{[]string{"replay", "--all", "--list"}, 2, "one of them", nil},
+		{[]string{"replay", "--all", "identity.users"}, 2, "one of them", nil},
+		{[]string{"replay", "nope"}, 2, `unknown projection "nope"`, nil},
+		{[]string{"replay", "tasks.control"}, 2, "tasks.control is a reactor; replay never runs reactors", nil},
+		{[]string{"replay", "--batch", "0", "identity.users"}, 2, "batch size 0", nil},
+		{[]string{"replay", "--bogus"}, 2, "flag provided but not defined", nil},
+		// Events in the store, no projection has run yet.
+		{[]string{"user", "create-superuser", "--email", "replay@example.com"}, 0, "", []string{"superuser created"}},
+		{[]string{"replay", "--list"}, 0, "", []string{"identity.users", "users,profiles,registration_sources,user_registration_sources", "tasks.control", "reactor", "apikey.keys"}},
+		{[]string{"replay", "identity.users"}, 0, "", []string{"identity.users: 2/2 events (100.0%)", "events/s, ETA", "identity.users: replayed 2 events (1 applied)"}},
+		{[]string{"replay", "--all"}, 0, "", []string{"identity.users: replayed", "identity.revocations: replayed", "apikey.keys: replayed"}},
+	}
+	for _, tc := range tests {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), tc.args, &stdout, &stderr)
+		code := 0
+		ee := (*exitError)(nil)
+		switch {
+		case errors.As(err, &ee):
+			code = ee.code
+		case err != nil:
+			code = 1
+		}
+		msg := stderr.String()
+		if err != nil && (ee == nil || ee.err != nil) {
+			msg += err.Error()
+		}
+		ok := code == tc.code && strings.Contains(msg, tc.stderr)
+		for _, s := range tc.stdout {
+			ok = ok && strings.Contains(stdout.String(), s)
+		}
+		if !ok {
+			t.Errorf("%q: exit %d (%v), stderr %q, stdout %q", tc.args, code, err, stderr.String(), stdout.String())
+		}
+	}
+
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var email string
+	if err := pool.QueryRow(context.Background(), `SELECT email FROM users`).Scan(&email); err != nil || email != "replay@example.com" {
+		t.Fatalf("replayed users: %q %v", email, err)
+	}
+	var stdout bytes.Buffer
+	if err := run(context.Background(), []string{"replay", "--list"}, &stdout, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == "identity.users" && f[len(f)-1] != "0" {
+			t.Fatalf("lag after replay: %q in\n%s", line, stdout.String())
+		}
+	}
+}
+
+func TestProgressLine(t *testing.T) {
+	for _, tc := range []struct {
+		done, total int64
+		elapsed     time.Duration
+		want        string
+	}{
+		{0, 100, 0, "p: 0/100 events (0.0%), 0 events/s, ETA ?"},
+		{50, 100, 2 * time.Second, "p: 50/100 events (50.0%), 25 events/s, ETA 2s"},
+		{0, 0, time.Second, "p: 0/0 events (100.0%), 0 events/s, ETA ?"},
+	} {
+		if got := progressLine("p", tc.done, tc.total, tc.elapsed); got != tc.want {
+			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+}
