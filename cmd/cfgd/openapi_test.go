@@ -4,8 +4,11 @@ import (
 	"context"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cfgd/cfgd/api/module"
 
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,6 +59,20 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	modules, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: busCfg})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// cfgd replay lists the projections itself (it runs without the
+	// modules' connections); it must know every one serve runs.
+	var served, replayable []string
+	for _, p := range module.Projections(modules...) {
+		served = append(served, p.Name)
+	}
+	for _, p := range postgresProjections() {
+		replayable = append(replayable, p.Name)
+	}
+	slices.Sort(served)
+	slices.Sort(replayable)
+	if !slices.Equal(served, replayable) {
+		t.Errorf("serve runs projections %v, cfgd replay knows %v", served, replayable)
 	}
 	metrics := prometheus.NewRegistry()
 	router, err := newRouter(log, metrics, d, busCfg, modules)
