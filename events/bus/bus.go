@@ -1,5 +1,5 @@
 // Package bus connects cfgd to Kafka: the sarama settings every client uses,
-// topic creation, Watermill publishers and subscribers, and the embedded
+// topic creation, the batch publisher (a Watermill publisher), and the embedded
 // Kafka-protocol broker used when no brokers are configured.
 package bus
 
@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/cfgd/cfgd/events"
@@ -202,22 +201,6 @@ func (p *Publisher) Close() error {
 		return fmt.Errorf("close kafka producer: %w", err)
 	}
 	return nil
-}
-
-// NewSubscriber returns a Watermill subscriber in consumer group group.
-func NewSubscriber(c Config, group string, log *slog.Logger) (*kafka.Subscriber, error) {
-	s, err := kafka.NewSubscriber(kafka.SubscriberConfig{
-		Brokers:               c.Brokers,
-		Unmarshaler:           Marshaler(),
-		OverwriteSaramaConfig: c.ConsumerSarama(),
-		ConsumerGroup:         group,
-		NackResendSleep:       100 * time.Millisecond,
-		ReconnectRetrySleep:   time.Second,
-	}, watermill.NewSlogLogger(log))
-	if err != nil {
-		return nil, fmt.Errorf("kafka subscriber %s: %w", group, err)
-	}
-	return s, nil
 }
 
 // EnsureTopics creates each missing topic with c.Partitions partitions. An
