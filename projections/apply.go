@@ -77,15 +77,9 @@ type batchResult struct {
 // newer one is Held (nothing changes: the caller delivers the missing
 // versions first).
 func Apply(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p *Projection, env events.Envelope) (Outcome, error) {
-	d := &delivery{env: env}
-	ev, err := reg.Decode(env)
-	var unknown *events.ErrUnknownType
-	switch {
-	case errors.As(err, &unknown):
-	case err != nil:
-		return 0, fmt.Errorf("projection %s: %w", p.Name, err)
-	default:
-		d.ev = ev
+	d, err := decoded(reg, p, env)
+	if err != nil {
+		return 0, err
 	}
 	res, err := applyBatch(ctx, pool, defaultLockTimeout, "", []*Projection{p}, []*delivery{d})
 	if err != nil {
@@ -97,6 +91,22 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p *Pro
 		}
 	}
 	return 0, fmt.Errorf("projection %s: no outcome for %s v%d", p.Name, env.Stream, env.Version)
+}
+
+// decoded is env ready to apply: its payload decoded, or none for a type
+// the registry does not know (the checkpoint still moves past it).
+func decoded(reg *events.Registry, p *Projection, env events.Envelope) (*delivery, error) {
+	d := &delivery{env: env}
+	ev, err := reg.Decode(env)
+	var unknown *events.ErrUnknownType
+	switch {
+	case errors.As(err, &unknown):
+	case err != nil:
+		return nil, fmt.Errorf("projection %s: %w", p.Name, err)
+	default:
+		d.ev = ev
+	}
+	return d, nil
 }
 
 // defaultLockTimeout: see Config.LockTimeout.

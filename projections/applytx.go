@@ -2,7 +2,6 @@ package projections
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -23,15 +22,9 @@ func ApplyTx(ctx context.Context, tx pgx.Tx, reg *events.Registry, p *Projection
 	}
 	ds := make([]*delivery, len(batch))
 	for i, env := range batch {
-		d := &delivery{env: env}
-		ev, err := reg.Decode(env)
-		var unknown *events.ErrUnknownType
-		switch {
-		case errors.As(err, &unknown):
-		case err != nil:
-			return 0, fmt.Errorf("projection %s: %w", p.Name, err)
-		default:
-			d.ev = ev
+		d, err := decoded(reg, p, env)
+		if err != nil {
+			return 0, err
 		}
 		ds[i] = d
 	}

@@ -252,16 +252,12 @@ const (
 `
 )
 
-// Module is the front door as a module: the shared static assets, the
-// index, the schema and the docs page. admin lists the staff pages other
-// modules mount, for the index.
-func Module(cfg Config, admin ...Link) (module.Module, error) {
-	assets, err := static.New()
-	if err != nil {
-		return module.Module{}, err
-	}
+// Module is the front door as a module: the shared static assets (every
+// page for people links into them), the index, the schema and the docs
+// page. admin lists the staff pages other modules mount, for the index.
+func Module(cfg Config, assets *static.Assets, admin ...Link) module.Module {
 	return module.Module{Name: "front", Routes: func(r *mux.Router) error {
 		assets.Mount(r)
 		return Mount(r, cfg, assets, admin...)
-	}}, nil
+	}}
 }

@@ -14,10 +14,8 @@ import (
 // PathDashboard is the monitoring page.
 const PathDashboard = "/admin/grpc/dashboard/"
 
-// cspPage allows this origin only; uPlot styles its elements from script
+// static.PageCSP allows this origin only; uPlot styles its elements from script
 // (CSSOM), which style-src 'self' permits.
-const cspPage = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
-
 // MountDashboard adds the monitoring page: staff get the page, anyone not
 // signed in a sign-in form. Its scripts and styles are the shared static
 // assets (mounted once by the front module, under static.Prefix).
@@ -37,7 +35,7 @@ func MountDashboard(r *mux.Router, staff mux.MiddlewareFunc, assets *static.Asse
 	if err != nil {
 		return err
 	}
-	r.Handle(PathDashboard, pageHandler(staff, page, login)).Methods(http.MethodGet, http.MethodHead).Name("monitor:dashboard")
+	r.Handle(PathDashboard, static.StaffPage(staff, page, login)).Methods(http.MethodGet, http.MethodHead).Name("monitor:dashboard")
 	return nil
 }
 
@@ -52,56 +50,6 @@ func render(name, text string, data any) ([]byte, error) {
 	}
 	return b.Bytes(), nil
 }
-
-// pageHandler serves page to staff. Anyone the staff check turns away as
-// not signed in (401) gets the sign-in form instead of a JSON error; other
-// refusals (403) are passed on as they are.
-func pageHandler(staff mux.MiddlewareFunc, page, login []byte) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		passed := false
-		rec := &recorder{header: http.Header{}}
-		staff(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { passed = true })).ServeHTTP(rec, r)
-		h := w.Header()
-		h.Set("Content-Security-Policy", cspPage)
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "no-referrer")
-		h.Set("Cache-Control", "no-store")
-		body, status := page, http.StatusOK
-		switch {
-		case passed:
-		case rec.status == http.StatusUnauthorized:
-			body, status = login, http.StatusUnauthorized
-		default:
-			for k, v := range rec.header {
-				h[k] = v
-			}
-			w.WriteHeader(rec.status)
-			_, _ = w.Write(rec.body.Bytes())
-			return
-		}
-		h.Set("Content-Type", "text/html; charset=utf-8")
-		w.WriteHeader(status)
-		if r.Method != http.MethodHead {
-			_, _ = w.Write(body)
-		}
-	})
-}
-
-// recorder keeps the staff check's refusal to relay or replace it.
-type recorder struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (r *recorder) Header() http.Header { return r.header }
-func (r *recorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
-	return r.body.Write(b)
-}
-func (r *recorder) WriteHeader(s int) { r.status = s }
 
 const dashboardHTML = `<!doctype html>
 <html lang="en">

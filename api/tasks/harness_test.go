@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/cfgd/cfgd/api/auth/authtest"
+	"github.com/cfgd/cfgd/api/static"
 	tasksapi "github.com/cfgd/cfgd/api/tasks"
 	taskcmd "github.com/cfgd/cfgd/commands/tasks"
 	"github.com/cfgd/cfgd/deploy/testenv"
@@ -99,9 +100,14 @@ func startStack(t *testing.T, tune func(*taskcmd.Config)) *stack {
 	app.Enqueuer = taskcmd.NewEnqueuer(cfg, env.Redis, em)
 
 	staff := env.API.Staff()
+	// The authtest router serves the shared assets already (front module).
+	assets, err := static.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	served := env.WithRoutes(t, func(r *mux.Router) {
 		tasksapi.Mount(r, staff, app)
-		if err := tasksapi.MountDashboard(r, staff); err != nil {
+		if err := tasksapi.MountDashboard(r, staff, assets); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -11,8 +11,8 @@ import (
 
 // frontModule serves / (index), /api/schema/, /api/docs/ and the embedded
 // assets under /static/.
-func frontModule(w wiring) (module.Module, error) {
-	return front.Module(w.app.Front,
+func frontModule(w wiring) module.Module {
+	return front.Module(w.app.Front, w.assets,
 		front.Link{Rel: "extensions", Href: extensions.ListPath, Title: "Installed extensions"},
 		front.Link{Rel: "top_sources", Href: analytics.PathTopSources, Title: "Top registration sources"},
 		front.Link{Rel: "source_links", Href: analytics.PathLinks, Title: "Registrations by source"},

@@ -10,6 +10,7 @@ import (
 	apikeyrm "github.com/cfgd/cfgd/readmodels/apikey"
 
 	"github.com/cfgd/cfgd/api/module"
+	"github.com/cfgd/cfgd/api/static"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/bus"
@@ -26,6 +27,9 @@ type wiring struct {
 	// metrics is where modules register their collectors (nil in tests
 	// that do not look).
 	metrics prometheus.Registerer
+	// assets are the pages' static assets, indexed once; the front
+	// module serves them.
+	assets *static.Assets
 }
 
 // eventTypes is the explicit registry of every event type cfgd stores.
@@ -40,6 +44,11 @@ func eventTypes() []events.Event {
 // buildModules builds every capability. A new capability is one more
 // constructor here and nothing else.
 func buildModules(ctx context.Context, w wiring) ([]module.Module, error) {
+	assets, err := static.New()
+	if err != nil {
+		return nil, err
+	}
+	w.assets = assets
 	id, a, err := identityModule(w)
 	if err != nil {
 		return nil, err
@@ -63,10 +72,7 @@ func buildModules(ctx context.Context, w wiring) ([]module.Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	front, err := frontModule(w)
-	if err != nil {
-		return nil, err
-	}
+	front := frontModule(w)
 	tq, err := tasksModule(ctx, w, a)
 	if err != nil {
 		return nil, err

@@ -10,7 +10,6 @@ import (
 	"github.com/cfgd/cfgd/api/health"
 	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/api/monitor"
-	"github.com/cfgd/cfgd/api/static"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/apikeyusage"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
@@ -44,17 +43,13 @@ func requestLogModule(w wiring, a *auth.API, prod *reqlog.Producer, activeKeys r
 	if err != nil {
 		return module.Module{}, err
 	}
-	assets, err := static.New()
-	if err != nil {
-		return module.Module{}, err
-	}
 	h := monitor.New(prod, requestlogrm.New(w.deps.ch, time.Now, activeKeys), time.Now)
 	return module.Module{
 		Name: "requestlog",
 		Routes: func(r *mux.Router) error {
 			h.Mount(r, a.Staff(), a.StaffOrAPIKey())
 			// The page's assets are served by the front module.
-			return monitor.MountDashboard(r, a.Staff(), assets)
+			return monitor.MountDashboard(r, a.Staff(), w.assets)
 		},
 		Checks: []health.Check{{Name: "requestlog-sink", Ping: s.Ready}, {Name: "apikey-usage", Ping: usage.Ready}},
 		Background: []module.Runner{s.Runner(), usage.Runner(), {Name: "requestlog-producer", Run: func(ctx context.Context) error {

@@ -42,7 +42,7 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (module.Module, error
 		Name: "tasks",
 		Routes: func(r *mux.Router) error {
 			tasksapi.Mount(r, staff, app)
-			return tasksapi.MountDashboard(r, staff)
+			return tasksapi.MountDashboard(r, staff, w.assets)
 		},
 		Projections: []*projections.Projection{taskproj.Control(app.Inspector, app.Registry)},
 		Checks:      checks,

@@ -43,3 +43,17 @@ func (c Config) BulkProducerSarama(timeout time.Duration) *sarama.Config {
 	s.ChannelBufferSize = 64
 	return s
 }
+
+// BulkConsumerSarama is Sarama for the consumers that move the request log
+// in large batches (the ClickHouse sink, the API-key usage feed): offsets
+// are committed by the caller once its store holds a batch, never by a
+// timer, and only a few packed records per partition wait in memory, so
+// memory stays bounded while the store is down.
+func (c Config) BulkConsumerSarama() *sarama.Config {
+	s := c.ConsumerSarama()
+	s.Consumer.Offsets.AutoCommit.Enable = false
+	s.ChannelBufferSize = 16
+	s.Consumer.Fetch.Default = 1 << 20
+	s.Consumer.MaxProcessingTime = time.Second
+	return s
+}

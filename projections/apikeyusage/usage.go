@@ -153,7 +153,7 @@ func (u *Usage) Run(ctx context.Context) error {
 	var group sarama.ConsumerGroup
 	if err := u.retry(ctx, "kafka consumer group", func(context.Context) error {
 		var err error
-		group, err = sarama.NewConsumerGroup(u.cfg.Bus.Brokers, u.cfg.Group, u.consumerConfig())
+		group, err = sarama.NewConsumerGroup(u.cfg.Bus.Brokers, u.cfg.Group, u.cfg.Bus.BulkConsumerSarama())
 		return err
 	}); err != nil {
 		return nil
@@ -190,16 +190,6 @@ func (u *Usage) Run(ctx context.Context) error {
 	}
 	_ = group.Close()
 	return nil
-}
-
-func (u *Usage) consumerConfig() *sarama.Config {
-	c := u.cfg.Bus.ConsumerSarama()
-	// Offsets are committed after Postgres holds the batch, never before.
-	c.Consumer.Offsets.AutoCommit.Enable = false
-	c.ChannelBufferSize = 16
-	c.Consumer.Fetch.Default = 1 << 20
-	c.Consumer.MaxProcessingTime = time.Second
-	return c
 }
 
 func (u *Usage) retry(ctx context.Context, what string, fn func(context.Context) error) error {

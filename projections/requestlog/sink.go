@@ -159,7 +159,7 @@ func (s *Sink) Run(ctx context.Context) error {
 	var group sarama.ConsumerGroup
 	if err := s.retry(ctx, "kafka consumer group", func(context.Context) error {
 		var err error
-		group, err = sarama.NewConsumerGroup(s.cfg.Bus.Brokers, s.cfg.Group, s.consumerConfig())
+		group, err = sarama.NewConsumerGroup(s.cfg.Bus.Brokers, s.cfg.Group, s.cfg.Bus.BulkConsumerSarama())
 		return err
 	}); err != nil {
 		return nil
@@ -200,18 +200,6 @@ func (s *Sink) Run(ctx context.Context) error {
 	_ = group.Close()
 	wg.Wait()
 	return failed
-}
-
-func (s *Sink) consumerConfig() *sarama.Config {
-	c := s.cfg.Bus.ConsumerSarama()
-	// Offsets are committed after each insert, never before.
-	c.Consumer.Offsets.AutoCommit.Enable = false
-	// A few packed records per partition in memory: enough to fill a batch,
-	// small enough to keep memory bounded while ClickHouse is down.
-	c.ChannelBufferSize = 16
-	c.Consumer.Fetch.Default = 1 << 20
-	c.Consumer.MaxProcessingTime = time.Second
-	return c
 }
 
 // retry runs fn until it succeeds or ctx ends, reporting the failure

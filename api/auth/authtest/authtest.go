@@ -20,6 +20,7 @@ import (
 	"time"
 
 	identityapi "github.com/cfgd/cfgd/api/identity"
+	"github.com/cfgd/cfgd/api/static"
 
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -202,10 +203,11 @@ func newRouter(t testing.TB, app *signin.App, pool *pgxpool.Pool, now func() tim
 	if err != nil {
 		t.Fatal(err)
 	}
-	fr, err := front.Module(front.DefaultConfig(), front.Link{Rel: "extensions", Href: "/cfg/extensions/", Title: "Installed extensions"})
+	assets, err := static.New()
 	if err != nil {
 		t.Fatal(err)
 	}
+	fr := front.Module(front.DefaultConfig(), assets, front.Link{Rel: "extensions", Href: "/cfg/extensions/", Title: "Installed extensions"})
 	if err := module.Mount(router, id, fr); err != nil {
 		t.Fatal(err)
 	}
