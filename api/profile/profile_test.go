@@ -110,3 +110,20 @@ func TestProfilePatchFieldErrors(t *testing.T) {
 		t.Errorf("DELETE: %d", r.Status)
 	}
 }
+
+// The append limit configured for serve (EVENTS__MAX_BYTES) reaches the
+// profile command: a bio within the field's own limit but making an event
+// over the bus limit is a 413, and nothing is stored.
+func TestEventLimitReachesTheProfileCommand(t *testing.T) {
+	t.Parallel()
+	e := authtest.Start(t, authtest.Options{MaxEventBytes: 4096})
+	s := e.SignIn(t, authtest.Email("limit"))
+	bearer := authtest.Bearer(s.Access)
+	r := e.Do(t, http.MethodPatch, "/api/profile/", map[string]any{"bio": strings.Repeat("b", 4500)}, bearer...)
+	if r.Status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("bio over the event limit: %d %s", r.Status, r.Raw)
+	}
+	if r := e.Do(t, http.MethodPatch, "/api/profile/", map[string]any{"bio": "short"}, bearer...); r.Status != http.StatusOK {
+		t.Fatalf("a short bio: %d %s", r.Status, r.Raw)
+	}
+}

@@ -88,6 +88,9 @@ type Options struct {
 	MaxConns int32
 	// NoPipeline leaves the relay and projections off.
 	NoPipeline bool
+	// MaxEventBytes, when set, is the append limit the core gets (as
+	// EVENTS__MAX_BYTES gives it to cfgd serve).
+	MaxEventBytes int
 }
 
 // Start brings the stack up for t; everything stops when t ends.
@@ -135,7 +138,13 @@ func Start(t testing.TB, o Options) *Env {
 		o.Config(&sc)
 	}
 	clock := &Clock{}
-	app, err := signin.New(sc, signin.Deps{Pool: pool, Redis: rdb, Log: testenv.Quiet(), Console: io.Discard, Now: clock.Now})
+	var limits *store.Store
+	if o.MaxEventBytes > 0 {
+		if limits, err = store.New(store.Config{MaxEventBytes: o.MaxEventBytes}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app, err := signin.New(sc, signin.Deps{Pool: pool, Events: limits, Redis: rdb, Log: testenv.Quiet(), Console: io.Discard, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
