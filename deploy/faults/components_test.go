@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"os"
 	"os/exec"
@@ -279,6 +280,8 @@ func startMailbox(t testing.TB) *mailbox {
 	srv := smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) { return &mailSession{m: m}, nil }))
 	srv.Domain = "localhost"
 	srv.AllowInsecureAuth = true
+	// A killed cfgd resets its connections; that is the test, not news.
+	srv.ErrorLog = log.New(io.Discard, "", 0)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return m

@@ -399,6 +399,24 @@ func (c *cfgd) post(ctx context.Context, path string, body any, headers map[stri
 	return resp.StatusCode, nil
 }
 
+// get sends a GET with headers and returns the status code.
+func (c *cfgd) get(ctx context.Context, path string, headers map[string]string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url()+path, nil)
+	if err != nil {
+		return 0, err
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
+}
+
 var apiKeyLine = regexp.MustCompile(`id=(\d+) `)
 
 // apiKey creates a superuser and a service API key with the CLI and
