@@ -1,0 +1,91 @@
+package faults
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cfgd/cfgd/deploy/testenv"
+)
+
+// TestOutage stops one dependency at a time under light steady load
+// (request-log ingestion with an API key, OTP sign-ins) and checks that
+// /readyz names it as failing, that cfgd is ready again by itself once it
+// is back, and that everything acknowledged around the outage is held
+// exactly once.
+func TestOutage(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		check string // the /readyz check that must fail
+		// private starts the stoppable instance and returns the settings
+		// that point cfgd at it.
+		private func(t *testing.T) (*server, map[string]string)
+	}{
+		{"redis", func(t *testing.T) (*server, map[string]string) {
+			s, url := startRedis(t)
+			return s, map[string]string{"REDIS__URL": url}
+		}},
+		{"postgres", func(t *testing.T) (*server, map[string]string) {
+			s, url := startPostgres(t)
+			return s, map[string]string{"POSTGRES__URL": url}
+		}},
+		{"clickhouse", func(t *testing.T) (*server, map[string]string) {
+			s, url := startClickHouse(t)
+			return s, map[string]string{"CLICKHOUSE__URL": url}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.check, func(t *testing.T) {
+			t.Parallel()
+			mail := startMailbox(t)
+			env := mail.env()
+			dep, own := tc.private(t)
+			for k, v := range own {
+				env[k] = v
+			}
+			if env["POSTGRES__URL"] == "" {
+				env["POSTGRES__URL"] = testenv.PostgresURL(t)
+			}
+			if env["CLICKHOUSE__URL"] == "" {
+				env["CLICKHOUSE__URL"] = localClickHouse(t)
+			}
+			if env["REDIS__URL"] == "" {
+				_, env["REDIS__URL"] = startRedis(t)
+			}
+			c := newCfgd(t, env)
+			c.run("migrate")
+			key, keyID := c.apiKey("outage@example.com")
+			c.start()
+			c.waitReady(60 * time.Second)
+
+			in := newIngester(c, key, keyID, 50, 100*time.Millisecond)
+			s := newSigner(c, mail)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			waitIn := in.run(ctx, "o", 2)
+			waitS := s.run(ctx, "o", 2, 100*time.Millisecond)
+			in.waitAcked(t, 5, 30*time.Second)
+			s.waitSigned(t, 3, 30*time.Second)
+
+			dep.stop()
+			down := c.waitReadiness(tc.check+" reported down", 30*time.Second, func(r readiness) bool {
+				ok, named := r.Checks[tc.check]
+				return !r.Ready && named && !ok
+			})
+			// Load keeps coming while it is down.
+			time.Sleep(time.Second)
+			dep.start()
+			up := c.waitReady(60 * time.Second)
+			t.Logf("%s: not ready after %v; ready again %v after its restart", tc.check, down.Round(time.Millisecond), up.Round(time.Millisecond))
+			// Traffic is served again, not only /readyz.
+			_, _, calls := in.counts()
+			in.waitAcked(t, calls+5, 60*time.Second)
+			s.waitSigned(t, s.count()+3, 60*time.Second)
+			cancel()
+			waitIn()
+			waitS()
+			in.checkIngested(t, openClickHouse(t, env["CLICKHOUSE__URL"]), openPostgres(t, env["POSTGRES__URL"]), 60*time.Second)
+			s.checkUsers(t, openPostgres(t, env["POSTGRES__URL"]), 45*time.Second)
+		})
+	}
+}
