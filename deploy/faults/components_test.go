@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cfgd/cfgd/deploy/testenv"
+	"github.com/cfgd/cfgd/events/bus"
 )
 
 // localClickHouse is a fresh database on the local stack's ClickHouse.
@@ -227,6 +228,34 @@ func startClickHouse(t testing.TB) (*server, string) {
 	})
 	s.start()
 	return s, fmt.Sprintf("clickhouse://127.0.0.1:%d/default", tcp)
+}
+
+// startBroker runs `cfgd broker` (the embedded Kafka broker alone) on a
+// fixed port and returns the settings that make serve use it as an
+// external cluster: KAFKA__BROKERS and the login from its client.properties.
+func startBroker(t testing.TB) (*server, map[string]string) {
+	t.Helper()
+	dir := t.TempDir()
+	data := filepath.Join(dir, "kafka")
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	bin := cfgdBinary(t)
+	env := append(os.Environ(), "CFGD_ENV_FILE="+filepath.Join(dir, "no.env"), "KAFKA__DATA_DIR="+data, "KAFKA__EMBEDDED_ADDR="+addr)
+	s := newServer(t, "broker", addr, syscall.SIGTERM, func() *exec.Cmd {
+		cmd := exec.Command(bin, "broker")
+		cmd.Env = env
+		return cmd
+	})
+	s.start()
+	login, err := bus.ReadEmbeddedLogin(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, map[string]string{
+		"KAFKA__BROKERS": addr, "KAFKA__SASL_MECHANISM": login.Mechanism,
+		"KAFKA__SASL_USERNAME": login.User, "KAFKA__SASL_PASSWORD": login.Password,
+		// The event signing key file is kept beside it.
+		"KAFKA__DATA_DIR": data,
+	}
 }
 
 // mailbox is an in-process SMTP server that keeps the last OTP code sent

@@ -19,20 +19,21 @@ func TestOutage(t *testing.T) {
 		check string // the /readyz check that must fail
 		// private starts the stoppable instance and returns the settings
 		// that point cfgd at it.
-		private func(t *testing.T) (*server, map[string]string)
+		private func(t testing.TB) (*server, map[string]string)
 	}{
-		{"redis", func(t *testing.T) (*server, map[string]string) {
+		{"redis", func(t testing.TB) (*server, map[string]string) {
 			s, url := startRedis(t)
 			return s, map[string]string{"REDIS__URL": url}
 		}},
-		{"postgres", func(t *testing.T) (*server, map[string]string) {
+		{"postgres", func(t testing.TB) (*server, map[string]string) {
 			s, url := startPostgres(t)
 			return s, map[string]string{"POSTGRES__URL": url}
 		}},
-		{"clickhouse", func(t *testing.T) (*server, map[string]string) {
+		{"clickhouse", func(t testing.TB) (*server, map[string]string) {
 			s, url := startClickHouse(t)
 			return s, map[string]string{"CLICKHOUSE__URL": url}
 		}},
+		{"kafka", startBroker},
 	}
 	for _, tc := range cases {
 		t.Run(tc.check, func(t *testing.T) {
