@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -77,17 +78,24 @@ func cfgdBinary(t testing.TB) string {
 	return binPath
 }
 
-// freePort returns a loopback port nothing listens on now. A component
-// that must come back on the same address after a stop (Redis, Postgres,
-// ClickHouse, the broker) needs a fixed one.
+// freePort returns a loopback port nothing listens on now, for a
+// component that must come back on the same address after a stop (Redis,
+// Postgres, ClickHouse, the broker). It is drawn below the kernel's
+// ephemeral range (32768 and up on Linux), so while the component is down
+// no outgoing connection of the machine is given its port.
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 200 {
+		p := 20000 + mrand.IntN(12000)
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		_ = ln.Close()
+		return p
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port in 20000-31999")
+	return 0
 }
 
 // logBuf keeps a subprocess's output and replays its tail into the test

@@ -108,9 +108,9 @@ func (in *ingester) counts() (sent, acked, calls int) {
 }
 
 // waitAcked waits until at least n batches were acknowledged in all.
-func (in *ingester) waitAcked(t testing.TB, n int, timeout time.Duration) {
+func (in *ingester) waitAcked(t testing.TB, n int, timeout time.Duration) time.Duration {
 	t.Helper()
-	eventually(t, fmt.Sprintf("%d acknowledged batches", n), timeout, func() error {
+	return eventually(t, fmt.Sprintf("%d acknowledged batches", n), timeout, func() error {
 		if _, _, calls := in.counts(); calls < n {
 			return fmt.Errorf("%d acknowledged", calls)
 		}

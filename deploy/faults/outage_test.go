@@ -73,15 +73,18 @@ func TestOutage(t *testing.T) {
 				ok, named := r.Checks[tc.check]
 				return !r.Ready && named && !ok
 			})
-			// Load keeps coming while it is down.
-			time.Sleep(time.Second)
+			// Load keeps coming while it is down, long enough for every
+			// client of it to have failed and backed off.
+			time.Sleep(3 * time.Second)
 			dep.start()
 			up := c.waitReady(60 * time.Second)
 			t.Logf("%s: not ready after %v; ready again %v after its restart", tc.check, down.Round(time.Millisecond), up.Round(time.Millisecond))
 			// Traffic is served again, not only /readyz.
 			_, _, calls := in.counts()
-			in.waitAcked(t, calls+5, 60*time.Second)
-			s.waitSigned(t, s.count()+3, 60*time.Second)
+			signed := s.count()
+			tIn := in.waitAcked(t, calls+5, 60*time.Second)
+			tS := s.waitSigned(t, signed+3, 60*time.Second)
+			t.Logf("%s: once ready, 5 more ingest batches took %v, 3 more sign-ins %v", tc.check, tIn.Round(time.Millisecond), tS.Round(time.Millisecond))
 			cancel()
 			waitIn()
 			waitS()

@@ -94,9 +94,9 @@ func (s *signer) count() int {
 	return len(s.signed)
 }
 
-func (s *signer) waitSigned(t testing.TB, n int, timeout time.Duration) {
+func (s *signer) waitSigned(t testing.TB, n int, timeout time.Duration) time.Duration {
 	t.Helper()
-	eventually(t, fmt.Sprintf("%d sign-ins", n), timeout, func() error {
+	return eventually(t, fmt.Sprintf("%d sign-ins", n), timeout, func() error {
 		if got := s.count(); got < n {
 			return fmt.Errorf("%d signed in", got)
 		}
