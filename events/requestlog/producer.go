@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/eapache/go-resiliency/breaker"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/cfgd/cfgd/events/bus"
@@ -242,21 +243,50 @@ func (p *Producer) drainErrors(ap sarama.AsyncProducer) {
 		pd := e.Msg.Metadata.(pending)
 		p.inFlight.Release(pd.size)
 		pd.w.finish(e.Err)
+		if errors.Is(e.Err, breaker.ErrBreakerOpen) {
+			p.retire(ap)
+		}
 	}
+}
+
+// retire drops ap once sarama's circuit breaker has opened in it (after a
+// few failed leader lookups while Kafka was down). The breaker refuses
+// every record for 10 s whether or not Kafka is back, so the ingest
+// endpoints would answer 503 that long while /readyz, which asks Kafka
+// itself, says ready. The next Produce connects a fresh producer instead
+// (at most once per Timeout while Kafka is still down).
+func (p *Producer) retire(ap sarama.AsyncProducer) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ap != ap {
+		return
+	}
+	p.ap = nil
+	p.log.Warn("request-log producer reset after Kafka refused it; reconnecting on the next request")
+	go func() {
+		// AsyncClose shuts ap's input, so no Produce may be sending into
+		// it; it flushes or fails what ap still holds, and its drain
+		// goroutines end.
+		p.sending.Lock()
+		defer p.sending.Unlock()
+		ap.AsyncClose()
+	}()
 }
 
 // Close flushes what Kafka can still take and stops the producer.
 func (p *Producer) Close() error {
 	p.sending.Lock()
-	defer p.sending.Unlock()
 	p.mu.Lock()
 	p.closed = true
 	ap := p.ap
 	p.mu.Unlock()
-	if ap == nil {
-		return nil
+	if ap != nil {
+		ap.AsyncClose()
 	}
-	ap.AsyncClose()
+	// No Produce sends from here on (closed is set), so the lock can go: a
+	// producer that retire is still closing takes it to do so, and only
+	// then do its drain goroutines end.
+	p.sending.Unlock()
 	p.done.Wait()
 	return nil
 }
