@@ -6,7 +6,6 @@
 package faults
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -170,11 +169,16 @@ func (p *proc) signal(t testing.TB, sig syscall.Signal, timeout time.Duration) {
 		return
 	default:
 	}
-	_ = p.cmd.Process.Signal(sig)
+	if sig == syscall.SIGKILL {
+		// The whole group: a postmaster's backends go with it.
+		_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+	} else {
+		_ = p.cmd.Process.Signal(sig)
+	}
 	select {
 	case <-p.exited:
 	case <-time.After(timeout):
-		_ = p.cmd.Process.Kill()
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		<-p.exited
 		t.Errorf("%s did not exit %s after %v", filepath.Base(p.cmd.Path), sig, timeout)
 	}
@@ -268,26 +272,12 @@ func (c *cfgd) start() {
 	cmd := exec.Command(c.bin, "serve")
 	cmd.Env = c.env
 	cmd.Stderr = c.logs
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	// exec copies stdout through the writer and Wait waits for the copy,
+	// so no line is lost at exit.
+	addr := make(chan string, 1)
+	cmd.Stdout = &bannerWriter{logs: c.logs, addr: addr}
 	c.logs.mark("cfgd serve")
 	c.srv = startProc(c.t, cmd)
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			line := sc.Text()
-			_, _ = c.logs.Write([]byte(line + "\n"))
-			if m := bannerAPI.FindStringSubmatch(line); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
-				}
-			}
-		}
-	}()
 	select {
 	case a := <-addr:
 		c.base.Store(&a)
@@ -303,6 +293,34 @@ func (c *cfgd) url() string {
 		return *p
 	}
 	return "http://127.0.0.1:1"
+}
+
+// bannerWriter passes serve's standard output to the log and sends the
+// API address of its banner on addr.
+type bannerWriter struct {
+	logs *logBuf
+	addr chan string
+	part []byte
+}
+
+func (w *bannerWriter) Write(p []byte) (int, error) {
+	w.part = append(w.part, p...)
+	for {
+		i := bytes.IndexByte(w.part, '\n')
+		if i < 0 {
+			break
+		}
+		line := string(w.part[:i])
+		w.part = w.part[i+1:]
+		_, _ = w.logs.Write([]byte(line + "\n"))
+		if m := bannerAPI.FindStringSubmatch(line); m != nil {
+			select {
+			case w.addr <- m[1]:
+			default:
+			}
+		}
+	}
+	return len(p), nil
 }
 
 // kill SIGKILLs serve: no shutdown code runs.
