@@ -65,11 +65,13 @@ func cfgdBinary(t testing.TB) string {
 			args = append(args, "-race")
 		}
 		cmd := exec.Command(goTool(), append(args, "github.com/cfgd/cfgd/cmd/cfgd")...)
+		start := time.Now()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build cfgd: %w\n%s", err, out)
 			return
 		}
 		binPath = bin
+		t.Logf("go %s: %v", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
