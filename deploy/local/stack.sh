@@ -33,6 +33,10 @@ ensure_packages() {
 	command -v redis-server >/dev/null || missing+=(redis-server)
 	# protoc: make proto, and the tests that compile the served proto files.
 	command -v protoc >/dev/null || missing+=(protobuf-compiler)
+	# The well-known types (google/protobuf/timestamp.proto) the served proto
+	# files import: only a recommendation of protobuf-compiler, which
+	# --no-install-recommends leaves out.
+	[ -f /usr/include/google/protobuf/timestamp.proto ] || missing+=(libprotobuf-dev)
 	# chromium: the browser tests of the pages for people (chromedp).
 	command -v chromium >/dev/null || missing+=(chromium)
 	if [ "${#missing[@]}" -gt 0 ]; then
