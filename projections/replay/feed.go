@@ -1,0 +1,46 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// rebuildFeeds folds each of the projection's feeds into the shadow tables
+// once the events are applied, so the tables hold both sources before the
+// swap catches both up.
+func (r *replayer) rebuildFeeds(ctx context.Context) error {
+	for _, f := range r.p.Feeds {
+		n, err := f.Rebuild(ctx, r.conn)
+		if err != nil {
+			return fmt.Errorf("replay %s: feed %s: %w", r.p.Name, f.Name(), err)
+		}
+		r.res.Records += n
+	}
+	return nil
+}
+
+// lockFeeds takes, first in the swap, the locks each feed's live consumer
+// takes before it writes the live tables.
+func (r *replayer) lockFeeds(ctx context.Context, tx pgx.Tx) error {
+	for _, f := range r.p.Feeds {
+		if err := f.Lock(ctx, tx); err != nil {
+			return fmt.Errorf("feed %s: lock: %w", f.Name(), err)
+		}
+	}
+	return nil
+}
+
+// catchUpFeeds brings each feed's shadow up to its live consumer inside
+// the swap, the live tables locked.
+func (r *replayer) catchUpFeeds(ctx context.Context, tx pgx.Tx) error {
+	for _, f := range r.p.Feeds {
+		n, err := f.CatchUp(ctx, tx, r.schema)
+		if err != nil {
+			return fmt.Errorf("feed %s: catch up: %w", f.Name(), err)
+		}
+		r.res.Records += n
+	}
+	return nil
+}
