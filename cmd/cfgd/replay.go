@@ -17,14 +17,17 @@ import (
 	"golang.org/x/term"
 
 	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/bus"
 	"github.com/cfgd/cfgd/projections"
 	apikeyproj "github.com/cfgd/cfgd/projections/apikey"
+	"github.com/cfgd/cfgd/projections/apikeyusage"
 	identityproj "github.com/cfgd/cfgd/projections/identity"
 	"github.com/cfgd/cfgd/projections/replay"
 	taskproj "github.com/cfgd/cfgd/projections/tasks"
 )
 
-const replayUsage = `usage: cfgd replay NAME...   rebuild Postgres projections from the event store and swap them in
+const replayUsage = `usage: cfgd replay NAME...   rebuild Postgres projections from the event store (and the Kafka topics
+                        that also feed them: API-key usage, task lifecycle) and swap them in
        cfgd replay --all       rebuild every Postgres read-model projection (reactors never replay)
        cfgd replay --list      every projection with its tables, checkpoint and lag
 `
@@ -36,8 +39,25 @@ func postgresProjections() []*projections.Projection {
 	var all []*projections.Projection
 	all = append(all, identityproj.All()...)
 	all = append(all, apikeyproj.All()...)
-	all = append(all, taskproj.Control(nil, nil))
+	all = append(all, taskproj.Control(nil, nil, nil, nil), taskproj.Views())
 	return all
+}
+
+// withFeeds gives p the Kafka-sourced feeds its tables also hold, which
+// its replay rebuilds after the events: the request log's usage counts for
+// the API keys, the lifecycle topic's task statistics for the task views.
+func withFeeds(p *projections.Projection, b bus.Config, log *slog.Logger) error {
+	switch p.Name {
+	case apikeyproj.Name:
+		f, err := apikeyusage.NewFeed(apikeyusage.DefaultConfig(b), log)
+		if err != nil {
+			return err
+		}
+		p.Feeds = append(p.Feeds, f)
+	case taskproj.QueuesName:
+		p.Feeds = append(p.Feeds, taskproj.NewLifecycleFeed(b, log))
+	}
+	return nil
 }
 
 func parseReplay(args []string, stdout, stderr io.Writer) (action, error) {
@@ -102,6 +122,12 @@ func parseReplay(args []string, stdout, stderr io.Writer) (action, error) {
 		reg, err := events.NewRegistry(eventTypes()...)
 		if err != nil {
 			return err
+		}
+		b := clientBus(app.Core)
+		for _, p := range chosen {
+			if err := withFeeds(p, b, log); err != nil {
+				return err
+			}
 		}
 		for _, p := range chosen {
 			if err := replayOne(ctx, pool, reg, p, cfg, stdout); err != nil {
@@ -175,7 +201,11 @@ func replayOne(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p 
 		}
 		return err
 	}
-	fmt.Fprintf(stdout, "%s: replayed %d events (%d applied) in %s, swapped in\n", p.Name, res.Events, res.Applied, res.Elapsed.Round(time.Millisecond))
+	feeds := ""
+	if len(p.Feeds) > 0 {
+		feeds = fmt.Sprintf(" and %d records of its feeds", res.Records)
+	}
+	fmt.Fprintf(stdout, "%s: replayed %d events (%d applied)%s in %s, swapped in\n", p.Name, res.Events, res.Applied, feeds, res.Elapsed.Round(time.Millisecond))
 	return nil
 }
 

@@ -16,6 +16,13 @@ import (
 func TestReplayCommand(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	baseEnv(t, url)
+	// The API keys and the task views replay their Kafka feeds too.
+	kc := testenv.Kafka(t, 2)
+	t.Setenv("KAFKA__BROKERS", strings.Join(kc.Brokers, ","))
+	t.Setenv("KAFKA__TOPIC_PREFIX", kc.TopicPrefix)
+	t.Setenv("KAFKA__SASL_MECHANISM", kc.SASL.Mechanism)
+	t.Setenv("KAFKA__SASL_USERNAME", kc.SASL.User)
+	t.Setenv("KAFKA__SASL_PASSWORD", kc.SASL.Password)
 	tests := []struct {
 		args   []string
 		code   int
@@ -31,9 +38,11 @@ func TestReplayCommand(t *testing.T) {
 		{[]string{"replay", "--bogus"}, 2, "flag provided but not defined", nil},
 		// Events in the store, no projection has run yet.
 		{[]string{"user", "create-superuser", "--email", "replay@example.com"}, 0, "", []string{"superuser created"}},
-		{[]string{"replay", "--list"}, 0, "", []string{"identity.users", "users,profiles,registration_sources,user_registration_sources", "tasks.control", "reactor", "apikey.keys"}},
+		{[]string{"replay", "--list"}, 0, "", []string{"identity.users", "users,profiles,registration_sources,user_registration_sources", "tasks.control", "reactor", "apikey.keys",
+			"tasks.queues", "task_queues,task_worker_commands,task_lifecycle,task_runs"}},
 		{[]string{"replay", "identity.users"}, 0, "", []string{"identity.users: 2/2 events (100.0%)", "events/s, ETA", "identity.users: replayed 2 events (1 applied)"}},
-		{[]string{"replay", "--all"}, 0, "", []string{"identity.users: replayed", "identity.revocations: replayed", "apikey.keys: replayed"}},
+		{[]string{"replay", "--all"}, 0, "", []string{"identity.users: replayed", "identity.revocations: replayed",
+			"apikey.keys: replayed 2 events (0 applied) and 0 records of its feeds", "tasks.queues: replayed 2 events (0 applied) and 0 records of its feeds"}},
 	}
 	for _, tc := range tests {
 		var stdout, stderr bytes.Buffer

@@ -1,0 +1,123 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+
+	"github.com/IBM/sarama"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/tasks"
+	"github.com/cfgd/cfgd/projections"
+	"github.com/cfgd/cfgd/projections/replay"
+)
+
+// LifecycleFeed is the lifecycle sink as a replay feed of the task views:
+// it folds the lifecycle topic, from its oldest record, into the shadow
+// task_lifecycle and task_runs with the sink's own statements. The sink
+// applies idempotently (a step recorded once stays recorded once) and
+// keeps its position as Kafka offsets, so the swap only has to read what
+// arrived since the rebuild; the sink, blocked by the swap's locks, then
+// applies its batch to the new tables as a no-op or as news.
+type LifecycleFeed struct {
+	bus   bus.Config
+	log   *slog.Logger
+	batch int
+	// next is where the rebuild stopped reading, per partition.
+	next map[int32]int64
+}
+
+var _ projections.Feed = (*LifecycleFeed)(nil)
+
+// NewLifecycleFeed returns the feed over c's lifecycle topic.
+func NewLifecycleFeed(c bus.Config, log *slog.Logger) *LifecycleFeed {
+	return &LifecycleFeed{bus: c, log: log, batch: 500}
+}
+
+// ViewsWithLifecycle is the task views' projection carrying the
+// lifecycle feed, as replay runs it.
+func ViewsWithLifecycle(c bus.Config, log *slog.Logger) *projections.Projection {
+	p := Views()
+	p.Feeds = append(p.Feeds, NewLifecycleFeed(c, log))
+	return p
+}
+
+// Name implements projections.Feed.
+func (f *LifecycleFeed) Name() string { return "tasks.lifecycle" }
+
+func (f *LifecycleFeed) client() (sarama.Client, error) {
+	c, err := sarama.NewClient(f.bus.Brokers, f.bus.ConsumerSarama())
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	return c, nil
+}
+
+// Rebuild implements projections.Feed.
+func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn) (int64, error) {
+	f.next = nil
+	if err := bus.EnsureTopics(ctx, f.bus, f.log, tasks.TopicLifecycle); err != nil {
+		return 0, err
+	}
+	c, err := f.client()
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	topic := f.bus.Topic(tasks.TopicLifecycle)
+	ends, err := replay.Ends(c, topic)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	next, err := replay.ReadPartitions(ctx, c, topic, nil, ends, f.batch, func(ctx context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
+		n += int64(len(msgs))
+		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return ApplyLifecycle(ctx, tx, f.decode(msgs)) })
+	})
+	if err != nil {
+		return n, err
+	}
+	f.next = next
+	return n, nil
+}
+
+// decode reads msgs as the sink does, skipping what it skips.
+func (f *LifecycleFeed) decode(msgs []*sarama.ConsumerMessage) []tasks.Lifecycle {
+	recs := make([]tasks.Lifecycle, 0, len(msgs))
+	for _, m := range msgs {
+		var r tasks.Lifecycle
+		if err := json.Unmarshal(m.Value, &r); err != nil || r.TaskID == "" || r.Step == "" {
+			continue
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+// Lock implements projections.Feed: the sink writes only the tables the
+// swap locks.
+func (f *LifecycleFeed) Lock(context.Context, pgx.Tx) error { return nil }
+
+// CatchUp implements projections.Feed: with the sink blocked, everything
+// it applied is below the topic's end now; the shadow reads up to there.
+func (f *LifecycleFeed) CatchUp(ctx context.Context, tx pgx.Tx, _ string) (int64, error) {
+	c, err := f.client()
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	topic := f.bus.Topic(tasks.TopicLifecycle)
+	ends, err := replay.Ends(c, topic)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	_, err = replay.ReadPartitions(ctx, c, topic, f.next, ends, f.batch, func(ctx context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
+		n += int64(len(msgs))
+		return ApplyLifecycle(ctx, tx, f.decode(msgs))
+	})
+	return n, err
+}
