@@ -60,17 +60,30 @@ func (f *Feed) Rebuild(ctx context.Context, conn *pgx.Conn) (int64, error) {
 		return 0, err
 	}
 	defer c.Close()
-	ends, err := replay.Ends(c, f.u.topic)
-	if err != nil {
-		return 0, err
-	}
 	var n int64
-	_, err = replay.ReadPartitions(ctx, c, f.u.topic, nil, ends, f.u.cfg.BatchRecords, func(ctx context.Context, p int32, msgs []*sarama.ConsumerMessage) error {
-		n += int64(len(msgs))
-		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return f.apply(ctx, tx, p, msgs) })
-	})
-	return n, err
+	var next map[int32]int64
+	// A few passes: what arrives during one is read by the next, so the
+	// swap, which holds the live tables, has little left to catch up.
+	for range rebuildPasses {
+		ends, err := replay.Ends(c, f.u.topic)
+		if err != nil {
+			return n, err
+		}
+		read := int64(0)
+		next, err = replay.ReadPartitions(ctx, c, f.u.topic, next, ends, f.u.cfg.BatchRecords, func(ctx context.Context, p int32, msgs []*sarama.ConsumerMessage) error {
+			read += int64(len(msgs))
+			return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return f.apply(ctx, tx, p, msgs) })
+		})
+		n += read
+		if err != nil || read == 0 {
+			return n, err
+		}
+	}
+	return n, nil
 }
+
+// rebuildPasses bounds the rereads of a feed's topic before the swap.
+const rebuildPasses = 3
 
 func (f *Feed) apply(ctx context.Context, tx pgx.Tx, p int32, msgs []*sarama.ConsumerMessage) error {
 	b := &batch{partition: p}

@@ -56,6 +56,14 @@ func ReadPartitions(ctx context.Context, client sarama.Client, topic string, fro
 		if !ok || start < oldest {
 			start = oldest
 		}
+		// Never wait for records the topic does not hold (a stored offset
+		// from before the topic was recreated): the swap holds its locks
+		// while a feed reads.
+		newest, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+		if err != nil {
+			return next, fmt.Errorf("topic %s/%d: end offset: %w", topic, p, err)
+		}
+		end = min(end, newest)
 		if start >= end {
 			continue
 		}

@@ -68,19 +68,29 @@ func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn) (int64, err
 	}
 	defer c.Close()
 	topic := f.bus.Topic(tasks.TopicLifecycle)
-	ends, err := replay.Ends(c, topic)
-	if err != nil {
-		return 0, err
-	}
 	var n int64
-	next, err := replay.ReadPartitions(ctx, c, topic, nil, ends, f.batch, func(ctx context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
-		n += int64(len(msgs))
-		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return ApplyLifecycle(ctx, tx, f.decode(msgs)) })
-	})
-	if err != nil {
-		return n, err
+	var next map[int32]int64
+	// A few passes: what arrives during one is read by the next, so the
+	// swap, which holds the live tables, has little left to catch up.
+	for range 3 {
+		ends, err := replay.Ends(c, topic)
+		if err != nil {
+			return n, err
+		}
+		read := int64(0)
+		next, err = replay.ReadPartitions(ctx, c, topic, next, ends, f.batch, func(ctx context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
+			read += int64(len(msgs))
+			return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return ApplyLifecycle(ctx, tx, f.decode(msgs)) })
+		})
+		n += read
+		if err != nil {
+			return n, err
+		}
+		f.next = next
+		if read == 0 {
+			break
+		}
 	}
-	f.next = next
 	return n, nil
 }
 
