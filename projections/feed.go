@@ -20,8 +20,10 @@ type Feed interface {
 	// of the call, into the shadow tables through conn, whose search_path
 	// puts the shadow schema first: unqualified names are the shadow
 	// tables, and a bookkeeping table the feed creates lands there. It
+	// reports the records read so far out of those to read (which grows
+	// when the feed rereads what arrived meanwhile) to progress, and
 	// returns the records read.
-	Rebuild(ctx context.Context, conn *pgx.Conn) (int64, error)
+	Rebuild(ctx context.Context, conn *pgx.Conn, progress func(read, total int64)) (int64, error)
 	// Lock runs first in the swap transaction, before the live tables are
 	// locked: it takes the locks the live consumer takes before it writes
 	// the tables (its stored offsets), in the consumer's order, so the

@@ -187,8 +187,8 @@ type hooked struct {
 	after func()
 }
 
-func (h hooked) Rebuild(ctx context.Context, conn *pgx.Conn) (int64, error) {
-	n, err := h.Feed.Rebuild(ctx, conn)
+func (h hooked) Rebuild(ctx context.Context, conn *pgx.Conn, progress func(read, total int64)) (int64, error) {
+	n, err := h.Feed.Rebuild(ctx, conn, progress)
 	if err == nil && h.after != nil {
 		h.after()
 	}

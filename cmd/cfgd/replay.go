@@ -173,8 +173,15 @@ func replayOne(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p 
 			progressbar.OptionOnCompletion(func() { fmt.Fprintln(stdout) }),
 		)
 		progress = func(done, total int64) {
+			bar.Describe(p.Name)
 			bar.ChangeMax64(max(total, 1))
 			_ = bar.Set64(done)
+		}
+		// A feed's records take the bar over while it reads its topic.
+		cfg.FeedProgress = func(feed string, read, total int64) {
+			bar.Describe(p.Name + " feed " + feed + " (records)")
+			bar.ChangeMax64(max(total, 1))
+			_ = bar.Set64(read)
 		}
 	} else {
 		start := time.Now()
@@ -183,6 +190,17 @@ func replayOne(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p 
 			if now := time.Now(); now.Sub(last) >= 2*time.Second || done == total {
 				last = now
 				fmt.Fprintln(stdout, progressLine(p.Name, done, total, now.Sub(start)))
+			}
+		}
+		var feedStart, feedLast time.Time
+		cfg.FeedProgress = func(feed string, read, total int64) {
+			now := time.Now()
+			if feedStart.IsZero() {
+				feedStart = now
+			}
+			if now.Sub(feedLast) >= 2*time.Second || read == total {
+				feedLast = now
+				fmt.Fprintln(stdout, progressLineOf(p.Name+" feed "+feed, "records", read, total, now.Sub(feedStart)))
 			}
 		}
 	}
@@ -211,6 +229,11 @@ func replayOne(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p 
 
 // progressLine is the plain progress report: done/total, rate and ETA.
 func progressLine(name string, done, total int64, elapsed time.Duration) string {
+	return progressLineOf(name, "events", done, total, elapsed)
+}
+
+// progressLineOf is progressLine counting unit.
+func progressLineOf(name, unit string, done, total int64, elapsed time.Duration) string {
 	rate := 0.0
 	if elapsed > 0 {
 		rate = float64(done) / elapsed.Seconds()
@@ -223,5 +246,5 @@ func progressLine(name string, done, total int64, elapsed time.Duration) string 
 	if total > 0 {
 		pct = 100 * float64(done) / float64(total)
 	}
-	return fmt.Sprintf("%s: %d/%d events (%.1f%%), %.0f events/s, ETA %s", name, done, total, pct, rate, eta)
+	return fmt.Sprintf("%s: %d/%d %s (%.1f%%), %.0f %s/s, ETA %s", name, done, total, unit, pct, rate, unit, eta)
 }

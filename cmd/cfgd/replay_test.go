@@ -51,7 +51,8 @@ func TestReplayCommand(t *testing.T) {
 			"tasks.queues", "task_queues,task_worker_commands,task_lifecycle,task_runs"}},
 		{[]string{"replay", "identity.users"}, 0, "", []string{"identity.users: 2/2 events (100.0%)", "events/s, ETA", "identity.users: replayed 2 events (1 applied)"}},
 		{[]string{"replay", "--all"}, 0, "", []string{"identity.users: replayed", "identity.revocations: replayed",
-			"apikey.keys: replayed 2 events (0 applied) and 0 records of its feeds", "tasks.queues: replayed 2 events (0 applied) and 1 records of its feeds"}},
+			"apikey.keys: replayed 2 events (0 applied) and 0 records of its feeds", "tasks.queues: replayed 2 events (0 applied) and 1 records of its feeds",
+			"tasks.queues feed tasks.lifecycle: 1/1 records (100.0%)", "records/s, ETA"}},
 	}
 	for _, tc := range tests {
 		var stdout, stderr bytes.Buffer

@@ -47,7 +47,7 @@ func (f *Feed) client() (sarama.Client, error) {
 }
 
 // Rebuild implements projections.Feed.
-func (f *Feed) Rebuild(ctx context.Context, conn *pgx.Conn) (int64, error) {
+func (f *Feed) Rebuild(ctx context.Context, conn *pgx.Conn, progress func(read, total int64)) (int64, error) {
 	// Unqualified: created in the shadow schema, first on the search_path.
 	if _, err := conn.Exec(ctx, `CREATE TABLE consumer_offsets (LIKE public.consumer_offsets INCLUDING ALL)`); err != nil {
 		return 0, fmt.Errorf("shadow consumer_offsets: %w", err)
@@ -60,7 +60,7 @@ func (f *Feed) Rebuild(ctx context.Context, conn *pgx.Conn) (int64, error) {
 		return 0, err
 	}
 	defer c.Close()
-	var n int64
+	var n, total int64
 	var next map[int32]int64
 	// A few passes: what arrives during one is read by the next, so the
 	// swap, which holds the live tables, has little left to catch up.
@@ -69,10 +69,20 @@ func (f *Feed) Rebuild(ctx context.Context, conn *pgx.Conn) (int64, error) {
 		if err != nil {
 			return n, err
 		}
+		backlog, err := replay.Backlog(c, f.u.topic, next, ends)
+		if err != nil {
+			return n, err
+		}
+		total += backlog
+		progress(n, total)
 		read := int64(0)
 		next, err = replay.ReadPartitions(ctx, c, f.u.topic, next, ends, f.u.cfg.BatchRecords, func(ctx context.Context, p int32, msgs []*sarama.ConsumerMessage) error {
+			if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return f.apply(ctx, tx, p, msgs) }); err != nil {
+				return err
+			}
 			read += int64(len(msgs))
-			return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return f.apply(ctx, tx, p, msgs) })
+			progress(n+read, total)
+			return nil
 		})
 		n += read
 		if err != nil || read == 0 {

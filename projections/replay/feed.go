@@ -12,7 +12,12 @@ import (
 // swap catches both up.
 func (r *replayer) rebuildFeeds(ctx context.Context) error {
 	for _, f := range r.p.Feeds {
-		n, err := f.Rebuild(ctx, r.conn)
+		report := func(read, total int64) {
+			if r.cfg.FeedProgress != nil {
+				r.cfg.FeedProgress(f.Name(), read, total)
+			}
+		}
+		n, err := f.Rebuild(ctx, r.conn, report)
 		if err != nil {
 			return fmt.Errorf("replay %s: feed %s: %w", r.p.Name, f.Name(), err)
 		}

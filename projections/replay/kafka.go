@@ -29,6 +29,24 @@ func Ends(client sarama.Client, topic string) (map[int32]int64, error) {
 	return out, nil
 }
 
+// Backlog counts the records of topic from from[p] (the oldest one kept
+// when absent or older) up to to[p], over the partitions of to.
+func Backlog(client sarama.Client, topic string, from, to map[int32]int64) (int64, error) {
+	var n int64
+	for p, end := range to {
+		oldest, err := client.GetOffset(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			return 0, fmt.Errorf("topic %s/%d: oldest offset: %w", topic, p, err)
+		}
+		start, ok := from[p]
+		if !ok || start < oldest {
+			start = oldest
+		}
+		n += max(end-start, 0)
+	}
+	return n, nil
+}
+
 // ReadPartitions reads, for every partition in to, the records of topic
 // from from[p] (the oldest one kept when from has no entry or it is older)
 // up to to[p] exclusive, one partition after the other, and hands them to

@@ -40,7 +40,13 @@ type Config struct {
 	// tables (a projection batch or a long query holding them); readers
 	// arriving meanwhile queue behind the request, so keep it short.
 	LockTimeout time.Duration
+	// FeedProgress, when set, is called as the projection's feeds read
+	// their topics (see projections.Feed).
+	FeedProgress FeedProgress
 }
+
+// FeedProgress reports a feed's records read out of those to read.
+type FeedProgress func(feed string, read, total int64)
 
 // Defaults: see Config.
 const (

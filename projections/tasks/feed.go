@@ -57,7 +57,7 @@ func (f *LifecycleFeed) client() (sarama.Client, error) {
 }
 
 // Rebuild implements projections.Feed.
-func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn) (int64, error) {
+func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn, progress func(read, total int64)) (int64, error) {
 	f.next = nil
 	if err := bus.EnsureTopics(ctx, f.bus, f.log, tasks.TopicLifecycle); err != nil {
 		return 0, err
@@ -68,7 +68,7 @@ func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn) (int64, err
 	}
 	defer c.Close()
 	topic := f.bus.Topic(tasks.TopicLifecycle)
-	var n int64
+	var n, total int64
 	var next map[int32]int64
 	// A few passes: what arrives during one is read by the next, so the
 	// swap, which holds the live tables, has little left to catch up.
@@ -77,10 +77,20 @@ func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn) (int64, err
 		if err != nil {
 			return n, err
 		}
+		backlog, err := replay.Backlog(c, topic, next, ends)
+		if err != nil {
+			return n, err
+		}
+		total += backlog
+		progress(n, total)
 		read := int64(0)
 		next, err = replay.ReadPartitions(ctx, c, topic, next, ends, f.batch, func(ctx context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
+			if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return ApplyLifecycle(ctx, tx, f.decode(msgs)) }); err != nil {
+				return err
+			}
 			read += int64(len(msgs))
-			return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return ApplyLifecycle(ctx, tx, f.decode(msgs)) })
+			progress(n+read, total)
+			return nil
 		})
 		n += read
 		if err != nil {
