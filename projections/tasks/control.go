@@ -9,6 +9,7 @@ package tasks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -88,7 +89,7 @@ func Control(q Queues, w Workers, pub Publisher, db store.DB) *projections.Proje
 		for i, t := range removed {
 			recs[i] = tasks.Lifecycle{TaskID: t.ID, Queue: e.Queue, Type: t.Type, Step: StepCleared, At: e.At}
 		}
-		if err := pub.PublishLifecycle(ctx, recs); err != nil {
+		if err := publishRetrying(ctx, pub, recs); err != nil {
 			return fmt.Errorf("clear %s: lifecycle: %w", e.Queue, err)
 		}
 		out, err := events.New(env.Stream, tasks.QueueClearApplied{Queue: e.Queue, Removed: len(removed), At: e.At},
@@ -120,6 +121,27 @@ func Control(q Queues, w Workers, pub Publisher, db store.DB) *projections.Proje
 		return worker(ctx, env, e.WorkerID, tasks.ActionRestart)
 	})
 	return p
+}
+
+// publishRetrying publishes recs until the broker takes them or ctx ends.
+// The tasks are deleted already: a handler error would have the runner
+// retry the clear, which finds nothing left to delete, and, after a few
+// attempts, dead-letter it, so the removed tasks would never be closed in
+// the statistics. Waiting for Kafka holds this reactor back instead.
+func publishRetrying(ctx context.Context, pub Publisher, recs []tasks.Lifecycle) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := pub.PublishLifecycle(ctx, recs)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
 }
 
 // recorded tells whether the event id is stored.
