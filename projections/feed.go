@@ -19,11 +19,14 @@ type Feed interface {
 	// Rebuild folds the log, from its oldest record to its end at the time
 	// of the call, into the shadow tables through conn, whose search_path
 	// puts the shadow schema first: unqualified names are the shadow
-	// tables, and a bookkeeping table the feed creates lands there. It
-	// reports the records read so far out of those to read (which grows
-	// when the feed rereads what arrived meanwhile) to progress, and
-	// returns the records read.
-	Rebuild(ctx context.Context, conn *pgx.Conn, progress func(read, total int64)) (int64, error)
+	// tables, and a bookkeeping table the feed creates lands there. Each
+	// time it has taken the log's end offsets, and before it reads up to
+	// them, it calls caughtUp, which applies the events committed by then:
+	// a record that refers to an event's row (a key's use after its
+	// creation) finds the row. It reports the records read so far out of
+	// those to read (which grows when the feed rereads what arrived
+	// meanwhile) to progress, and returns the records read.
+	Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp func(context.Context) error, progress func(read, total int64)) (int64, error)
 	// Lock runs first in the swap transaction, before the live tables are
 	// locked: it takes the locks the live consumer takes before it writes
 	// the tables (its stored offsets), in the consumer's order, so the

@@ -187,8 +187,8 @@ type hooked struct {
 	after func()
 }
 
-func (h hooked) Rebuild(ctx context.Context, conn *pgx.Conn, progress func(read, total int64)) (int64, error) {
-	n, err := h.Feed.Rebuild(ctx, conn, progress)
+func (h hooked) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp func(context.Context) error, progress func(read, total int64)) (int64, error) {
+	n, err := h.Feed.Rebuild(ctx, conn, caughtUp, progress)
 	if err == nil && h.after != nil {
 		h.after()
 	}

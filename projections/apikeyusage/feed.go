@@ -47,7 +47,7 @@ func (f *Feed) client() (sarama.Client, error) {
 }
 
 // Rebuild implements projections.Feed.
-func (f *Feed) Rebuild(ctx context.Context, conn *pgx.Conn, progress func(read, total int64)) (int64, error) {
+func (f *Feed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp func(context.Context) error, progress func(read, total int64)) (int64, error) {
 	// Unqualified: created in the shadow schema, first on the search_path.
 	if _, err := conn.Exec(ctx, `CREATE TABLE consumer_offsets (LIKE public.consumer_offsets INCLUDING ALL)`); err != nil {
 		return 0, fmt.Errorf("shadow consumer_offsets: %w", err)
@@ -75,6 +75,9 @@ func (f *Feed) Rebuild(ctx context.Context, conn *pgx.Conn, progress func(read, 
 		}
 		total += backlog
 		progress(n, total)
+		if err := caughtUp(ctx); err != nil {
+			return n, err
+		}
 		read := int64(0)
 		next, err = replay.ReadPartitions(ctx, c, f.u.topic, next, ends, f.u.cfg.BatchRecords, func(ctx context.Context, p int32, msgs []*sarama.ConsumerMessage) error {
 			if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return f.apply(ctx, tx, p, msgs) }); err != nil {

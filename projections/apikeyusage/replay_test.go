@@ -35,6 +35,7 @@ type usageEnv struct {
 	bus   bus.Config
 	prod  *reqlog.Producer
 	admin []string
+	email string
 	keys  []int64
 	want  map[int64]int64 // uses produced per key
 	mu    sync.Mutex
@@ -45,7 +46,7 @@ func startUsage(t *testing.T) *usageEnv {
 	e := grpctest.Start(t)
 	email, pass := authtest.Email("admin"), "admin password 1"
 	e.Superuser(t, email, pass)
-	u := &usageEnv{Env: e, bus: testenv.Kafka(t, 3), want: map[int64]int64{},
+	u := &usageEnv{Env: e, bus: testenv.Kafka(t, 3), want: map[int64]int64{}, email: email,
 		admin: []string{"Authorization", "Basic " + base64.StdEncoding.EncodeToString([]byte(email+":"+pass))}}
 	for i, typ := range []string{eventsapikey.TypeService, eventsapikey.TypeCLI, eventsapikey.TypeService, eventsapikey.TypeWebhook} {
 		k := e.NewKey(t, fmt.Sprintf("k%d", i), typ, email, nil)
@@ -204,22 +205,32 @@ func dump(t *testing.T, b *strings.Builder, pool *pgxpool.Pool, qs ...string) {
 // the swap.
 func (u *usageEnv) keysWithUsage(t *testing.T, afterRebuild func()) *projections.Projection {
 	t.Helper()
+	return u.keysWithHooks(t, nil, afterRebuild)
+}
+
+// keysWithHooks is keysWithUsage with beforeRebuild, run after the events
+// and before the feed reads the topic, too.
+func (u *usageEnv) keysWithHooks(t *testing.T, beforeRebuild, afterRebuild func()) *projections.Projection {
+	t.Helper()
 	f, err := apikeyusage.NewFeed(u.config(), testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := apikeyproj.Keys()
-	p.Feeds = append(p.Feeds, hooked{Feed: f, after: afterRebuild})
+	p.Feeds = append(p.Feeds, hooked{Feed: f, before: beforeRebuild, after: afterRebuild})
 	return p
 }
 
 type hooked struct {
 	projections.Feed
-	after func()
+	before, after func()
 }
 
-func (h hooked) Rebuild(ctx context.Context, conn *pgx.Conn, progress func(read, total int64)) (int64, error) {
-	n, err := h.Feed.Rebuild(ctx, conn, progress)
+func (h hooked) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp func(context.Context) error, progress func(read, total int64)) (int64, error) {
+	if h.before != nil {
+		h.before()
+	}
+	n, err := h.Feed.Rebuild(ctx, conn, caughtUp, progress)
 	if err == nil && h.after != nil {
 		h.after()
 	}
@@ -275,13 +286,23 @@ func TestReplayCountsUsageDuringTheReplayOnce(t *testing.T) {
 	u.waitCounts(t)
 	var during chan struct{}
 	reg := registry(t)
+	// A key created once the events are replayed, and used at once, has
+	// its row when the feed counts its use.
+	created := func() {
+		k := u.NewKey(t, "late", eventsapikey.TypeService, u.email, nil)
+		u.mu.Lock()
+		u.keys = append(u.keys, k.State.ID)
+		u.mu.Unlock()
+		u.produce(t, 9, 8)
+		u.waitCounts(t)
+	}
 	// The live consumer applies what arrives after the feed read the
 	// topic to the old table before the swap.
 	applied := func() {
 		u.produce(t, 10, 13)
 		u.waitCounts(t)
 	}
-	_, err := replay.Run(context.Background(), u.Pool, reg, u.keysWithUsage(t, applied), replay.Config{BatchSize: 1}, func(done, total int64) {
+	_, err := replay.Run(context.Background(), u.Pool, reg, u.keysWithHooks(t, created, applied), replay.Config{BatchSize: 1}, func(done, total int64) {
 		if during == nil {
 			during = make(chan struct{})
 			go func() {

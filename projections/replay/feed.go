@@ -17,13 +17,23 @@ func (r *replayer) rebuildFeeds(ctx context.Context) error {
 				r.cfg.FeedProgress(f.Name(), read, total)
 			}
 		}
-		n, err := f.Rebuild(ctx, r.conn, report)
+		n, err := f.Rebuild(ctx, r.conn, r.drain, report)
 		if err != nil {
 			return fmt.Errorf("replay %s: feed %s: %w", r.p.Name, f.Name(), err)
 		}
 		r.res.Records += n
 	}
 	return nil
+}
+
+// drain applies the events committed so far to the shadow tables.
+func (r *replayer) drain(ctx context.Context) error {
+	for {
+		n, err := r.batch(ctx)
+		if err != nil || n == 0 {
+			return err
+		}
+	}
 }
 
 // lockFeeds takes, first in the swap, the locks each feed's live consumer

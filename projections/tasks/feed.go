@@ -57,7 +57,7 @@ func (f *LifecycleFeed) client() (sarama.Client, error) {
 }
 
 // Rebuild implements projections.Feed.
-func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn, progress func(read, total int64)) (int64, error) {
+func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp func(context.Context) error, progress func(read, total int64)) (int64, error) {
 	f.next = nil
 	if err := bus.EnsureTopics(ctx, f.bus, f.log, tasks.TopicLifecycle); err != nil {
 		return 0, err
@@ -83,6 +83,9 @@ func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn, progress fu
 		}
 		total += backlog
 		progress(n, total)
+		if err := caughtUp(ctx); err != nil {
+			return n, err
+		}
 		read := int64(0)
 		next, err = replay.ReadPartitions(ctx, c, topic, next, ends, f.batch, func(ctx context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
 			if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return ApplyLifecycle(ctx, tx, f.decode(msgs)) }); err != nil {
