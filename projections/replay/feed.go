@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -26,12 +27,30 @@ func (r *replayer) rebuildFeeds(ctx context.Context) error {
 	return nil
 }
 
-// drain applies the events committed so far to the shadow tables.
+// drain applies the events committed so far to the shadow tables,
+// waiting, as the main loop does, for committed events that a running
+// transaction still hides from the relay order.
 func (r *replayer) drain(ctx context.Context) error {
 	for {
 		n, err := r.batch(ctx)
-		if err != nil || n == 0 {
+		if err != nil {
 			return err
+		}
+		if n > 0 {
+			continue
+		}
+		var hidden bool
+		if err := r.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM public.events WHERE (tx_id, position) > ($1::bigint::text::xid8, $2))`,
+			r.cursor.txID, r.cursor.position).Scan(&hidden); err != nil {
+			return fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
+		}
+		if !hidden {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("replay %s: %w", r.p.Name, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
