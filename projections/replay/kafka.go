@@ -107,38 +107,34 @@ func readPartition(ctx context.Context, consumer sarama.Consumer, topic string, 
 	defer pc.AsyncClose()
 	var msgs []*sarama.ConsumerMessage
 	for {
+		var m *sarama.ConsumerMessage
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("topic %s/%d: %w", topic, p, ctx.Err())
 		case cerr, ok := <-pc.Errors():
-			if ok {
-				return fmt.Errorf("topic %s/%d: %w", topic, p, cerr)
+			if !ok {
+				return fmt.Errorf("topic %s/%d: %w", topic, p, errors.New("consumer closed"))
 			}
-			return fmt.Errorf("topic %s/%d: %w", topic, p, errors.New("consumer closed"))
-		case m := <-pc.Messages():
-			if m == nil {
-				return fmt.Errorf("topic %s/%d: consumer closed", topic, p)
-			}
-			if m.Offset >= end {
-				break
-			}
+			return fmt.Errorf("topic %s/%d: %w", topic, p, cerr)
+		case m = <-pc.Messages():
+		}
+		if m == nil {
+			return fmt.Errorf("topic %s/%d: consumer closed", topic, p)
+		}
+		// A record at or past end (offsets may skip): the range is read.
+		done := m.Offset >= end
+		if !done {
 			msgs = append(msgs, m)
-			last := m.Offset+1 >= end
-			if len(msgs) >= batch || last {
-				if err := fn(ctx, p, msgs); err != nil {
-					return err
-				}
-				msgs = nil
-			}
-			if last {
-				return nil
-			}
-			continue
+			done = m.Offset+1 >= end
 		}
-		// A record at or past end: the range is read.
-		if len(msgs) > 0 {
-			return fn(ctx, p, msgs)
+		if len(msgs) > 0 && (len(msgs) >= batch || done) {
+			if err := fn(ctx, p, msgs); err != nil {
+				return err
+			}
+			msgs = nil
 		}
-		return nil
+		if done {
+			return nil
+		}
 	}
 }
