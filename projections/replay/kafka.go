@@ -29,8 +29,9 @@ func Ends(client sarama.Client, topic string) (map[int32]int64, error) {
 	return out, nil
 }
 
-// Backlog counts the records of topic from from[p] (the oldest one kept
-// when absent or older) up to to[p], over the partitions of to.
+// Backlog counts the records ReadPartitions would read: those of topic
+// from from[p] (the oldest one kept when absent or older) up to to[p] or
+// the partition's end, over the partitions of to.
 func Backlog(client sarama.Client, topic string, from, to map[int32]int64) (int64, error) {
 	var n int64
 	for p, end := range to {
@@ -38,6 +39,11 @@ func Backlog(client sarama.Client, topic string, from, to map[int32]int64) (int6
 		if err != nil {
 			return 0, fmt.Errorf("topic %s/%d: oldest offset: %w", topic, p, err)
 		}
+		newest, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+		if err != nil {
+			return 0, fmt.Errorf("topic %s/%d: end offset: %w", topic, p, err)
+		}
+		end = min(end, newest)
 		start, ok := from[p]
 		if !ok || start < oldest {
 			start = oldest
