@@ -60,6 +60,12 @@ func (f *Feed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp func(contex
 		return 0, err
 	}
 	defer c.Close()
+	if err := c.RefreshMetadata(f.u.topic); err != nil {
+		return 0, fmt.Errorf("kafka: %w", err)
+	}
+	if err := replay.Complete(c, f.u.topic); err != nil {
+		return 0, err
+	}
 	var n, total int64
 	var next map[int32]int64
 	// A few passes: what arrives during one is read by the next, so the

@@ -8,6 +8,29 @@ import (
 	"github.com/IBM/sarama"
 )
 
+// ErrTruncated refuses to rebuild from a topic that no longer holds its
+// first records (retention deleted them): the rebuilt tables would lack
+// what those records counted, while the live ones still have it.
+var ErrTruncated = errors.New("the topic no longer holds its first records (retention deleted them); a rebuild from it would lose what they counted, so the live tables are kept")
+
+// Complete checks that every partition of topic still starts at offset 0.
+func Complete(client sarama.Client, topic string) error {
+	ps, err := client.Partitions(topic)
+	if err != nil {
+		return fmt.Errorf("topic %s: %w", topic, err)
+	}
+	for _, p := range ps {
+		oldest, err := client.GetOffset(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			return fmt.Errorf("topic %s/%d: oldest offset: %w", topic, p, err)
+		}
+		if oldest > 0 {
+			return fmt.Errorf("topic %s partition %d starts at offset %d: %w", topic, p, oldest, ErrTruncated)
+		}
+	}
+	return nil
+}
+
 // Ends returns, per partition of topic, the offset the next record will
 // get: a feed's Rebuild reads up to it.
 func Ends(client sarama.Client, topic string) (map[int32]int64, error) {

@@ -2,6 +2,7 @@ package replay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -85,5 +86,56 @@ func TestReadPartitions(t *testing.T) {
 				t.Fatalf("next %v, want %v", next, tc.next)
 			}
 		})
+	}
+}
+
+// A topic whose first records retention deleted is refused: a rebuild
+// from it would lose what they counted.
+func TestCompleteRefusesATruncatedTopic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := testenv.Kafka(t, 2)
+	if err := bus.EnsureTopics(ctx, c, testenv.Quiet(), "feed"); err != nil {
+		t.Fatal(err)
+	}
+	topic := c.Topic("feed")
+	prod, err := sarama.NewSyncProducer(c.Brokers, c.ProducerSarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	for i := range 6 {
+		if _, _, err := prod.SendMessage(&sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(fmt.Sprint(i)), Value: sarama.StringEncoder("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client, err := sarama.NewClient(c.Brokers, c.ConsumerSarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if err := replay.Complete(client, topic); err != nil {
+		t.Fatalf("a whole topic: %v", err)
+	}
+	admin, err := sarama.NewClusterAdmin(c.Brokers, c.Sarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ends, err := replay.Ends(client, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p int32 = -1
+	for q, end := range ends {
+		if end > 0 {
+			p = q
+		}
+	}
+	if err := admin.DeleteRecords(topic, map[int32]int64{p: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := replay.Complete(client, topic); !errors.Is(err, replay.ErrTruncated) {
+		t.Fatalf("a topic without its first record: %v", err)
 	}
 }

@@ -68,6 +68,12 @@ func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp fu
 	}
 	defer c.Close()
 	topic := f.bus.Topic(tasks.TopicLifecycle)
+	if err := c.RefreshMetadata(topic); err != nil {
+		return 0, fmt.Errorf("kafka: %w", err)
+	}
+	if err := replay.Complete(c, topic); err != nil {
+		return 0, err
+	}
 	var n, total int64
 	var next map[int32]int64
 	// A few passes: what arrives during one is read by the next, so the
