@@ -20,8 +20,8 @@ import (
 
 // tasksModule is task-queue management: the queue and worker endpoints and
 // dashboard, the tasks.control reactor and the tasks.queues views (run in
-// the shared pipeline) and the lifecycle sink that feeds the statistics. The workers themselves run
-// in `cfgd worker`.
+// the shared pipeline) and the lifecycle sink that feeds the statistics.
+// The workers themselves run in `cfgd worker`.
 func tasksModule(_ context.Context, w wiring, a *auth.API) (module.Module, error) {
 	cfg := w.app.Tasks
 	rdb, closeRedis, err := tasksRedis(w, cfg.RedisURL)
