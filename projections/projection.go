@@ -44,7 +44,10 @@ type Projection struct {
 	Tables []string
 	// Reactor marks a projection with side effects outside its tables
 	// (e-mail, HTTP calls): replay never runs it.
-	Reactor  bool
+	Reactor bool
+	// Feeds are the tables' other sources, which only replay runs (see
+	// Feed); a projection carries them when it is built for replay.
+	Feeds    []Feed
 	handlers map[string]Handler
 }
 

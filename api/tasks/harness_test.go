@@ -25,9 +25,9 @@ import (
 )
 
 // stack is the task capability for one test: the sign-in stack with the
-// real pipeline (relay, identity projections, tasks.control reactor) on a
-// private broker, the lifecycle sink, the task endpoints and dashboard,
-// and the local Redis. Queue names and cfgd's Redis keys carry a random
+// real pipeline (relay, identity projections, tasks.control reactor,
+// tasks.queues views) on a private broker, the lifecycle sink, the task
+// endpoints and dashboard, and the local Redis. Queue names and cfgd's Redis keys carry a random
 // prefix, and everything the test put in Redis is deleted at the end.
 type stack struct {
 	*authtest.Env
@@ -77,7 +77,9 @@ func startStack(t *testing.T, tune func(*taskcmd.Config)) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps := append(identityproj.All(), taskproj.Control(app.Inspector, app.Registry))
+	pub := taskproj.NewLifecyclePublisher(busCfg, testenv.Quiet())
+	t.Cleanup(func() { _ = pub.Close() })
+	ps := append(identityproj.All(), taskproj.Control(app.Inspector, app.Registry, pub, env.Pool), taskproj.Views())
 	testenv.Pipeline(t, env.Pool, nil, busCfg, reg, ps...)
 
 	sink := taskproj.NewSink(env.Pool, busCfg, testenv.Quiet())

@@ -17,14 +17,17 @@ import (
 	"golang.org/x/term"
 
 	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/bus"
 	"github.com/cfgd/cfgd/projections"
 	apikeyproj "github.com/cfgd/cfgd/projections/apikey"
+	"github.com/cfgd/cfgd/projections/apikeyusage"
 	identityproj "github.com/cfgd/cfgd/projections/identity"
 	"github.com/cfgd/cfgd/projections/replay"
 	taskproj "github.com/cfgd/cfgd/projections/tasks"
 )
 
-const replayUsage = `usage: cfgd replay NAME...   rebuild Postgres projections from the event store and swap them in
+const replayUsage = `usage: cfgd replay NAME...   rebuild Postgres projections from the event store (and the Kafka topics
+                        that also feed them: API-key usage, task lifecycle) and swap them in
        cfgd replay --all       rebuild every Postgres read-model projection (reactors never replay)
        cfgd replay --list      every projection with its tables, checkpoint and lag
 `
@@ -36,8 +39,25 @@ func postgresProjections() []*projections.Projection {
 	var all []*projections.Projection
 	all = append(all, identityproj.All()...)
 	all = append(all, apikeyproj.All()...)
-	all = append(all, taskproj.Control(nil, nil))
+	all = append(all, taskproj.Control(nil, nil, nil, nil), taskproj.Views())
 	return all
+}
+
+// withFeeds gives p the Kafka-sourced feeds its tables also hold, which
+// its replay rebuilds after the events: the request log's usage counts for
+// the API keys, the lifecycle topic's task statistics for the task views.
+func withFeeds(p *projections.Projection, b bus.Config, log *slog.Logger) error {
+	switch p.Name {
+	case apikeyproj.Name:
+		f, err := apikeyusage.NewFeed(apikeyusage.DefaultConfig(b), log)
+		if err != nil {
+			return err
+		}
+		p.Feeds = append(p.Feeds, f)
+	case taskproj.QueuesName:
+		p.Feeds = append(p.Feeds, taskproj.NewLifecycleFeed(b, log))
+	}
+	return nil
 }
 
 func parseReplay(args []string, stdout, stderr io.Writer) (action, error) {
@@ -103,6 +123,12 @@ func parseReplay(args []string, stdout, stderr io.Writer) (action, error) {
 		if err != nil {
 			return err
 		}
+		b := clientBus(app.Core)
+		for _, p := range chosen {
+			if err := withFeeds(p, b, log); err != nil {
+				return err
+			}
+		}
 		for _, p := range chosen {
 			if err := replayOne(ctx, pool, reg, p, cfg, stdout); err != nil {
 				return err
@@ -147,8 +173,15 @@ func replayOne(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p 
 			progressbar.OptionOnCompletion(func() { fmt.Fprintln(stdout) }),
 		)
 		progress = func(done, total int64) {
+			bar.Describe(p.Name)
 			bar.ChangeMax64(max(total, 1))
 			_ = bar.Set64(done)
+		}
+		// A feed's records take the bar over while it reads its topic.
+		cfg.FeedProgress = func(feed string, read, total int64) {
+			bar.Describe(p.Name + " feed " + feed + " (records)")
+			bar.ChangeMax64(max(total, 1))
+			_ = bar.Set64(read)
 		}
 	} else {
 		start := time.Now()
@@ -157,6 +190,17 @@ func replayOne(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p 
 			if now := time.Now(); now.Sub(last) >= 2*time.Second || done == total {
 				last = now
 				fmt.Fprintln(stdout, progressLine(p.Name, done, total, now.Sub(start)))
+			}
+		}
+		var feedStart, feedLast time.Time
+		cfg.FeedProgress = func(feed string, read, total int64) {
+			now := time.Now()
+			if feedStart.IsZero() {
+				feedStart = now
+			}
+			if now.Sub(feedLast) >= 2*time.Second || read == total {
+				feedLast = now
+				fmt.Fprintln(stdout, progressLineOf(p.Name+" feed "+feed, "records", read, total, now.Sub(feedStart)))
 			}
 		}
 	}
@@ -175,12 +219,21 @@ func replayOne(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p 
 		}
 		return err
 	}
-	fmt.Fprintf(stdout, "%s: replayed %d events (%d applied) in %s, swapped in\n", p.Name, res.Events, res.Applied, res.Elapsed.Round(time.Millisecond))
+	feeds := ""
+	if len(p.Feeds) > 0 {
+		feeds = fmt.Sprintf(" and %d records of its feeds", res.Records)
+	}
+	fmt.Fprintf(stdout, "%s: replayed %d events (%d applied)%s in %s, swapped in\n", p.Name, res.Events, res.Applied, feeds, res.Elapsed.Round(time.Millisecond))
 	return nil
 }
 
 // progressLine is the plain progress report: done/total, rate and ETA.
 func progressLine(name string, done, total int64, elapsed time.Duration) string {
+	return progressLineOf(name, "events", done, total, elapsed)
+}
+
+// progressLineOf is progressLine counting unit.
+func progressLineOf(name, unit string, done, total int64, elapsed time.Duration) string {
 	rate := 0.0
 	if elapsed > 0 {
 		rate = float64(done) / elapsed.Seconds()
@@ -193,5 +246,5 @@ func progressLine(name string, done, total int64, elapsed time.Duration) string 
 	if total > 0 {
 		pct = 100 * float64(done) / float64(total)
 	}
-	return fmt.Sprintf("%s: %d/%d events (%.1f%%), %.0f events/s, ETA %s", name, done, total, pct, rate, eta)
+	return fmt.Sprintf("%s: %d/%d %s (%.1f%%), %.0f %s/s, ETA %s", name, done, total, unit, pct, rate, unit, eta)
 }

@@ -11,11 +11,27 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/deploy/testenv"
+	taskev "github.com/cfgd/cfgd/events/tasks"
+	taskproj "github.com/cfgd/cfgd/projections/tasks"
 )
 
 func TestReplayCommand(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	baseEnv(t, url)
+	// The API keys and the task views replay their Kafka feeds too.
+	kc := testenv.Kafka(t, 2)
+	t.Setenv("KAFKA__BROKERS", strings.Join(kc.Brokers, ","))
+	t.Setenv("KAFKA__TOPIC_PREFIX", kc.TopicPrefix)
+	t.Setenv("KAFKA__SASL_MECHANISM", kc.SASL.Mechanism)
+	t.Setenv("KAFKA__SASL_USERNAME", kc.SASL.User)
+	t.Setenv("KAFKA__SASL_PASSWORD", kc.SASL.Password)
+	// One task's lifecycle on the topic: the replay of the task views
+	// reads it through the configured bus.
+	pub := taskproj.NewLifecyclePublisher(kc, testenv.Quiet())
+	defer pub.Close()
+	if err := pub.PublishLifecycle(context.Background(), []taskev.Lifecycle{{TaskID: "t1", Queue: "q", Type: "demo:echo", Step: taskev.StepEnqueued, At: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		args   []string
 		code   int
@@ -31,9 +47,12 @@ func TestReplayCommand(t *testing.T) {
 		{[]string{"replay", "--bogus"}, 2, "flag provided but not defined", nil},
 		// Events in the store, no projection has run yet.
 		{[]string{"user", "create-superuser", "--email", "replay@example.com"}, 0, "", []string{"superuser created"}},
-		{[]string{"replay", "--list"}, 0, "", []string{"identity.users", "users,profiles,registration_sources,user_registration_sources", "tasks.control", "reactor", "apikey.keys"}},
+		{[]string{"replay", "--list"}, 0, "", []string{"identity.users", "users,profiles,registration_sources,user_registration_sources", "tasks.control", "reactor", "apikey.keys",
+			"tasks.queues", "task_queues,task_worker_commands,task_lifecycle,task_runs"}},
 		{[]string{"replay", "identity.users"}, 0, "", []string{"identity.users: 2/2 events (100.0%)", "events/s, ETA", "identity.users: replayed 2 events (1 applied)"}},
-		{[]string{"replay", "--all"}, 0, "", []string{"identity.users: replayed", "identity.revocations: replayed", "apikey.keys: replayed"}},
+		{[]string{"replay", "--all"}, 0, "", []string{"identity.users: replayed", "identity.revocations: replayed",
+			"apikey.keys: replayed 2 events (0 applied) and 0 records of its feeds", "tasks.queues: replayed 2 events (0 applied) and 1 records of its feeds",
+			"tasks.queues feed tasks.lifecycle: 1/1 records (100.0%)", "records/s, ETA"}},
 	}
 	for _, tc := range tests {
 		var stdout, stderr bytes.Buffer
@@ -64,9 +83,12 @@ func TestReplayCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	var email string
+	var email, state string
 	if err := pool.QueryRow(context.Background(), `SELECT email FROM users`).Scan(&email); err != nil || email != "replay@example.com" {
 		t.Fatalf("replayed users: %q %v", email, err)
+	}
+	if err := pool.QueryRow(context.Background(), `SELECT state FROM task_runs WHERE task_id = 't1'`).Scan(&state); err != nil || state != taskev.StepEnqueued {
+		t.Fatalf("replayed task statistics: %q %v", state, err)
 	}
 	var stdout bytes.Buffer
 	if err := run(context.Background(), []string{"replay", "--list"}, &stdout, &bytes.Buffer{}); err != nil {

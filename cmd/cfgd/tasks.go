@@ -13,14 +13,15 @@ import (
 	"github.com/cfgd/cfgd/api/module"
 	tasksapi "github.com/cfgd/cfgd/api/tasks"
 	taskcmd "github.com/cfgd/cfgd/commands/tasks"
+	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/projections"
 	taskproj "github.com/cfgd/cfgd/projections/tasks"
 )
 
 // tasksModule is task-queue management: the queue and worker endpoints and
-// dashboard, the tasks.control reactor (runs in the shared pipeline) and
-// the lifecycle sink that feeds the statistics. The workers themselves run
-// in `cfgd worker`.
+// dashboard, the tasks.control reactor and the tasks.queues views (run in
+// the shared pipeline) and the lifecycle sink that feeds the statistics.
+// The workers themselves run in `cfgd worker`.
 func tasksModule(_ context.Context, w wiring, a *auth.API) (module.Module, error) {
 	cfg := w.app.Tasks
 	rdb, closeRedis, err := tasksRedis(w, cfg.RedisURL)
@@ -33,6 +34,11 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (module.Module, error
 		return module.Module{}, err
 	}
 	sink := taskproj.NewSink(w.deps.pg, w.bus, w.log)
+	pub := taskproj.NewLifecyclePublisher(w.bus, w.log)
+	var appends store.DB = w.deps.pg
+	if w.deps.events != nil {
+		appends = w.deps.events.Bind(w.deps.pg)
+	}
 	staff := a.Staff()
 	var checks []health.Check
 	if rdb != w.deps.redis {
@@ -44,13 +50,14 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (module.Module, error
 			tasksapi.Mount(r, staff, app)
 			return tasksapi.MountDashboard(r, staff, w.assets)
 		},
-		Projections: []*projections.Projection{taskproj.Control(app.Inspector, app.Registry)},
+		Projections: []*projections.Projection{taskproj.Control(app.Inspector, app.Registry, pub, appends), taskproj.Views()},
 		Checks:      checks,
 		Background: []module.Runner{
 			{Name: "tasks-lifecycle-sink", Run: sink.Run},
 			{Name: "tasks-close", Run: func(ctx context.Context) error {
 				<-ctx.Done()
 				_ = app.Close()
+				_ = pub.Close()
 				closeRedis()
 				return nil
 			}},

@@ -84,7 +84,7 @@ func (a *App) ManageQueue(ctx context.Context, action, queue string, md events.M
 	}
 	wctx, cancel := context.WithTimeout(ctx, a.Config.ApplyWait)
 	defer cancel()
-	if err := projections.Wait(wctx, a.pool, taskproj.ControlName, ap.Stream, ap.Version); err != nil {
+	if err := a.waitApplied(wctx, ap); err != nil {
 		if ctx.Err() == nil {
 			return taskrm.Queue{}, ap, ErrNotYetApplied
 		}
@@ -112,7 +112,7 @@ func (a *App) ManageWorker(ctx context.Context, action, id string, md events.Met
 	}
 	wctx, cancel := context.WithTimeout(ctx, a.Config.ApplyWait)
 	defer cancel()
-	if err := projections.Wait(wctx, a.pool, taskproj.ControlName, ap.Stream, ap.Version); err != nil {
+	if err := a.waitApplied(wctx, ap); err != nil {
 		if ctx.Err() == nil {
 			return tasks.WorkerState{}, ap, ErrNotYetApplied
 		}
@@ -151,4 +151,15 @@ func bindEvents(d Deps) store.DB {
 		return d.Events.Bind(d.Pool)
 	}
 	return d.Pool
+}
+
+// waitApplied waits until the reactor carried out the command at ap and
+// the task views show it.
+func (a *App) waitApplied(ctx context.Context, ap Appended) error {
+	for _, name := range []string{taskproj.ControlName, taskproj.QueuesName} {
+		if err := projections.Wait(ctx, a.pool, name, ap.Stream, ap.Version); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -4,7 +4,7 @@
 // Domain events (stored in the Postgres event store, relayed to the events
 // topic) are the staff's commands on queues and workers:
 //
-//	queue-<name>   QueuePaused, QueueResumed, QueueCleared
+//	queue-<name>   QueuePaused, QueueResumed, QueueCleared, QueueClearApplied
 //	worker-<id>    WorkerStartRequested, WorkerStopRequested, WorkerRestartRequested
 //
 // Lifecycle records (enqueued, started, succeeded, failed, retried) are
@@ -15,6 +15,8 @@ package tasks
 
 import (
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/cfgd/cfgd/events"
 )
@@ -58,6 +60,27 @@ type QueueCleared struct {
 
 func (QueueCleared) EventType() string { return "queue.cleared" }
 
+// QueueClearApplied: the tasks.control reactor carried out the clear of
+// Queue and removed Removed waiting tasks. Only the reactor knows that
+// number; recording it as an event makes the queue view a pure function
+// of the log, so a replay rebuilds it. Its event id derives from the
+// QueueCleared one (ClearAppliedID), so a redelivered clear finds it and
+// neither clears nor appends again.
+type QueueClearApplied struct {
+	Queue   string    `json:"queue"`
+	Removed int       `json:"removed"`
+	At      time.Time `json:"at"`
+}
+
+func (QueueClearApplied) EventType() string { return "queue.clear_applied" }
+
+// clearAppliedSpace is the UUID namespace of ClearAppliedID.
+var clearAppliedSpace = uuid.MustParse("6f1d9b3e-2c4a-5e8f-9a7b-0c1d2e3f4a5b")
+
+// ClearAppliedID is the event id of the QueueClearApplied that answers the
+// QueueCleared event cleared.
+func ClearAppliedID(cleared uuid.UUID) uuid.UUID { return uuid.NewSHA1(clearAppliedSpace, cleared[:]) }
+
 // WorkerStartRequested: the worker process WorkerID should run its task
 // servers (again).
 type WorkerStartRequested struct {
@@ -88,7 +111,7 @@ func (WorkerRestartRequested) EventType() string { return "worker.restart_reques
 // registry.
 func Events() []events.Event {
 	return []events.Event{
-		QueuePaused{}, QueueResumed{}, QueueCleared{},
+		QueuePaused{}, QueueResumed{}, QueueCleared{}, QueueClearApplied{},
 		WorkerStartRequested{}, WorkerStopRequested{}, WorkerRestartRequested{},
 	}
 }

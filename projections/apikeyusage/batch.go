@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/jackc/pgx/v5"
 
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 )
@@ -178,9 +179,26 @@ func (u *Usage) apply(ctx context.Context, b *batch) error {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	skipped, err := u.applyTx(ctx, tx, b)
+	if err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	u.applied.Add(int64(len(b.uses)) - skipped)
+	u.skipped.Add(skipped)
+	return nil
+}
+
+// applyTx counts in tx the uses of b above the stored offset and stores
+// b's last offset; it returns how many uses it skipped. The table names
+// are unqualified, so a replay's connection applies into its shadow
+// tables.
+func (u *Usage) applyTx(ctx context.Context, tx pgx.Tx, b *batch) (int64, error) {
 	var stored int64
 	if err := tx.QueryRow(ctx, claimOffset, u.cfg.Name, u.topic, b.partition).Scan(&stored); err != nil {
-		return fmt.Errorf("stored offset: %w", err)
+		return 0, fmt.Errorf("stored offset: %w", err)
 	}
 	type agg struct {
 		n  int64
@@ -214,19 +232,14 @@ func (u *Usage) apply(ctx context.Context, b *batch) error {
 			ns[i], ats[i] = per[id].n, per[id].at
 		}
 		if _, err := tx.Exec(ctx, lockKeys, ids); err != nil {
-			return fmt.Errorf("lock keys: %w", err)
+			return 0, fmt.Errorf("lock keys: %w", err)
 		}
 		if _, err := tx.Exec(ctx, applyCounts, ids, ns, ats); err != nil {
-			return fmt.Errorf("apply usage: %w", err)
+			return 0, fmt.Errorf("apply usage: %w", err)
 		}
 	}
 	if _, err := tx.Exec(ctx, storeOffset, u.cfg.Name, u.topic, b.partition, b.last); err != nil {
-		return fmt.Errorf("store offset: %w", err)
+		return 0, fmt.Errorf("store offset: %w", err)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	u.applied.Add(int64(len(b.uses)) - skipped)
-	u.skipped.Add(skipped)
-	return nil
+	return skipped, nil
 }

@@ -40,7 +40,13 @@ type Config struct {
 	// tables (a projection batch or a long query holding them); readers
 	// arriving meanwhile queue behind the request, so keep it short.
 	LockTimeout time.Duration
+	// FeedProgress, when set, is called as the projection's feeds read
+	// their topics (see projections.Feed).
+	FeedProgress FeedProgress
 }
+
+// FeedProgress reports a feed's records read out of those to read.
+type FeedProgress func(feed string, read, total int64)
 
 // Defaults: see Config.
 const (
@@ -88,6 +94,7 @@ const advisoryClass = 0x72706c79
 type Result struct {
 	Events  int64 // events read from the store
 	Applied int64 // events a handler ran for
+	Records int64 // records read by the projection's feeds
 	Elapsed time.Duration
 }
 
@@ -241,6 +248,9 @@ func (r *replayer) run(ctx context.Context) (Result, error) {
 			return r.res, fmt.Errorf("replay %s: %w", r.p.Name, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+	if err := r.rebuildFeeds(ctx); err != nil {
+		return r.res, err
 	}
 	if err := r.swapRetrying(ctx); err != nil {
 		return r.res, err
@@ -426,6 +436,9 @@ func (r *replayer) swap(ctx context.Context) error {
 	}
 	begin := fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = %d", r.cfg.LockTimeout.Milliseconds())
 	err := pgx.BeginTxFunc(ctx, r.conn, pgx.TxOptions{BeginQuery: begin}, func(tx pgx.Tx) error {
+		if err := r.lockFeeds(ctx, tx); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `LOCK TABLE `+strings.Join(live, ", ")+` IN ACCESS EXCLUSIVE MODE`); err != nil {
 			return fmt.Errorf("lock live tables: %w", err)
 		}
@@ -440,6 +453,9 @@ func (r *replayer) swap(ctx context.Context) error {
 			if n == 0 {
 				break
 			}
+		}
+		if err := r.catchUpFeeds(ctx, tx); err != nil {
+			return err
 		}
 		stmts := []string{`DROP TABLE ` + strings.Join(live, ", ")}
 		for _, t := range r.p.Tables {

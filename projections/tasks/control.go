@@ -1,20 +1,25 @@
 // Package tasks projects task-queue management into Postgres: the
 // tasks.control reactor carries out the staff's queue and worker commands
-// (asynq's inspector for queues, the worker registry for workers) and
-// records the resulting state; the lifecycle sink turns the workers'
-// lifecycle records into per-task rows that the statistics count.
+// (asynq's inspector for queues, the worker registry for workers); the
+// tasks.queues read model records the resulting state from the same
+// events; the lifecycle sink turns the lifecycle records (the workers',
+// and the reactor's for cleared tasks) into per-task rows that the
+// statistics count.
 package tasks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/projections"
 )
@@ -40,25 +45,42 @@ type Workers interface {
 	SetCommand(ctx context.Context, id string, seq int64, action string) error
 }
 
-// Control is the reactor. Each effect is idempotent (pausing a paused
-// queue, clearing an empty one, repeating a command with the same
-// sequence number), so a redelivery before the checkpoint committed does
-// no harm; the checkpoint keeps it from running again after.
-func Control(q Queues, w Workers) *projections.Projection {
-	p := projections.NewReactor(ControlName, "task_queues", "task_worker_commands")
+// Publisher sends lifecycle records to the lifecycle topic and returns
+// once the broker has them.
+type Publisher interface {
+	PublishLifecycle(ctx context.Context, recs []tasks.Lifecycle) error
+}
+
+// Control is the reactor: it carries out the commands and writes no read
+// model (Views builds the views from the same events, and replays). Each
+// effect is idempotent (pausing a paused queue, repeating a command with
+// the same sequence number), so a redelivery before the checkpoint
+// committed does no harm; the checkpoint keeps it from running again
+// after. A clear is not idempotent by itself (tasks enqueued since would
+// go too), so it records its outcome as a QueueClearApplied event with an
+// id derived from the clear's: a redelivered clear finds it and stops.
+// The cleared tasks' lifecycle records go to the lifecycle topic first, so
+// task statistics are a function of that topic alone.
+func Control(q Queues, w Workers, pub Publisher, db store.DB) *projections.Projection {
+	p := projections.NewReactor(ControlName)
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.QueuePaused) error {
 		if err := q.PauseQueue(e.Queue); err != nil && !strings.Contains(err.Error(), "already paused") {
 			return fmt.Errorf("pause %s: %w", e.Queue, err)
 		}
-		return saveQueue(ctx, tx, e.Queue, true, tasks.ActionPause, 0, env)
+		return nil
 	})
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.QueueResumed) error {
 		if err := q.UnpauseQueue(e.Queue); err != nil && !strings.Contains(err.Error(), "not paused") {
 			return fmt.Errorf("resume %s: %w", e.Queue, err)
 		}
-		return saveQueue(ctx, tx, e.Queue, false, tasks.ActionResume, 0, env)
+		return nil
 	})
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.QueueCleared) error {
+		id := tasks.ClearAppliedID(env.ID)
+		done, err := recorded(ctx, tx, id)
+		if err != nil || done {
+			return err
+		}
 		removed, err := clear(q, e.Queue)
 		if err != nil {
 			return err
@@ -67,54 +89,68 @@ func Control(q Queues, w Workers) *projections.Projection {
 		for i, t := range removed {
 			recs[i] = tasks.Lifecycle{TaskID: t.ID, Queue: e.Queue, Type: t.Type, Step: StepCleared, At: e.At}
 		}
-		for _, r := range recs {
-			if err := tx.Exec(ctx, lifecycleSQL, lifecycleArgs(r)...); err != nil {
-				return fmt.Errorf("task lifecycle: %w", err)
-			}
+		if err := publishRetrying(ctx, pub, recs); err != nil {
+			return fmt.Errorf("clear %s: lifecycle: %w", e.Queue, err)
 		}
-		// The pause flag is whatever it was: clear keeps it.
-		if err := tx.Exec(ctx, `
-			INSERT INTO task_queues (name, is_paused, last_action, cleared, version, updated_at) VALUES ($1, false, $2, $3, $4, $5)
-			ON CONFLICT (name) DO UPDATE SET last_action = excluded.last_action, cleared = task_queues.cleared + excluded.cleared,
-				version = excluded.version, updated_at = excluded.updated_at`,
-			e.Queue, tasks.ActionClear, len(removed), env.Version, env.OccurredAt); err != nil {
-			return fmt.Errorf("queue %s: %w", e.Queue, err)
-		}
-		return nil
-	})
-	worker := func(ctx context.Context, tx projections.Tx, env events.Envelope, id, action string) error {
-		if err := w.SetCommand(ctx, id, env.Version, action); err != nil {
+		out, err := events.New(env.Stream, tasks.QueueClearApplied{Queue: e.Queue, Removed: len(removed), At: e.At},
+			events.Metadata{CorrelationID: env.Metadata.CorrelationID, CausationID: env.ID.String(), Actor: ControlName}, env.OccurredAt)
+		if err != nil {
 			return err
 		}
-		if err := tx.Exec(ctx, `
-			INSERT INTO task_worker_commands (worker_id, action, version, requested_at) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (worker_id) DO UPDATE SET action = excluded.action, version = excluded.version, requested_at = excluded.requested_at`,
-			id, action, env.Version, env.OccurredAt); err != nil {
-			return fmt.Errorf("worker %s: %w", id, err)
+		out.ID = id
+		// Committed on its own, before the checkpoint: a retried batch
+		// (rolled back after this handler ran) finds it.
+		if _, err := store.Append(ctx, db, env.Stream, events.AnyVersion, out); err != nil {
+			if done, rerr := recorded(ctx, tx, id); rerr == nil && done {
+				return nil
+			}
+			return fmt.Errorf("clear %s: record: %w", e.Queue, err)
 		}
 		return nil
+	})
+	worker := func(ctx context.Context, env events.Envelope, id, action string) error {
+		return w.SetCommand(ctx, id, env.Version, action)
 	}
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.WorkerStartRequested) error {
-		return worker(ctx, tx, env, e.WorkerID, tasks.ActionStart)
+		return worker(ctx, env, e.WorkerID, tasks.ActionStart)
 	})
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.WorkerStopRequested) error {
-		return worker(ctx, tx, env, e.WorkerID, tasks.ActionStop)
+		return worker(ctx, env, e.WorkerID, tasks.ActionStop)
 	})
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.WorkerRestartRequested) error {
-		return worker(ctx, tx, env, e.WorkerID, tasks.ActionRestart)
+		return worker(ctx, env, e.WorkerID, tasks.ActionRestart)
 	})
 	return p
 }
 
-func saveQueue(ctx context.Context, tx projections.Tx, name string, paused bool, action string, cleared int, env events.Envelope) error {
-	if err := tx.Exec(ctx, `
-		INSERT INTO task_queues (name, is_paused, last_action, cleared, version, updated_at) VALUES ($1, $2, $3, $4, $5, $6)
-		ON CONFLICT (name) DO UPDATE SET is_paused = excluded.is_paused, last_action = excluded.last_action,
-			version = excluded.version, updated_at = excluded.updated_at`,
-		name, paused, action, cleared, env.Version, env.OccurredAt); err != nil {
-		return fmt.Errorf("queue %s: %w", name, err)
+// publishRetrying publishes recs until the broker takes them or ctx ends.
+// The tasks are deleted already: a handler error would have the runner
+// retry the clear, which finds nothing left to delete, and, after a few
+// attempts, dead-letter it, so the removed tasks would never be closed in
+// the statistics. Waiting for Kafka holds this reactor back instead.
+func publishRetrying(ctx context.Context, pub Publisher, recs []tasks.Lifecycle) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := pub.PublishLifecycle(ctx, recs)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
 	}
-	return nil
+}
+
+// recorded tells whether the event id is stored.
+func recorded(ctx context.Context, tx projections.Tx, id uuid.UUID) (bool, error) {
+	var ok bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM events WHERE event_id = $1)`, id).Scan(&ok); err != nil {
+		return false, fmt.Errorf("clear outcome %s: %w", id, err)
+	}
+	return ok, nil
 }
 
 // clearPage bounds one listing; clear loops until nothing waits.

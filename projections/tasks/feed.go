@@ -1,0 +1,152 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+
+	"github.com/IBM/sarama"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/tasks"
+	"github.com/cfgd/cfgd/projections"
+	"github.com/cfgd/cfgd/projections/replay"
+)
+
+// LifecycleFeed is the lifecycle sink as a replay feed of the task views:
+// it folds the lifecycle topic, from its oldest record, into the shadow
+// task_lifecycle and task_runs with the sink's own statements. The sink
+// applies idempotently (a step recorded once stays recorded once) and
+// keeps its position as Kafka offsets, so the swap only has to read what
+// arrived since the rebuild; the sink, blocked by the swap's locks, then
+// applies its batch to the new tables as a no-op or as news.
+type LifecycleFeed struct {
+	bus   bus.Config
+	log   *slog.Logger
+	batch int
+	// next is where the rebuild stopped reading, per partition.
+	next map[int32]int64
+}
+
+var _ projections.Feed = (*LifecycleFeed)(nil)
+
+// NewLifecycleFeed returns the feed over c's lifecycle topic.
+func NewLifecycleFeed(c bus.Config, log *slog.Logger) *LifecycleFeed {
+	return &LifecycleFeed{bus: c, log: log, batch: 500}
+}
+
+// ViewsWithLifecycle is the task views' projection carrying the
+// lifecycle feed, as replay runs it.
+func ViewsWithLifecycle(c bus.Config, log *slog.Logger) *projections.Projection {
+	p := Views()
+	p.Feeds = append(p.Feeds, NewLifecycleFeed(c, log))
+	return p
+}
+
+// Name implements projections.Feed.
+func (f *LifecycleFeed) Name() string { return "tasks.lifecycle" }
+
+func (f *LifecycleFeed) client() (sarama.Client, error) {
+	c, err := sarama.NewClient(f.bus.Brokers, f.bus.ConsumerSarama())
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	return c, nil
+}
+
+// Rebuild implements projections.Feed.
+func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp func(context.Context) error, progress func(read, total int64)) (int64, error) {
+	f.next = nil
+	if err := bus.EnsureTopics(ctx, f.bus, f.log, tasks.TopicLifecycle); err != nil {
+		return 0, err
+	}
+	c, err := f.client()
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	topic := f.bus.Topic(tasks.TopicLifecycle)
+	if err := c.RefreshMetadata(topic); err != nil {
+		return 0, fmt.Errorf("kafka: %w", err)
+	}
+	if err := replay.Complete(c, topic); err != nil {
+		return 0, err
+	}
+	var n, total int64
+	var next map[int32]int64
+	// A few passes: what arrives during one is read by the next, so the
+	// swap, which holds the live tables, has little left to catch up.
+	for range 3 {
+		ends, err := replay.Ends(c, topic)
+		if err != nil {
+			return n, err
+		}
+		backlog, err := replay.Backlog(c, topic, next, ends)
+		if err != nil {
+			return n, err
+		}
+		total += backlog
+		progress(n, total)
+		if err := caughtUp(ctx); err != nil {
+			return n, err
+		}
+		read := int64(0)
+		next, err = replay.ReadPartitions(ctx, c, topic, next, ends, f.batch, func(ctx context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
+			if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return ApplyLifecycle(ctx, tx, f.decode(msgs)) }); err != nil {
+				return err
+			}
+			read += int64(len(msgs))
+			progress(n+read, total)
+			return nil
+		})
+		n += read
+		if err != nil {
+			return n, err
+		}
+		f.next = next
+		if read == 0 {
+			break
+		}
+	}
+	return n, nil
+}
+
+// decode reads msgs as the sink does, skipping what it skips.
+func (f *LifecycleFeed) decode(msgs []*sarama.ConsumerMessage) []tasks.Lifecycle {
+	recs := make([]tasks.Lifecycle, 0, len(msgs))
+	for _, m := range msgs {
+		var r tasks.Lifecycle
+		if err := json.Unmarshal(m.Value, &r); err != nil || r.TaskID == "" || r.Step == "" {
+			continue
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+// Lock implements projections.Feed: the sink writes only the tables the
+// swap locks.
+func (f *LifecycleFeed) Lock(context.Context, pgx.Tx) error { return nil }
+
+// CatchUp implements projections.Feed: with the sink blocked, everything
+// it applied is below the topic's end now; the shadow reads up to there.
+func (f *LifecycleFeed) CatchUp(ctx context.Context, tx pgx.Tx, _ string) (int64, error) {
+	c, err := f.client()
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	topic := f.bus.Topic(tasks.TopicLifecycle)
+	ends, err := replay.Ends(c, topic)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	_, err = replay.ReadPartitions(ctx, c, topic, f.next, ends, f.batch, func(ctx context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
+		n += int64(len(msgs))
+		return ApplyLifecycle(ctx, tx, f.decode(msgs))
+	})
+	return n, err
+}
