@@ -30,8 +30,11 @@ type handler struct {
 	done  chan struct{}
 	fatal error
 	// held is, per partition, the highest offset ClickHouse holds; loaded
-	// once per session (another member may have written meanwhile).
-	held map[int32]int64
+	// once per session (another member may have written meanwhile) and
+	// again after a replay swapped the tables (heldGen is the fence's
+	// generation it was loaded under).
+	held    map[int32]int64
+	heldGen int64
 }
 
 func (h *handler) Setup(sess sarama.ConsumerGroupSession) error {
@@ -173,7 +176,23 @@ func (h *handler) flush(sess sarama.ConsumerGroupSession, b *batch, final bool) 
 		defer cancel()
 	}
 	for {
-		err := h.write(ctx, b)
+		// The insert and the offset commit share one hold of the fence: a
+		// replay swaps tables before or after the whole batch.
+		err := s.fenced(ctx, func(gen int64) error {
+			if gen != h.heldGen {
+				// A replay swapped the tables since held was read.
+				clear(h.held)
+				h.heldGen = gen
+			}
+			if err := h.write(ctx, b); err != nil {
+				return err
+			}
+			for p, off := range b.last {
+				sess.MarkOffset(s.topic, p, off+1, "")
+			}
+			sess.Commit()
+			return nil
+		})
 		if err == nil {
 			break
 		}
@@ -187,10 +206,6 @@ func (h *handler) flush(sess sarama.ConsumerGroupSession, b *batch, final bool) 
 		}
 		backoff = min(backoff*2, s.cfg.MaxBackoff)
 	}
-	for p, off := range b.last {
-		sess.MarkOffset(s.topic, p, off+1, "")
-	}
-	sess.Commit()
 	s.setHealth(nil)
 	return nil
 }
