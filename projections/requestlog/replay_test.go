@@ -235,7 +235,7 @@ func TestReplayWhileTheSinkIngests(t *testing.T) {
 			select {
 			case <-stop:
 				return
-			case <-time.After(5 * time.Millisecond):
+			case <-time.After(20 * time.Millisecond):
 				e.spread(40, time.Now(), time.Millisecond)
 			}
 		}
@@ -361,6 +361,9 @@ func TestSinkReloadsHeldOffsetsAfterASwap(t *testing.T) {
 		t.Fatalf("replay inserted %d events, want 1600", res.Events)
 	}
 	g.mu.Unlock()
-	waitFor(t, "the sink to skip what the replay wrote", func() bool { return s.Stats().Skipped >= 600 })
+	waitFor(t, "the sink to pass its batch", func() bool { st := s.Stats(); return st.Inserted+st.Skipped >= 1600 })
 	exact(t, e.conn, 1600)
+	if st := s.Stats(); st.Inserted != 1000 || st.Skipped != 600 {
+		t.Fatalf("sink inserted %d and skipped %d, want 1000 and 600", st.Inserted, st.Skipped)
+	}
 }
