@@ -24,8 +24,9 @@ import (
 	taskproj "github.com/cfgd/cfgd/projections/tasks"
 )
 
-const replayUsage = `usage: cfgd replay NAME...   rebuild Postgres projections from the event store and swap them in
-       cfgd replay --all       rebuild every Postgres read-model projection (reactors never replay)
+const replayUsage = `usage: cfgd replay NAME...   rebuild projections (Postgres ones from the event store, ` + chReplayName + `
+                          from the request-log topic) and swap them in
+       cfgd replay --all       rebuild every read-model projection (reactors never replay)
        cfgd replay --list      every projection with its tables, checkpoint and lag
 `
 
@@ -73,7 +74,12 @@ func parseReplay(args []string, stdout, stderr io.Writer) (action, error) {
 		known[p.Name] = p
 	}
 	var chosen []*projections.Projection
+	clickhouseToo := *all
 	for _, n := range names {
+		if n == chReplayName {
+			clickhouseToo = true
+			continue
+		}
 		p, ok := known[n]
 		switch {
 		case !ok:
@@ -97,7 +103,7 @@ func parseReplay(args []string, stdout, stderr io.Writer) (action, error) {
 		}
 		defer pool.Close()
 		if *list {
-			return listProjections(ctx, pool, stdout)
+			return listProjections(ctx, pool, app, stdout)
 		}
 		reg, err := events.NewRegistry(eventTypes()...)
 		if err != nil {
@@ -108,11 +114,14 @@ func parseReplay(args []string, stdout, stderr io.Writer) (action, error) {
 				return err
 			}
 		}
+		if clickhouseToo {
+			return replayClickHouse(ctx, pool, app, stdout)
+		}
 		return nil
 	}, nil
 }
 
-func listProjections(ctx context.Context, pool *pgxpool.Pool, stdout io.Writer) error {
+func listProjections(ctx context.Context, pool *pgxpool.Pool, app appSettings, stdout io.Writer) error {
 	st, err := replay.List(ctx, pool, postgresProjections())
 	if err != nil {
 		return err
@@ -126,21 +135,38 @@ func listProjections(ctx context.Context, pool *pgxpool.Pool, stdout io.Writer) 
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\n", s.Name, kind, strings.Join(s.Tables, ","), s.Streams, s.Position, s.Lag)
 	}
+	fmt.Fprintln(w, clickhouseListLine(ctx, app))
 	return w.Flush()
 }
 
 // replayOne replays p, with a progress bar on a terminal and a line every
 // few seconds otherwise.
 func replayOne(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p *projections.Projection, cfg replay.Config, stdout io.Writer) error {
-	var progress replay.Progress
+	progress, finish := newProgress(stdout, p.Name, "events")
+	res, err := replay.Run(ctx, pool, reg, p, cfg, progress)
+	finish(err)
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return fmt.Errorf("%s: interrupted; the live tables are untouched, run the replay again to rebuild: %w", p.Name, err)
+		}
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: replayed %d events (%d applied) in %s, swapped in\n", p.Name, res.Events, res.Applied, res.Elapsed.Round(time.Millisecond))
+	return nil
+}
+
+// newProgress reports a replay's progress in unit (events, records) on
+// stdout: a bar on a terminal, a line every few seconds otherwise. finish
+// ends the bar once the replay returned err.
+func newProgress(stdout io.Writer, name, unit string) (progress func(done, total int64), finish func(err error)) {
 	var bar *progressbar.ProgressBar
 	if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		bar = progressbar.NewOptions64(-1,
 			progressbar.OptionSetWriter(stdout),
-			progressbar.OptionSetDescription(p.Name),
+			progressbar.OptionSetDescription(name),
 			progressbar.OptionShowCount(),
 			progressbar.OptionShowIts(),
-			progressbar.OptionSetItsString("events"),
+			progressbar.OptionSetItsString(unit),
 			progressbar.OptionSetPredictTime(true),
 			progressbar.OptionThrottle(100*time.Millisecond),
 			progressbar.OptionFullWidth(),
@@ -156,12 +182,14 @@ func replayOne(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p 
 		progress = func(done, total int64) {
 			if now := time.Now(); now.Sub(last) >= 2*time.Second || done == total {
 				last = now
-				fmt.Fprintln(stdout, progressLine(p.Name, done, total, now.Sub(start)))
+				fmt.Fprintln(stdout, progressLineOf(name, unit, done, total, now.Sub(start)))
 			}
 		}
 	}
-	res, err := replay.Run(ctx, pool, reg, p, cfg, progress)
-	if bar != nil {
+	return progress, func(err error) {
+		if bar == nil {
+			return
+		}
 		if err == nil {
 			_ = bar.Finish()
 		} else {
@@ -169,18 +197,16 @@ func replayOne(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p 
 			fmt.Fprintln(stdout)
 		}
 	}
-	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			return fmt.Errorf("%s: interrupted; the live tables are untouched, run the replay again to rebuild: %w", p.Name, err)
-		}
-		return err
-	}
-	fmt.Fprintf(stdout, "%s: replayed %d events (%d applied) in %s, swapped in\n", p.Name, res.Events, res.Applied, res.Elapsed.Round(time.Millisecond))
-	return nil
 }
 
-// progressLine is the plain progress report: done/total, rate and ETA.
+// progressLine is the plain progress report in events: done/total, rate
+// and ETA.
 func progressLine(name string, done, total int64, elapsed time.Duration) string {
+	return progressLineOf(name, "events", done, total, elapsed)
+}
+
+// progressLineOf is progressLine in unit.
+func progressLineOf(name, unit string, done, total int64, elapsed time.Duration) string {
 	rate := 0.0
 	if elapsed > 0 {
 		rate = float64(done) / elapsed.Seconds()
@@ -193,5 +219,5 @@ func progressLine(name string, done, total int64, elapsed time.Duration) string 
 	if total > 0 {
 		pct = 100 * float64(done) / float64(total)
 	}
-	return fmt.Sprintf("%s: %d/%d events (%.1f%%), %.0f events/s, ETA %s", name, done, total, pct, rate, eta)
+	return fmt.Sprintf("%s: %d/%d %s (%.1f%%), %.0f %s/s, ETA %s", name, done, total, unit, pct, rate, unit, eta)
 }

@@ -16,6 +16,7 @@ import (
 func TestReplayCommand(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	baseEnv(t, url)
+	clickhouseReplayEnv(t) // --all replays the request-log tables too
 	tests := []struct {
 		args   []string
 		code   int
