@@ -153,10 +153,9 @@ func RequestLogDDLFor(t RequestLogTables, f ClickHouseFeatures, retentionDays in
 PARTITION BY toYYYYMMDD(created_at)
 ORDER BY (created_at, id)` + ttl("created_at")
 	rollup := func(table string, seconds int) []string {
-		var hist, histState strings.Builder
+		var hist strings.Builder
 		for _, b := range RequestLogDurationBounds {
 			fmt.Fprintf(&hist, ",\n\tduration_le_%d AggregateFunction(countIf, UInt8)", b)
-			fmt.Fprintf(&histState, ",\n\tcountIfState(duration_ms <= %d) AS duration_le_%d", b, b)
 		}
 		create := `CREATE TABLE IF NOT EXISTS ` + table + ` (
 	bucket DateTime,
@@ -173,20 +172,8 @@ ORDER BY (created_at, id)` + ttl("created_at")
 ) ENGINE = AggregatingMergeTree
 PARTITION BY toYYYYMMDD(bucket)
 ORDER BY (bucket, service_name, method_name)` + ttl("bucket")
-		// Buckets are whole UTC minutes, hours and days whatever the
-		// server's time zone, so the read model can split a window exactly.
 		view := `CREATE MATERIALIZED VIEW IF NOT EXISTS ` + table + `_mv TO ` + table + ` AS
-SELECT toDateTime(intDiv(toUInt32(created_at), ` + strconv.Itoa(seconds) + `) * ` + strconv.Itoa(seconds) + `) AS bucket, service_name, method_name,
-	countState() AS requests,
-	countIfState(status = 'success') AS successes,
-	countIfState(status = 'error') AS errors,
-	countIfState(status = 'timeout') AS timeouts,
-	countIfState(status = 'cancelled') AS cancellations,
-	sumState(duration_ms) AS duration_sum,
-	minState(duration_ms) AS duration_min,
-	maxState(duration_ms) AS duration_max` + histState.String() + `
-FROM ` + t.Raw + `
-GROUP BY bucket, service_name, method_name`
+` + rollupFromRaw(t.Raw, seconds)
 		return []string{create, view}
 	}
 	out := []string{raw}
@@ -204,6 +191,67 @@ GROUP BY bucket, service_name, method_name`
 		}
 	}
 	return out
+}
+
+// bucketOf is the UTC bucket of seconds that column falls in.
+func bucketOf(column string, seconds int) string {
+	return fmt.Sprintf("toDateTime(intDiv(toUInt32(%s), %d) * %d)", column, seconds, seconds)
+}
+
+// rollupFromRaw is the SELECT of a rollup's materialized view: the
+// aggregate states of raw's rows per bucket of seconds.
+func rollupFromRaw(raw string, seconds int) string {
+	var hist strings.Builder
+	for _, b := range RequestLogDurationBounds {
+		fmt.Fprintf(&hist, ",\n\tcountIfState(duration_ms <= %d) AS duration_le_%d", b, b)
+	}
+	// Buckets are whole UTC minutes, hours and days whatever the
+	// server's time zone, so the read model can split a window exactly.
+	return `SELECT ` + bucketOf("created_at", seconds) + ` AS bucket, service_name, method_name,
+	countState() AS requests,
+	countIfState(status = 'success') AS successes,
+	countIfState(status = 'error') AS errors,
+	countIfState(status = 'timeout') AS timeouts,
+	countIfState(status = 'cancelled') AS cancellations,
+	sumState(duration_ms) AS duration_sum,
+	minState(duration_ms) AS duration_min,
+	maxState(duration_ms) AS duration_max` + hist.String() + `
+FROM ` + raw + `
+GROUP BY bucket, service_name, method_name`
+}
+
+// rollupFromRollup re-aggregates a finer rollup's states into buckets of
+// seconds: the same states the raw rows would give (counts, sums, minima
+// and maxima merge exactly). The states are renamed (s_*) so that no
+// alias shadows the column it merges.
+func rollupFromRollup(finer string, seconds int) string {
+	cols := []string{"requests", "successes", "errors", "timeouts", "cancellations", "duration_sum", "duration_min", "duration_max"}
+	fns := []string{"count", "countIf", "countIf", "countIf", "countIf", "sum", "min", "max"}
+	for _, b := range RequestLogDurationBounds {
+		cols = append(cols, fmt.Sprintf("duration_le_%d", b))
+		fns = append(fns, "countIf")
+	}
+	sel := make([]string, len(cols))
+	for i, c := range cols {
+		sel[i] = fns[i] + "MergeState(" + c + ") AS s_" + c
+	}
+	return `SELECT ` + bucketOf("bucket", seconds) + ` AS b, service_name, method_name,
+	` + strings.Join(sel, ",\n\t") + `
+FROM ` + finer + `
+GROUP BY b, service_name, method_name`
+}
+
+// RequestLogRollupFill returns the statements that fill the rollups of t
+// from the rows t.Raw holds, in one pass each: minutes from the raw rows,
+// hours from the minutes, days from the hours. A replay runs them once
+// after its bulk load and only then creates the views: cheaper than the
+// views folding every insert block into all three rollups.
+func RequestLogRollupFill(t RequestLogTables) []string {
+	return []string{
+		"INSERT INTO " + t.Minute + " " + rollupFromRaw(t.Raw, 60),
+		"INSERT INTO " + t.Hour + " " + rollupFromRollup(t.Minute, 3600),
+		"INSERT INTO " + t.Day + " " + rollupFromRollup(t.Hour, 86400),
+	}
 }
 
 // UpRequestLog creates the request-log schema in conn's database, choosing

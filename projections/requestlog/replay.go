@@ -2,10 +2,11 @@ package requestlog
 
 // Replay rebuilds the ClickHouse request-log tables from the request-log
 // topic. The tables are rebuilt beside the live ones under a suffix
-// (requestlog_raw__replay and its rollups, fed by their own materialized
-// views) with the sink's own rows and ids, read with plain partition
-// consumers from the oldest offset of every partition. Once nearly caught
-// up, the replay takes the fence exclusively (the sink finishes its batch
+// (requestlog_raw__replay and its rollups) with the sink's own rows and
+// ids, read with plain partition consumers from the oldest offset of every
+// partition. The bulk of the topic goes into the raw table alone; the
+// rollups are then filled in one pass each and get their own materialized
+// views for the rest. Once nearly caught up, the replay takes the fence exclusively (the sink finishes its batch
 // and waits), reads the rest, and swaps: one RENAME moves the live tables
 // to __old and the shadow ones to the live names, the views are re-created
 // so the live raw table feeds the live rollups, the generation is bumped,
@@ -23,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -208,7 +210,8 @@ func (r *replayer) run(ctx context.Context) error {
 		defer cancel()
 		_ = r.dropShadow(cctx)
 	}()
-	for _, stmt := range migrations.RequestLogDDLFor(r.shadow, r.features, r.cfg.RetentionDays) {
+	// No views yet: the bulk load fills the raw table alone.
+	for _, stmt := range migrations.RequestLogTableDDL(r.shadow, r.features, r.cfg.RetentionDays) {
 		if err := r.conn.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("create shadow tables: %w", err)
 		}
@@ -242,6 +245,24 @@ func (r *replayer) run(ctx context.Context) error {
 		}
 		r.grow(target, next)
 		target = next
+	}
+	// The rollups in one pass each over what the bulk load wrote, then the
+	// views for the rest (nothing inserts meanwhile: the replay is the only
+	// writer of its shadow).
+	// One-level aggregation: a two-level one hands the insert 256 blocks,
+	// each written as parts of every day it spans (a 36 s insert of 390k
+	// minute rows against 2 s on 18.16).
+	fill := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
+		"group_by_two_level_threshold": 0, "group_by_two_level_threshold_bytes": 0}))
+	for _, stmt := range migrations.RequestLogRollupFill(r.shadow) {
+		if err := r.conn.Exec(fill, stmt); err != nil {
+			return fmt.Errorf("fill shadow rollups: %w", err)
+		}
+	}
+	for _, stmt := range migrations.RequestLogViewDDL(r.shadow, r.features) {
+		if err := r.conn.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("create shadow views: %w", err)
+		}
 	}
 	if r.cfg.BuildOnly {
 		return nil
