@@ -152,7 +152,8 @@ func benchReplay(ctx context.Context, o options) error {
 		}
 		rep := float64(res.Events) / res.Elapsed.Seconds()
 		replays = append(replays, rep)
-		fmt.Printf("round %d                        raw consume %10.0f events/s   replay %10.0f events/s (%.1fs)\n", round, raw, rep, res.Elapsed.Seconds())
+		fmt.Printf("round %d                        raw consume %10.0f events/s   replay %10.0f events/s (%.1fs: raw table %.1fs, rollups %.1fs)\n",
+			round, raw, rep, res.Elapsed.Seconds(), res.Load.Seconds(), res.Rollups.Seconds())
 	}
 	raw, rep := median(raws), median(replays)
 	fmt.Printf("raw consume (median)           %10.0f events/s (sarama partition consumers, every record decoded, nothing stored)\n", raw)

@@ -105,6 +105,9 @@ type ReplayResult struct {
 	Poisoned int64 // records skipped as unreadable (the sink dead-lettered them)
 	Swapped  bool
 	Elapsed  time.Duration
+	// Load is the time the bulk load took (reading the topic into the
+	// shadow raw table), Rollups the time filling the rollups took.
+	Load, Rollups time.Duration
 }
 
 // Replay rebuilds the request-log tables of conn's database from the
@@ -232,6 +235,7 @@ func (r *replayer) run(ctx context.Context) error {
 	}
 	r.total.Store(total)
 	r.progress(0, total)
+	start := time.Now()
 	for {
 		if err := r.consumeTo(ctx, target); err != nil {
 			return err
@@ -252,6 +256,8 @@ func (r *replayer) run(ctx context.Context) error {
 	// One-level aggregation: a two-level one hands the insert 256 blocks,
 	// each written as parts of every day it spans (a 36 s insert of 390k
 	// minute rows against 2 s on 18.16).
+	r.res.Load = time.Since(start)
+	start = time.Now()
 	fill := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
 		"group_by_two_level_threshold": 0, "group_by_two_level_threshold_bytes": 0}))
 	for _, stmt := range migrations.RequestLogRollupFill(r.shadow) {
@@ -264,6 +270,7 @@ func (r *replayer) run(ctx context.Context) error {
 			return fmt.Errorf("create shadow views: %w", err)
 		}
 	}
+	r.res.Rollups = time.Since(start)
 	if r.cfg.BuildOnly {
 		return nil
 	}
