@@ -180,7 +180,12 @@ func (h *handler) flush(sess sarama.ConsumerGroupSession, b *batch, final bool) 
 		// replay swaps tables before or after the whole batch.
 		err := s.fenced(ctx, func(gen int64) error {
 			if gen != h.heldGen {
-				// A replay swapped the tables since held was read.
+				// A replay swapped the tables since held was read. If it
+				// died inside its swap, the live raw table may lack its
+				// views: put back whatever is missing before writing.
+				if err := migrations.UpRequestLog(ctx, s.conn, s.cfg.RetentionDays); err != nil {
+					return err
+				}
 				clear(h.held)
 				h.heldGen = gen
 			}

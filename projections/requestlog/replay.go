@@ -584,7 +584,11 @@ type ReplayStatus struct {
 // group is group).
 func Status(ctx context.Context, c bus.Config, group string) (ReplayStatus, error) {
 	st := ReplayStatus{Name: ReplayName, Tables: migrations.LiveRequestLogTables().All()}
-	client, err := sarama.NewClient(c.Brokers, c.Sarama())
+	sc := c.Sarama()
+	// A listing answers quickly or says it cannot.
+	sc.Net.DialTimeout = 2 * time.Second
+	sc.Metadata.Retry.Max = 1
+	client, err := sarama.NewClient(c.Brokers, sc)
 	if err != nil {
 		return st, fmt.Errorf("kafka: %w", err)
 	}

@@ -367,3 +367,29 @@ func TestSinkReloadsHeldOffsetsAfterASwap(t *testing.T) {
 		t.Fatalf("sink inserted %d and skipped %d, want 1000 and 600", st.Inserted, st.Skipped)
 	}
 }
+
+func TestSinkRestoresViewsAfterAReplayDiedInItsSwap(t *testing.T) {
+	t.Parallel()
+	e := newReplayEnv(t, 2)
+	e.fencedSink(nil)
+	e.spread(500, time.Now(), time.Millisecond)
+	exact(t, e.conn, 500)
+	// What a replay leaves when it dies between the RENAME and the new
+	// views: the generation bumped, the live raw table without views.
+	if _, err := e.pool.Exec(context.Background(), `UPDATE requestlog_generation SET generation = generation + 1`); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range migrations.LiveRequestLogTables().Views() {
+		if err := e.conn.Exec(context.Background(), "DROP TABLE "+v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.spread(300, time.Now(), time.Millisecond)
+	// Views write within the insert, just after the raw part: a moment
+	// after the raw rows are in, so are the rollup rows, or never.
+	waitFor(t, "800 raw rows", func() bool { raw, _, _, _ := counts(t, e.conn); return raw >= 800 })
+	time.Sleep(time.Second)
+	if raw, minute, hour, ids := counts(t, e.conn); raw != 800 || minute != 800 || hour != 800 || ids != 800 {
+		t.Fatalf("raw %d, minute rollup %d, hour rollup %d, distinct ids %d; want 800 each", raw, minute, hour, ids)
+	}
+}
