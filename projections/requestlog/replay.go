@@ -498,6 +498,13 @@ func (r *replayer) catchUpAndSwap(ctx context.Context, target map[int32]int64) e
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, int32(fenceClass), int32(fenceKey)); err != nil {
 		return fmt.Errorf("hold the sink back: %w", err)
 	}
+	// Partitions added since the start would be missing from the shadow.
+	if err := r.client.RefreshMetadata(r.topic); err != nil {
+		return fmt.Errorf("kafka metadata of %s: %w", r.topic, err)
+	}
+	if now, err := r.client.Partitions(r.topic); err != nil || len(now) != len(r.partitions) {
+		return errors.Join(fmt.Errorf("%s went from %d partitions to %d during the replay; run it again", r.topic, len(r.partitions), len(now)), err)
+	}
 	final, err := r.highWatermarks()
 	if err != nil {
 		return err
