@@ -13,9 +13,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/bus"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
@@ -155,9 +157,14 @@ func benchReplay(ctx context.Context, o options) error {
 		fmt.Printf("round %d                        raw consume %10.0f events/s   replay %10.0f events/s (%.1fs: raw table %.1fs, rollups %.1fs)\n",
 			round, raw, rep, res.Elapsed.Seconds(), res.Load.Seconds(), res.Rollups.Seconds())
 	}
+	ceiling, err := insertCeiling(ctx, conn, o.events, events, from, step)
+	if err != nil {
+		return err
+	}
 	raw, rep := median(raws), median(replays)
 	fmt.Printf("raw consume (median)           %10.0f events/s (sarama partition consumers, every record decoded, nothing stored)\n", raw)
 	fmt.Printf("replay (median)                %10.0f events/s = %.0f%% of raw consume (target 60%%)\n", rep, rep/raw*100)
+	fmt.Printf("clickhouse insert ceiling      %10.0f events/s (the same rows straight into a raw table without views, 250,000 a batch, 2 at once; replay = %.0f%% of it)\n", ceiling, rep/ceiling*100)
 	return nil
 }
 
@@ -239,4 +246,58 @@ func rawConsume(ctx context.Context, bc bus.Config) (int64, error) {
 		}
 	}
 	return events, nil
+}
+
+// insertCeiling inserts the benchmark's n rows straight into a raw table
+// without views, as the replay's inserters do (250,000 rows a batch, two
+// at once), and returns the rate: what ClickHouse takes at best, whatever
+// reads the topic.
+func insertCeiling(ctx context.Context, conn driver.Conn, n int, events []reqlog.Event, from time.Time, step time.Duration) (float64, error) {
+	t := migrations.LiveRequestLogTables().Suffixed("__ceiling")
+	f, err := migrations.ServerFeatures(ctx, conn)
+	if err != nil {
+		return 0, err
+	}
+	for _, stmt := range migrations.RequestLogTableDDL(t, f, 30) {
+		if err := conn.Exec(ctx, stmt); err != nil {
+			return 0, err
+		}
+	}
+	defer func() {
+		for _, table := range t.All() {
+			_ = conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+table)
+		}
+	}()
+	const batch = 250_000
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(batch)) - batch
+				if i >= n || failed.Load() != nil {
+					return
+				}
+				var rows sink.Rows
+				for j := i; j < min(i+batch, n); j++ {
+					e := events[j%len(events)]
+					e.CreatedAt = from.Add(time.Duration(j) * step)
+					rows.Add(0, int64(j), 0, &e)
+				}
+				if err := rows.InsertInto(ctx, conn, t.Raw); err != nil {
+					failed.Store(&err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if p := failed.Load(); p != nil {
+		return 0, *p
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
 }
