@@ -93,12 +93,18 @@ type poisoned struct {
 
 func newBatch() *batch { return &batch{last: map[int32]int64{}} }
 
-func (b *batch) add(m *sarama.ConsumerMessage) {
-	if b.records == 0 {
-		b.first = time.Now()
-	}
-	b.records++
-	b.last[m.Partition] = max(b.last[m.Partition], m.Offset)
+func (b *batch) add(m *sarama.ConsumerMessage) { b.addDecoded(decode(m)) }
+
+// decoded is a record read: its events, or why it cannot be stored.
+type decoded struct {
+	msg *sarama.ConsumerMessage
+	evs []reqlog.Event
+	err error
+}
+
+// decode reads m's events and checks them as the sink stores them (the
+// replay decodes on several goroutines, then adds in partition order).
+func decode(m *sarama.ConsumerMessage) decoded {
 	evs, err := reqlog.DecodeBatch(m.Value, nil)
 	if err == nil {
 		for i, e := range evs {
@@ -111,12 +117,22 @@ func (b *batch) add(m *sarama.ConsumerMessage) {
 	if err == nil && (m.Partition >= 1<<11 || m.Offset >= 1<<40 || len(evs) > 1<<12) {
 		err = fmt.Errorf("record outside the id space (partition %d, offset %d, %d events)", m.Partition, m.Offset, len(evs))
 	}
-	if err != nil {
-		b.poison = append(b.poison, poisoned{msg: m, err: err})
+	return decoded{msg: m, evs: evs, err: err}
+}
+
+func (b *batch) addDecoded(d decoded) {
+	m := d.msg
+	if b.records == 0 {
+		b.first = time.Now()
+	}
+	b.records++
+	b.last[m.Partition] = max(b.last[m.Partition], m.Offset)
+	if d.err != nil {
+		b.poison = append(b.poison, poisoned{msg: m, err: d.err})
 		return
 	}
-	for i, e := range evs {
-		b.rows.Add(m.Partition, m.Offset, i, &e)
+	for i := range d.evs {
+		b.rows.Add(m.Partition, m.Offset, i, &d.evs[i])
 	}
 }
 

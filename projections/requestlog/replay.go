@@ -149,7 +149,7 @@ type replayer struct {
 	client             sarama.Client
 	partitions         []int32
 	pos                map[int32]int64 // next offset to read, per partition
-	in                 chan *sarama.ConsumerMessage
+	in                 chan decoded
 	b                  *batch
 	work               chan *batch
 	inflight           sync.WaitGroup
@@ -311,7 +311,7 @@ func (r *replayer) open(ctx context.Context) error {
 		return fmt.Errorf("kafka consumer: %w", err)
 	}
 	r.pos = map[int32]int64{}
-	r.in = make(chan *sarama.ConsumerMessage, 256)
+	r.in = make(chan decoded, 256)
 	r.stopConsumers = make(chan struct{})
 	for _, p := range r.partitions {
 		oldest, err := client.GetOffset(r.topic, p, sarama.OffsetOldest)
@@ -328,8 +328,10 @@ func (r *replayer) open(ctx context.Context) error {
 		go func() {
 			defer r.consumerWG.Done()
 			for m := range pc.Messages() {
+				// Decoded here, one goroutine per partition, so the
+				// batch builder only appends rows.
 				select {
-				case r.in <- m:
+				case r.in <- decode(m):
 				case <-r.stopConsumers:
 					return
 				}
@@ -432,12 +434,12 @@ func (r *replayer) grow(from, to map[int32]int64) {
 func (r *replayer) consumeTo(ctx context.Context, target map[int32]int64) error {
 	for r.behind(target) > 0 {
 		select {
-		case m := <-r.in:
+		case d := <-r.in:
 			// Partition consumers deliver each partition in order, from the
 			// oldest offset on: the shadow holds a prefix of every
 			// partition, as the sink's skip-what-is-held logic expects.
-			r.b.add(m)
-			r.pos[m.Partition] = m.Offset + 1
+			r.b.addDecoded(d)
+			r.pos[d.msg.Partition] = d.msg.Offset + 1
 			if r.b.rows.Len() >= r.cfg.BatchRows {
 				if err := r.send(ctx); err != nil {
 					return err
