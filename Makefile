@@ -5,7 +5,7 @@ BIN      := $(CURDIR)/bin/cfgd
 export CFGD_DATA_DIR := $(DATA_DIR)
 export KAFKA__DATA_DIR ?= $(DATA_DIR)/kafka
 
-.PHONY: all build run test test-short bench bench-ingest mutate proto stack-up stack-down stack-status migrate lint fmt clean
+.PHONY: all build run test test-short bench bench-ingest bench-replay-clickhouse mutate proto stack-up stack-down stack-status migrate lint fmt clean
 
 all: build
 
@@ -65,3 +65,8 @@ clean:
 BENCH_INGEST_ARGS ?=
 bench-ingest: stack-up
 	$(GO) run ./cmd/loadgen $(BENCH_INGEST_ARGS)
+
+## bench-replay-clickhouse: replay of N request-log events into ClickHouse against the raw consume rate of the same topic, alternating rounds, medians (BENCH_REPLAY_EVENTS=2000000 for a quicker run)
+BENCH_REPLAY_EVENTS ?= 10000000
+bench-replay-clickhouse: stack-up
+	$(GO) run ./cmd/loadgen -replay -events $(BENCH_REPLAY_EVENTS) -rounds 3

@@ -74,7 +74,7 @@ func commandList() []command {
 		{"task", "task enqueue --queue Q --type T [--payload JSON]\n          put a task on a queue", parseTaskCommand},
 		{"user", "user create-superuser --email E [--password P]\n          create a staff superuser (without --password: OTP sign-in only)", parseUserCommand},
 		{"deadletters", "deadletters list\n          print the events projections set aside (dead-letter topic), one line each", parseDeadletters},
-		{"replay", "replay NAME... | --all | --list\n          rebuild Postgres projections from the event store into shadow tables and swap them in", parseReplay},
+		{"replay", "replay NAME... | --all | --list\n          rebuild projections (Postgres from the event store, ClickHouse from the request-log topic) into shadow tables and swap them in", parseReplay},
 		{"apikey", "apikey create --name N --type service|cli|webhook|internal|development --user EMAIL [--expires 720h]\n          create an API key and print it once\napikey revoke --id N\n          revoke an API key", parseAPIKeyCommand},
 	}
 }

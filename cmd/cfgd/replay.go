@@ -26,9 +26,10 @@ import (
 	taskproj "github.com/cfgd/cfgd/projections/tasks"
 )
 
-const replayUsage = `usage: cfgd replay NAME...   rebuild Postgres projections from the event store (and the Kafka topics
-                        that also feed them: API-key usage, task lifecycle) and swap them in
-       cfgd replay --all       rebuild every Postgres read-model projection (reactors never replay)
+const replayUsage = `usage: cfgd replay NAME...   rebuild projections (Postgres ones from the event store and the Kafka topics
+                           that also feed them: API-key usage, task lifecycle; ` + chReplayName + `
+                           from the request-log topic) and swap them in
+       cfgd replay --all       rebuild every read-model projection (reactors never replay)
        cfgd replay --list      every projection with its tables, checkpoint and lag
 `
 
@@ -93,7 +94,12 @@ func parseReplay(args []string, stdout, stderr io.Writer) (action, error) {
 		known[p.Name] = p
 	}
 	var chosen []*projections.Projection
+	clickhouseToo := *all
 	for _, n := range names {
+		if n == chReplayName {
+			clickhouseToo = true
+			continue
+		}
 		p, ok := known[n]
 		switch {
 		case !ok:
@@ -117,7 +123,7 @@ func parseReplay(args []string, stdout, stderr io.Writer) (action, error) {
 		}
 		defer pool.Close()
 		if *list {
-			return listProjections(ctx, pool, stdout)
+			return listProjections(ctx, pool, app, stdout)
 		}
 		reg, err := events.NewRegistry(eventTypes()...)
 		if err != nil {
@@ -134,11 +140,14 @@ func parseReplay(args []string, stdout, stderr io.Writer) (action, error) {
 				return err
 			}
 		}
+		if clickhouseToo {
+			return replayClickHouse(ctx, pool, app, stdout)
+		}
 		return nil
 	}, nil
 }
 
-func listProjections(ctx context.Context, pool *pgxpool.Pool, stdout io.Writer) error {
+func listProjections(ctx context.Context, pool *pgxpool.Pool, app appSettings, stdout io.Writer) error {
 	st, err := replay.List(ctx, pool, postgresProjections())
 	if err != nil {
 		return err
@@ -152,67 +161,17 @@ func listProjections(ctx context.Context, pool *pgxpool.Pool, stdout io.Writer) 
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\n", s.Name, kind, strings.Join(s.Tables, ","), s.Streams, s.Position, s.Lag)
 	}
+	fmt.Fprintln(w, clickhouseListLine(ctx, app))
 	return w.Flush()
 }
 
 // replayOne replays p, with a progress bar on a terminal and a line every
 // few seconds otherwise.
 func replayOne(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p *projections.Projection, cfg replay.Config, stdout io.Writer) error {
-	var progress replay.Progress
-	var bar *progressbar.ProgressBar
-	if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		bar = progressbar.NewOptions64(-1,
-			progressbar.OptionSetWriter(stdout),
-			progressbar.OptionSetDescription(p.Name),
-			progressbar.OptionShowCount(),
-			progressbar.OptionShowIts(),
-			progressbar.OptionSetItsString("events"),
-			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionFullWidth(),
-			progressbar.OptionOnCompletion(func() { fmt.Fprintln(stdout) }),
-		)
-		progress = func(done, total int64) {
-			bar.Describe(p.Name)
-			bar.ChangeMax64(max(total, 1))
-			_ = bar.Set64(done)
-		}
-		// A feed's records take the bar over while it reads its topic.
-		cfg.FeedProgress = func(feed string, read, total int64) {
-			bar.Describe(p.Name + " feed " + feed + " (records)")
-			bar.ChangeMax64(max(total, 1))
-			_ = bar.Set64(read)
-		}
-	} else {
-		start := time.Now()
-		var last time.Time
-		progress = func(done, total int64) {
-			if now := time.Now(); now.Sub(last) >= 2*time.Second || done == total {
-				last = now
-				fmt.Fprintln(stdout, progressLine(p.Name, done, total, now.Sub(start)))
-			}
-		}
-		var feedStart, feedLast time.Time
-		cfg.FeedProgress = func(feed string, read, total int64) {
-			now := time.Now()
-			if feedStart.IsZero() {
-				feedStart = now
-			}
-			if now.Sub(feedLast) >= 2*time.Second || read == total {
-				feedLast = now
-				fmt.Fprintln(stdout, progressLineOf(p.Name+" feed "+feed, "records", read, total, now.Sub(feedStart)))
-			}
-		}
-	}
+	progress, feed, finish := newProgress(stdout, p.Name, "events")
+	cfg.FeedProgress = feed
 	res, err := replay.Run(ctx, pool, reg, p, cfg, progress)
-	if bar != nil {
-		if err == nil {
-			_ = bar.Finish()
-		} else {
-			_ = bar.Exit()
-			fmt.Fprintln(stdout)
-		}
-	}
+	finish(err)
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return fmt.Errorf("%s: interrupted; the live tables are untouched, run the replay again to rebuild: %w", p.Name, err)
@@ -227,12 +186,80 @@ func replayOne(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p 
 	return nil
 }
 
-// progressLine is the plain progress report: done/total, rate and ETA.
+// newProgress reports a replay's progress in unit (events, records) on
+// stdout: a bar on a terminal, a line every few seconds otherwise. feed
+// reports a projection's Kafka feed (in records) the same way; finish ends
+// the bar once the replay returned err.
+func newProgress(stdout io.Writer, name, unit string) (progress func(done, total int64), feed func(feed string, read, total int64), finish func(err error)) {
+	var bar *progressbar.ProgressBar
+	if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		bar = progressbar.NewOptions64(-1,
+			progressbar.OptionSetWriter(stdout),
+			progressbar.OptionSetDescription(name),
+			progressbar.OptionShowCount(),
+			progressbar.OptionShowIts(),
+			progressbar.OptionSetItsString(unit),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionFullWidth(),
+			progressbar.OptionOnCompletion(func() { fmt.Fprintln(stdout) }),
+		)
+		progress = func(done, total int64) {
+			bar.Describe(name)
+			bar.ChangeMax64(max(total, 1))
+			_ = bar.Set64(done)
+		}
+		// A feed's records take the bar over while it reads its topic.
+		feed = func(f string, read, total int64) {
+			bar.Describe(name + " feed " + f + " (records)")
+			bar.ChangeMax64(max(total, 1))
+			_ = bar.Set64(read)
+		}
+	} else {
+		progress = everyFewSeconds(stdout, name, unit)
+		feeds := map[string]func(int64, int64){}
+		feed = func(f string, read, total int64) {
+			if feeds[f] == nil {
+				feeds[f] = everyFewSeconds(stdout, name+" feed "+f, "records")
+			}
+			feeds[f](read, total)
+		}
+	}
+	return progress, feed, func(err error) {
+		if bar == nil {
+			return
+		}
+		if err == nil {
+			_ = bar.Finish()
+		} else {
+			_ = bar.Exit()
+			fmt.Fprintln(stdout)
+		}
+	}
+}
+
+// everyFewSeconds prints a progress line at most every 2 s, and the last.
+func everyFewSeconds(stdout io.Writer, name, unit string) func(done, total int64) {
+	var start, last time.Time
+	return func(done, total int64) {
+		now := time.Now()
+		if start.IsZero() {
+			start = now
+		}
+		if now.Sub(last) >= 2*time.Second || done == total {
+			last = now
+			fmt.Fprintln(stdout, progressLineOf(name, unit, done, total, now.Sub(start)))
+		}
+	}
+}
+
+// progressLine is the plain progress report in events: done/total, rate
+// and ETA.
 func progressLine(name string, done, total int64, elapsed time.Duration) string {
 	return progressLineOf(name, "events", done, total, elapsed)
 }
 
-// progressLineOf is progressLine counting unit.
+// progressLineOf is progressLine in unit.
 func progressLineOf(name, unit string, done, total int64, elapsed time.Duration) string {
 	rate := 0.0
 	if elapsed > 0 {

@@ -18,13 +18,9 @@ import (
 func TestReplayCommand(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	baseEnv(t, url)
-	// The API keys and the task views replay their Kafka feeds too.
-	kc := testenv.Kafka(t, 2)
-	t.Setenv("KAFKA__BROKERS", strings.Join(kc.Brokers, ","))
-	t.Setenv("KAFKA__TOPIC_PREFIX", kc.TopicPrefix)
-	t.Setenv("KAFKA__SASL_MECHANISM", kc.SASL.Mechanism)
-	t.Setenv("KAFKA__SASL_USERNAME", kc.SASL.User)
-	t.Setenv("KAFKA__SASL_PASSWORD", kc.SASL.Password)
+	// --all replays the request-log tables, the API keys' usage and the task
+	// views from Kafka too.
+	kc, _ := clickhouseReplayEnv(t)
 	// One task's lifecycle on the topic: the replay of the task views
 	// reads it through the configured bus.
 	pub := taskproj.NewLifecyclePublisher(kc, testenv.Quiet())

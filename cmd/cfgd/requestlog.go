@@ -32,7 +32,9 @@ func requestLogProducer(w wiring) (*reqlog.Producer, error) {
 func requestLogModule(w wiring, a *auth.API, prod *reqlog.Producer, activeKeys requestlogrm.ActiveAPIKeys) (module.Module, error) {
 	c := w.app.RequestLog
 	c.Sink.Bus = w.bus
-	s, err := sink.New(c.Sink, w.deps.ch, w.log)
+	// The fence lets `cfgd replay requestlog.clickhouse` swap rebuilt
+	// tables in between two of the sink's batches.
+	s, err := sink.NewFenced(c.Sink, w.deps.ch, sink.PostgresFence{Pool: w.deps.pg}, w.log)
 	if err != nil {
 		return module.Module{}, err
 	}

@@ -57,6 +57,12 @@ type options struct {
 	skipQueries bool
 	keep        bool
 	rate        int
+	replay      bool
+	rounds      int
+	postgres    string
+	replayBatch int
+	inserters   int
+	cpuProfile  string
 }
 
 func main() {
@@ -73,6 +79,12 @@ func main() {
 	flag.BoolVar(&o.skipQueries, "skip-queries", false, "skip the query benchmark")
 	flag.IntVar(&o.rate, "rate", 0, "events/s the callers produce in all (0: as fast as they can); below the sink's capacity it measures delay, not backlog")
 	flag.BoolVar(&o.keep, "keep", false, "keep the scratch databases (to look at them afterwards)")
+	flag.BoolVar(&o.replay, "replay", false, "run the replay benchmark instead (-events into the topic, then raw consume against replay into ClickHouse)")
+	flag.IntVar(&o.rounds, "rounds", 3, "alternating rounds of each side of the replay benchmark (medians reported)")
+	flag.IntVar(&o.replayBatch, "replay-batch", 0, "rows per replay insert (0: the replay's default)")
+	flag.IntVar(&o.inserters, "replay-inserters", 0, "concurrent replay inserts (0: the replay's default)")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the replay rounds to this file")
+	flag.StringVar(&o.postgres, "postgres", "postgres:///postgres?host=/var/run/postgresql&user=postgres", "Postgres for the replay's advisory lock")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
@@ -82,6 +94,9 @@ func main() {
 
 func run(ctx context.Context, o options) error {
 	fmt.Printf("cfgd request-log benchmark: %d CPUs, GOMAXPROCS %d, %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
+	if o.replay {
+		return benchReplay(ctx, o)
+	}
 	if !o.skipIngest {
 		if err := benchIngest(ctx, o); err != nil {
 			return err

@@ -30,8 +30,11 @@ type handler struct {
 	done  chan struct{}
 	fatal error
 	// held is, per partition, the highest offset ClickHouse holds; loaded
-	// once per session (another member may have written meanwhile).
-	held map[int32]int64
+	// once per session (another member may have written meanwhile) and
+	// again after a replay swapped the tables (heldGen is the fence's
+	// generation it was loaded under).
+	held    map[int32]int64
+	heldGen int64
 }
 
 func (h *handler) Setup(sess sarama.ConsumerGroupSession) error {
@@ -90,12 +93,18 @@ type poisoned struct {
 
 func newBatch() *batch { return &batch{last: map[int32]int64{}} }
 
-func (b *batch) add(m *sarama.ConsumerMessage) {
-	if b.records == 0 {
-		b.first = time.Now()
-	}
-	b.records++
-	b.last[m.Partition] = max(b.last[m.Partition], m.Offset)
+func (b *batch) add(m *sarama.ConsumerMessage) { b.addDecoded(decode(m)) }
+
+// decoded is a record read: its events, or why it cannot be stored.
+type decoded struct {
+	msg *sarama.ConsumerMessage
+	evs []reqlog.Event
+	err error
+}
+
+// decode reads m's events and checks them as the sink stores them (the
+// replay decodes on several goroutines, then adds in partition order).
+func decode(m *sarama.ConsumerMessage) decoded {
 	evs, err := reqlog.DecodeBatch(m.Value, nil)
 	if err == nil {
 		for i, e := range evs {
@@ -108,12 +117,22 @@ func (b *batch) add(m *sarama.ConsumerMessage) {
 	if err == nil && (m.Partition >= 1<<11 || m.Offset >= 1<<40 || len(evs) > 1<<12) {
 		err = fmt.Errorf("record outside the id space (partition %d, offset %d, %d events)", m.Partition, m.Offset, len(evs))
 	}
-	if err != nil {
-		b.poison = append(b.poison, poisoned{msg: m, err: err})
+	return decoded{msg: m, evs: evs, err: err}
+}
+
+func (b *batch) addDecoded(d decoded) {
+	m := d.msg
+	if b.records == 0 {
+		b.first = time.Now()
+	}
+	b.records++
+	b.last[m.Partition] = max(b.last[m.Partition], m.Offset)
+	if d.err != nil {
+		b.poison = append(b.poison, poisoned{msg: m, err: d.err})
 		return
 	}
-	for i, e := range evs {
-		b.rows.Add(m.Partition, m.Offset, i, &e)
+	for i := range d.evs {
+		b.rows.Add(m.Partition, m.Offset, i, &d.evs[i])
 	}
 }
 
@@ -173,7 +192,28 @@ func (h *handler) flush(sess sarama.ConsumerGroupSession, b *batch, final bool) 
 		defer cancel()
 	}
 	for {
-		err := h.write(ctx, b)
+		// The insert and the offset commit share one hold of the fence: a
+		// replay swaps tables before or after the whole batch.
+		err := s.fenced(ctx, func(gen int64) error {
+			if gen != h.heldGen {
+				// A replay swapped the tables since held was read. If it
+				// died inside its swap, the live raw table may lack its
+				// views: put back whatever is missing before writing.
+				if err := migrations.UpRequestLog(ctx, s.conn, s.cfg.RetentionDays); err != nil {
+					return err
+				}
+				clear(h.held)
+				h.heldGen = gen
+			}
+			if err := h.write(ctx, b); err != nil {
+				return err
+			}
+			for p, off := range b.last {
+				sess.MarkOffset(s.topic, p, off+1, "")
+			}
+			sess.Commit()
+			return nil
+		})
 		if err == nil {
 			break
 		}
@@ -187,10 +227,6 @@ func (h *handler) flush(sess sarama.ConsumerGroupSession, b *batch, final bool) 
 		}
 		backoff = min(backoff*2, s.cfg.MaxBackoff)
 	}
-	for p, off := range b.last {
-		sess.MarkOffset(s.topic, p, off+1, "")
-	}
-	sess.Commit()
 	s.setHealth(nil)
 	return nil
 }

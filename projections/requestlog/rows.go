@@ -96,7 +96,13 @@ func (r *Rows) without(held map[int32]int64) Rows {
 // Insert writes the rows in one INSERT into the raw table of conn's
 // database.
 func (r *Rows) Insert(ctx context.Context, conn driver.Conn) error {
-	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+migrations.RequestLogRaw+" ("+Columns+")")
+	return r.InsertInto(ctx, conn, migrations.RequestLogRaw)
+}
+
+// InsertInto writes the rows in one INSERT into table (a raw table: the
+// live one or a replay's shadow).
+func (r *Rows) InsertInto(ctx context.Context, conn driver.Conn, table string) error {
+	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+table+" ("+Columns+")")
 	if err != nil {
 		return fmt.Errorf("prepare insert: %w", err)
 	}

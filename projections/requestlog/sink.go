@@ -79,6 +79,7 @@ func (c Config) Validate() error {
 type Sink struct {
 	cfg   Config
 	conn  driver.Conn
+	fence Fence
 	log   *slog.Logger
 	now   func() time.Time
 	topic string
@@ -102,12 +103,21 @@ type Sink struct {
 
 var errStarting = errors.New("request-log sink is starting")
 
-// New returns a sink writing to conn's database.
+// New returns a sink writing to conn's database that no replay
+// coordinates with: for a database `cfgd replay` never rebuilds (tests and
+// benchmarks). cfgd serve uses NewFenced.
 func New(cfg Config, conn driver.Conn, log *slog.Logger) (*Sink, error) {
+	return NewFenced(cfg, conn, nil, log)
+}
+
+// NewFenced returns a sink writing to conn's database, each batch (insert
+// and offset commit) inside fence, so a replay can swap the tables between
+// two batches and the sink notices it (nil: no fence).
+func NewFenced(cfg Config, conn driver.Conn, fence Fence, log *slog.Logger) (*Sink, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Sink{cfg: cfg, conn: conn, log: log, now: time.Now,
+	s := &Sink{cfg: cfg, conn: conn, fence: fence, log: log, now: time.Now,
 		topic: cfg.Bus.Topic(bus.TopicRequestLogs), dead: cfg.Bus.Topic(bus.TopicRequestLogsDead)}
 	s.setHealth(errStarting)
 	return s, nil
@@ -147,7 +157,8 @@ func (s *Sink) setHealth(err error) {
 func (s *Sink) Run(ctx context.Context) error {
 	defer s.closeDLQ()
 	if err := s.retry(ctx, "clickhouse schema", func(ctx context.Context) error {
-		return migrations.UpRequestLog(ctx, s.conn, s.cfg.RetentionDays)
+		// Fenced: never in the middle of a replay's swap.
+		return s.fenced(ctx, func(int64) error { return migrations.UpRequestLog(ctx, s.conn, s.cfg.RetentionDays) })
 	}); err != nil {
 		return nil
 	}
@@ -231,9 +242,22 @@ func (s *Sink) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// fenced runs fn inside the fence, if any.
+func (s *Sink) fenced(ctx context.Context, fn func(gen int64) error) error {
+	if s.fence == nil {
+		return fn(0)
+	}
+	return s.fence.Shared(ctx, fn)
+}
+
 func (s *Sink) retention(ctx context.Context) {
 	for {
-		n, err := migrations.DropExpiredRequestLogs(ctx, s.conn, s.cfg.RetentionDays, s.now())
+		var n int
+		err := s.fenced(ctx, func(int64) error {
+			var err error
+			n, err = migrations.DropExpiredRequestLogs(ctx, s.conn, s.cfg.RetentionDays, s.now())
+			return err
+		})
 		switch {
 		case err != nil && ctx.Err() == nil:
 			s.log.WarnContext(ctx, "request-log retention", "err", err)

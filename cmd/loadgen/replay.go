@@ -1,0 +1,303 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	mrand "math/rand/v2"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/IBM/sarama"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cfgd/cfgd/deploy/migrations"
+	"github.com/cfgd/cfgd/events/bus"
+	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	sink "github.com/cfgd/cfgd/projections/requestlog"
+)
+
+// benchReplay is `make bench-replay-clickhouse`: N events produced into
+// the request-log topic of an embedded broker, then, in alternating
+// rounds, the raw consume rate of that topic (every record read and
+// decoded with sarama, nothing stored) and the rate of `cfgd replay
+// requestlog.clickhouse`'s code rebuilding the tables from it into a
+// scratch ClickHouse database (shadow tables built, no swap).
+func benchReplay(ctx context.Context, o options) error {
+	bc := bus.Config{Partitions: o.partitions, TopicPrefix: "bench.", ClientID: "cfgd-loadgen"}
+	if o.brokers != "" {
+		bc.Brokers = []string{o.brokers}
+	} else {
+		emb, err := bus.StartEmbedded("", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		defer emb.Close()
+		bc.Brokers, bc.SASL = []string{emb.Addr()}, emb.SASL()
+	}
+	pool, err := pgxpool.New(ctx, o.postgres)
+	if err != nil {
+		return fmt.Errorf("postgres (the replay's lock): %w", err)
+	}
+	defer pool.Close()
+	conn, drop, err := scratch(ctx, o, "cfgd_bench_replay_")
+	if err != nil {
+		return err
+	}
+	defer drop()
+
+	// Produce: events in time order over the last three days (three day
+	// partitions in ClickHouse), as a log kept for a while holds them; a
+	// record's events are close in time, so a replay batch spans minutes,
+	// not the whole range.
+	r := mrand.New(mrand.NewPCG(5, 6))
+	now := time.Now().UTC()
+	from, step := now.Add(-72*time.Hour), 72*time.Hour/time.Duration(o.events)
+	events := synth(r, 100_000, from, 0)
+	pc := reqlog.DefaultProducerConfig(bc)
+	pc.Timeout = 30 * time.Second
+	prod, err := reqlog.NewProducer(pc, quiet())
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var prodErr atomic.Pointer[error]
+	for range o.producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(int64(o.callEvents)) - int64(o.callEvents)
+				if i >= int64(o.events) || prodErr.Load() != nil {
+					return
+				}
+				k := int(i) % len(events)
+				n := min(o.callEvents, o.events-int(i), len(events)-k)
+				call := slices.Clone(events[k : k+n])
+				for j := range call {
+					call[j].CreatedAt = from.Add(time.Duration(int(i)+j) * step)
+				}
+				if err := prod.Produce(ctx, call); err != nil {
+					prodErr.Store(&err)
+					return
+				}
+				if n < o.callEvents && int(i)+n < o.events {
+					// The pool wrapped: the rest of this call goes next time.
+					next.Add(int64(n - o.callEvents))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	_ = prod.Close()
+	if p := prodErr.Load(); p != nil {
+		return fmt.Errorf("produce: %w", *p)
+	}
+	produced := time.Since(start)
+
+	fmt.Println()
+	fmt.Println("== replay: request-log topic -> ClickHouse shadow tables ==")
+	fmt.Printf("events                         %d (%d per record, %d partitions, produced in %.1fs)\n", o.events, pc.PackEvents, o.partitions, produced.Seconds())
+	var prof *os.File
+	if o.cpuProfile != "" {
+		if prof, err = os.Create(o.cpuProfile); err != nil {
+			return err
+		}
+		defer prof.Close()
+	}
+	var raws, replays []float64
+	for round := 1; round <= o.rounds; round++ {
+		runtime.GC()
+		t := time.Now()
+		n, err := rawConsume(ctx, bc)
+		if err != nil {
+			return err
+		}
+		if n != int64(o.events) {
+			return fmt.Errorf("raw consume read %d events, want %d", n, o.events)
+		}
+		raw := float64(n) / time.Since(t).Seconds()
+		raws = append(raws, raw)
+
+		runtime.GC()
+		cfg := sink.DefaultReplayConfig(bc)
+		cfg.BuildOnly = true
+		if o.replayBatch > 0 {
+			cfg.BatchRows = o.replayBatch
+		}
+		if o.inserters > 0 {
+			cfg.Inserters = o.inserters
+		}
+		if prof != nil {
+			if err := pprof.StartCPUProfile(prof); err != nil {
+				return err
+			}
+		}
+		res, err := sink.Replay(ctx, cfg, conn, pool, nil)
+		if prof != nil {
+			pprof.StopCPUProfile()
+			prof = nil // the first replay round only
+		}
+		if err != nil {
+			return err
+		}
+		if res.Events != int64(o.events) {
+			return fmt.Errorf("replay inserted %d events, want %d", res.Events, o.events)
+		}
+		rep := float64(res.Events) / res.Elapsed.Seconds()
+		replays = append(replays, rep)
+		fmt.Printf("round %d                        raw consume %10.0f events/s   replay %10.0f events/s (%.1fs: raw table %.1fs, rollups %.1fs)\n",
+			round, raw, rep, res.Elapsed.Seconds(), res.Load.Seconds(), res.Rollups.Seconds())
+	}
+	ceiling, err := insertCeiling(ctx, conn, o.events, events, from, step)
+	if err != nil {
+		return err
+	}
+	raw, rep := median(raws), median(replays)
+	fmt.Printf("raw consume (median)           %10.0f events/s (sarama partition consumers, every record decoded, nothing stored)\n", raw)
+	fmt.Printf("replay (median)                %10.0f events/s = %.0f%% of raw consume (target 60%%)\n", rep, rep/raw*100)
+	fmt.Printf("clickhouse insert ceiling      %10.0f events/s (the same rows straight into a raw table without views, 250,000 a batch, 2 at once; replay = %.0f%% of it)\n", ceiling, rep/ceiling*100)
+	return nil
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// rawConsume reads the request-log topic from the oldest offset to the
+// high watermark of every partition, with the replay's consumer settings,
+// decodes every record, and returns how many events it held.
+func rawConsume(ctx context.Context, bc bus.Config) (int64, error) {
+	sc := bc.BulkConsumerSarama()
+	sc.Consumer.Fetch.Default = 8 << 20
+	sc.ChannelBufferSize = 64
+	client, err := sarama.NewClient(bc.Brokers, sc)
+	if err != nil {
+		return 0, err
+	}
+	defer client.Close()
+	topic := bc.Topic(bus.TopicRequestLogs)
+	parts, err := client.Partitions(topic)
+	if err != nil {
+		return 0, err
+	}
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		return 0, err
+	}
+	defer consumer.Close()
+	in := make(chan *sarama.ConsumerMessage, 256)
+	var remaining int64
+	for _, p := range parts {
+		oldest, err := client.GetOffset(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			return 0, err
+		}
+		hwm, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+		if err != nil {
+			return 0, err
+		}
+		if hwm == oldest {
+			continue
+		}
+		remaining += hwm - oldest
+		pc, err := consumer.ConsumePartition(topic, p, oldest)
+		if err != nil {
+			return 0, err
+		}
+		defer pc.AsyncClose()
+		go func() {
+			for m := range pc.Messages() {
+				in <- m
+				if m.Offset+1 >= hwm {
+					return
+				}
+			}
+		}()
+	}
+	var events int64
+	var buf []reqlog.Event
+	for ; remaining > 0; remaining-- {
+		select {
+		case m := <-in:
+			buf, err = reqlog.DecodeBatch(m.Value, buf[:0])
+			if err != nil {
+				return 0, err
+			}
+			events += int64(len(buf))
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return events, nil
+}
+
+// insertCeiling inserts the benchmark's n rows straight into a raw table
+// without views, as the replay's inserters do (250,000 rows a batch, two
+// at once), and returns the rate: what ClickHouse takes at best, whatever
+// reads the topic.
+func insertCeiling(ctx context.Context, conn driver.Conn, n int, events []reqlog.Event, from time.Time, step time.Duration) (float64, error) {
+	t := migrations.LiveRequestLogTables().Suffixed("__ceiling")
+	f, err := migrations.ServerFeatures(ctx, conn)
+	if err != nil {
+		return 0, err
+	}
+	for _, stmt := range migrations.RequestLogTableDDL(t, f, 30) {
+		if err := conn.Exec(ctx, stmt); err != nil {
+			return 0, err
+		}
+	}
+	defer func() {
+		for _, table := range t.All() {
+			_ = conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+table)
+		}
+	}()
+	const batch = 250_000
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(batch)) - batch
+				if i >= n || failed.Load() != nil {
+					return
+				}
+				var rows sink.Rows
+				for j := i; j < min(i+batch, n); j++ {
+					e := events[j%len(events)]
+					e.CreatedAt = from.Add(time.Duration(j) * step)
+					rows.Add(0, int64(j), 0, &e)
+				}
+				if err := rows.InsertInto(ctx, conn, t.Raw); err != nil {
+					failed.Store(&err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if p := failed.Load(); p != nil {
+		return 0, *p
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
