@@ -70,6 +70,9 @@ func BenchmarkReplayPostgres(b *testing.B) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&have); err != nil {
 		b.Fatal(err)
 	}
+	if have != 0 && have != total {
+		b.Fatalf("the database holds %d events, not %d", have, total)
+	}
 	start := time.Now()
 	mix, err := appendDomainMix(ctx, pool, total, have == 0)
 	if err != nil {
