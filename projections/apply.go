@@ -94,9 +94,15 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p *Pro
 }
 
 // decoded is env ready to apply: its payload decoded, or none for a type
-// the registry does not know (the checkpoint still moves past it).
+// p does not handle or the registry does not know (the checkpoint still
+// moves past it). Like the runner, it leaves the payload of a type p does
+// not handle undecoded: most events of the log are such for most
+// projections, and only the checkpoint moves for them.
 func decoded(reg *events.Registry, p *Projection, env events.Envelope) (*delivery, error) {
 	d := &delivery{env: env}
+	if !p.Handles(env.Type) {
+		return d, nil
+	}
 	ev, err := reg.Decode(env)
 	var unknown *events.ErrUnknownType
 	switch {
