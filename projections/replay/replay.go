@@ -9,6 +9,10 @@
 // the shadow ones into public and replaces the projection's checkpoints:
 // readers see the old tables until that commit and the new ones after it.
 //
+// Until the shadow has caught up, its checkpoints are kept in memory
+// (projections.ApplyTxMem) and written once, before the swap: the replay
+// alone writes the shadow and reads the log in order.
+//
 // Events are read like the relay publishes them, in (tx_id, position)
 // order below the oldest running transaction, so a transaction that commits
 // late with a lower position is never stepped over.
@@ -136,7 +140,10 @@ type replayer struct {
 	progress Progress
 	schema   string
 	conn     *pgx.Conn
-	cursor   cursor
+	// mem holds the shadow's checkpoints until the shadow has caught up;
+	// they are written then, and the swap's catch-up uses the table.
+	mem    *projections.Checkpoints
+	cursor cursor
 	res      Result
 	total    int64
 }
@@ -217,6 +224,7 @@ func (r *replayer) run(ctx context.Context) (Result, error) {
 		return r.res, fmt.Errorf("replay %s: count events: %w", r.p.Name, err)
 	}
 	r.progress(0, r.total)
+	r.mem = projections.NewCheckpoints(r.p)
 	for {
 		n, err := r.batch(ctx)
 		if err != nil {
@@ -241,6 +249,9 @@ func (r *replayer) run(ctx context.Context) (Result, error) {
 			return r.res, fmt.Errorf("replay %s: %w", r.p.Name, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+	if err := r.writeCheckpoints(ctx); err != nil {
+		return r.res, err
 	}
 	if err := r.swapRetrying(ctx); err != nil {
 		return r.res, err
@@ -321,6 +332,17 @@ func (r *replayer) createShadow(ctx context.Context) error {
 	return nil
 }
 
+// writeCheckpoints writes the checkpoints held in memory into the shadow's
+// table; from then on the batches use the table.
+func (r *replayer) writeCheckpoints(ctx context.Context) error {
+	err := pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error { return r.mem.Copy(ctx, tx) })
+	if err != nil {
+		return fmt.Errorf("replay %s: %w", r.p.Name, err)
+	}
+	r.mem = nil
+	return nil
+}
+
 // batch applies the next batch of events in a transaction of its own and
 // returns how many it read.
 func (r *replayer) batch(ctx context.Context) (int, error) {
@@ -370,7 +392,12 @@ func (r *replayer) applyNext(ctx context.Context, tx pgx.Tx) (int, error) {
 	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
 	}
-	applied, err := projections.ApplyTx(ctx, tx, r.reg, r.p, batch)
+	var applied int
+	if r.mem != nil {
+		applied, err = projections.ApplyTxMem(ctx, tx, r.reg, r.p, batch, r.mem)
+	} else {
+		applied, err = projections.ApplyTx(ctx, tx, r.reg, r.p, batch)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("replay %s: %w", r.p.Name, err)
 	}
