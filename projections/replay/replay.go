@@ -144,8 +144,8 @@ type replayer struct {
 	// they are written then, and the swap's catch-up uses the table.
 	mem    *projections.Checkpoints
 	cursor cursor
-	res      Result
-	total    int64
+	res    Result
+	total  int64
 }
 
 // cursor is the last event read, in relay order.
