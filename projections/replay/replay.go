@@ -158,6 +158,10 @@ func (r *replayer) run(ctx context.Context) (Result, error) {
 	}
 	// The handlers' unqualified names resolve to the shadow tables first.
 	cc.RuntimeParams["search_path"] = r.schema + ", public"
+	// The shadow build's commits need not wait for the WAL flush: a crash
+	// loses at most its last batches, and an interrupted replay starts
+	// over anyway. The swap commits durably (and so flushes them too).
+	cc.RuntimeParams["synchronous_commit"] = "off"
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return r.res, fmt.Errorf("replay %s: connect: %w", r.p.Name, err)
@@ -451,7 +455,7 @@ func (r *replayer) swap(ctx context.Context) error {
 	for i, t := range r.p.Tables {
 		live[i] = ident("public", t)
 	}
-	begin := fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = %d", r.cfg.LockTimeout.Milliseconds())
+	begin := fmt.Sprintf("BEGIN; SET LOCAL synchronous_commit = on; SET LOCAL lock_timeout = %d", r.cfg.LockTimeout.Milliseconds())
 	err := pgx.BeginTxFunc(ctx, r.conn, pgx.TxOptions{BeginQuery: begin}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `LOCK TABLE `+strings.Join(live, ", ")+` IN ACCESS EXCLUSIVE MODE`); err != nil {
 			return fmt.Errorf("lock live tables: %w", err)
