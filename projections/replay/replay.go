@@ -481,10 +481,18 @@ func (r *replayer) swap(ctx context.Context) error {
 				return fmt.Errorf("%s: %w", q, err)
 			}
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM public.projection_checkpoints WHERE projection = $1`, r.p.Name); err != nil {
+		// The live checkpoints become the shadow's. Only the rows that
+		// differ are written: when the live projection is caught up that
+		// is none, where deleting and inserting every stream's row took
+		// seconds under the locks.
+		shadow := ident(r.schema, "projection_checkpoints")
+		if _, err := tx.Exec(ctx, `DELETE FROM public.projection_checkpoints c WHERE c.projection = $1
+			AND NOT EXISTS (SELECT 1 FROM `+shadow+` s WHERE s.projection = c.projection AND s.stream_id = c.stream_id AND s.version = c.version)`, r.p.Name); err != nil {
 			return fmt.Errorf("replace checkpoints: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO public.projection_checkpoints SELECT * FROM `+ident(r.schema, "projection_checkpoints")); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO public.projection_checkpoints SELECT * FROM `+shadow+` s
+			WHERE NOT EXISTS (SELECT 1 FROM public.projection_checkpoints c
+				WHERE c.projection = s.projection AND c.stream_id = s.stream_id AND c.version = s.version)`); err != nil {
 			return fmt.Errorf("replace checkpoints: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `
