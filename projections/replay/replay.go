@@ -11,7 +11,9 @@
 //
 // Until the shadow has caught up, its checkpoints are kept in memory
 // (projections.ApplyTxMem) and written once, before the swap: the replay
-// alone writes the shadow and reads the log in order.
+// alone writes the shadow and reads the log in order. What the log holds
+// when the replay starts is read on a second connection, a batch ahead of
+// the one being applied (bulk.go).
 //
 // Events are read like the relay publishes them, in (tx_id, position)
 // order below the oldest running transaction, so a transaction that commits
@@ -229,6 +231,9 @@ func (r *replayer) run(ctx context.Context) (Result, error) {
 	}
 	r.progress(0, r.total)
 	r.mem = projections.NewCheckpoints(r.p)
+	if err := r.bulk(ctx); err != nil {
+		return r.res, err
+	}
 	for {
 		n, err := r.batch(ctx)
 		if err != nil {
@@ -371,39 +376,60 @@ func (r *replayer) batch(ctx context.Context) (int, error) {
 // in tx and moves the cursor (which only counts once tx commits: a failed
 // batch ends the replay).
 func (r *replayer) applyNext(ctx context.Context, tx pgx.Tx) (int, error) {
-	rows, err := tx.Query(ctx, `
+	batch, next, err := r.read(ctx, tx, r.cursor)
+	if err != nil {
+		return 0, err
+	}
+	if err := r.apply(ctx, tx, batch, next); err != nil {
+		return 0, err
+	}
+	return len(batch), nil
+}
+
+// read reads up to a batch of events after cur, in relay order, below the
+// oldest running transaction, and returns them with the cursor after them.
+func (r *replayer) read(ctx context.Context, db interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, cur cursor) ([]events.Envelope, cursor, error) {
+	rows, err := db.Query(ctx, `
 		SELECT tx_id::text::bigint, event_id, stream_id, stream_version, position, type, occurred_at, metadata, data
 		FROM public.events
 		WHERE (tx_id, position) > ($1::bigint::text::xid8, $2)
 		  AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
 		ORDER BY events.tx_id, events.position
-		LIMIT $3`, r.cursor.txID, r.cursor.position, r.cfg.BatchSize)
+		LIMIT $3`, cur.txID, cur.position, r.cfg.BatchSize)
 	if err != nil {
-		return 0, fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
+		return nil, cur, fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
 	}
-	var batch []events.Envelope
-	next := r.cursor
+	defer rows.Close()
+	batch := make([]events.Envelope, 0, r.cfg.BatchSize)
+	next := cur
 	for rows.Next() {
 		e, err := store.ScanAfter(rows, &next.txID)
 		if err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
+			return nil, cur, fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
 		}
 		next.position = e.Position
 		batch = append(batch, e)
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
+		return nil, cur, fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
 	}
+	return batch, next, nil
+}
+
+// apply applies batch, read after the cursor up to next, in tx and moves
+// the cursor.
+func (r *replayer) apply(ctx context.Context, tx pgx.Tx, batch []events.Envelope, next cursor) error {
 	var applied int
+	var err error
 	if r.mem != nil {
 		applied, err = projections.ApplyTxMem(ctx, tx, r.reg, r.p, batch, r.mem)
 	} else {
 		applied, err = projections.ApplyTx(ctx, tx, r.reg, r.p, batch)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("replay %s: %w", r.p.Name, err)
+		return fmt.Errorf("replay %s: %w", r.p.Name, err)
 	}
 	r.cursor = next
 	r.res.Events += int64(len(batch))
@@ -411,7 +437,7 @@ func (r *replayer) applyNext(ctx context.Context, tx pgx.Tx) (int, error) {
 	if r.res.Events > r.total {
 		r.total = r.res.Events
 	}
-	return len(batch), nil
+	return nil
 }
 
 // swapAttempts bounds how often the swap waits LockTimeout for the live
