@@ -50,6 +50,14 @@ func BenchmarkReplayPostgres(b *testing.B) {
 		}
 		total = n
 	}
+	cfg := replay.Config{}
+	if s := os.Getenv("CFGD_BENCH_REPLAY_BATCH"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			b.Fatalf("CFGD_BENCH_REPLAY_BATCH=%q: %v", s, err)
+		}
+		cfg.BatchSize = n
+	}
 	ctx := context.Background()
 	// CFGD_BENCH_REPLAY_URL names a database to fill once and keep, so
 	// that two builds can be compared round by round on the same log.
@@ -87,7 +95,7 @@ func BenchmarkReplayPostgres(b *testing.B) {
 	round := 0
 	for b.Loop() {
 		round++
-		d, n, err := rawRead(ctx, pool, reg, replay.DefaultBatchSize)
+		d, n, err := rawRead(ctx, pool, reg, cfg.WithDefaults().BatchSize)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -98,7 +106,7 @@ func BenchmarkReplayPostgres(b *testing.B) {
 		var sum time.Duration
 		line := fmt.Sprintf("round %d: raw %.0f events/s", round, raw[len(raw)-1])
 		for _, p := range ps {
-			res, err := replay.Run(ctx, pool, reg, p, replay.Config{}, nil)
+			res, err := replay.Run(ctx, pool, reg, p, cfg, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
