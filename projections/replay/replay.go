@@ -144,12 +144,10 @@ type replayer struct {
 	conn     *pgx.Conn
 	// mem holds the shadow's checkpoints until the shadow has caught up;
 	// they are written then, and the swap's catch-up uses the table.
-	mem *projections.Checkpoints
-	// indexes are the shadow's non-unique indexes, built after the bulk.
-	indexes []string
-	cursor  cursor
-	res     Result
-	total   int64
+	mem    *projections.Checkpoints
+	cursor cursor
+	res    Result
+	total  int64
 }
 
 // cursor is the last event read, in relay order.
@@ -236,9 +234,6 @@ func (r *replayer) run(ctx context.Context) (Result, error) {
 	if err := r.bulk(ctx); err != nil {
 		return r.res, err
 	}
-	if err := r.buildIndexes(ctx); err != nil {
-		return r.res, err
-	}
 	for {
 		n, err := r.batch(ctx)
 		if err != nil {
@@ -284,10 +279,7 @@ func (r *replayer) createShadow(ctx context.Context) error {
 	// Definitions are read through the pool (default search_path), so a
 	// foreign key names its table unqualified and, created on the replay
 	// connection, points at the shadow table.
-	type def struct {
-		table, name, sql string
-		unique           bool
-	}
+	type def struct{ table, name, sql string }
 	rows, err := r.pool.Query(ctx, `
 		SELECT c.relname, k.conname, pg_get_constraintdef(k.oid)
 		FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -302,7 +294,7 @@ func (r *replayer) createShadow(ctx context.Context) error {
 		return fmt.Errorf("replay %s: read constraints: %w", r.p.Name, err)
 	}
 	rows, err = r.pool.Query(ctx, `
-		SELECT c.relname, i.relname, pg_get_indexdef(i.oid), x.indisunique
+		SELECT c.relname, i.relname, pg_get_indexdef(i.oid)
 		FROM pg_index x JOIN pg_class c ON c.oid = x.indrelid JOIN pg_class i ON i.oid = x.indexrelid
 		JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = 'public' AND c.relname = ANY($1)
@@ -312,7 +304,7 @@ func (r *replayer) createShadow(ctx context.Context) error {
 		return fmt.Errorf("replay %s: read indexes: %w", r.p.Name, err)
 	}
 	var idx []def
-	if _, err := pgx.ForEachRow(rows, []any{&d.table, &d.name, &d.sql, &d.unique}, func() error { idx = append(idx, d); return nil }); err != nil {
+	if _, err := pgx.ForEachRow(rows, []any{&d.table, &d.name, &d.sql}, func() error { idx = append(idx, d); return nil }); err != nil {
 		return fmt.Errorf("replay %s: read indexes: %w", r.p.Name, err)
 	}
 
@@ -332,14 +324,7 @@ func (r *replayer) createShadow(ctx context.Context) error {
 		if !strings.Contains(i.sql, on) {
 			return fmt.Errorf("replay %s: cannot copy index %s: %s", r.p.Name, i.name, i.sql)
 		}
-		q := strings.Replace(i.sql, on, " ON "+ident(r.schema, i.table)+" ", 1)
-		// A non-unique index changes no statement's outcome: it is
-		// built once, after the bulk load, instead of row by row.
-		if i.unique {
-			stmts = append(stmts, q)
-		} else {
-			r.indexes = append(r.indexes, q)
-		}
+		stmts = append(stmts, strings.Replace(i.sql, on, " ON "+ident(r.schema, i.table)+" ", 1))
 	}
 	stmts = append(stmts, fmt.Sprintf(`CREATE TABLE %s (LIKE public.projection_checkpoints INCLUDING ALL)`, ident(r.schema, "projection_checkpoints")))
 	err = pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error {
@@ -352,22 +337,6 @@ func (r *replayer) createShadow(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("replay %s: create shadow tables: %w", r.p.Name, err)
-	}
-	return nil
-}
-
-// buildIndexes creates the shadow's non-unique indexes.
-func (r *replayer) buildIndexes(ctx context.Context) error {
-	err := pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error {
-		for _, q := range r.indexes {
-			if _, err := tx.Exec(ctx, q); err != nil {
-				return fmt.Errorf("%s: %w", q, err)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("replay %s: create shadow indexes: %w", r.p.Name, err)
 	}
 	return nil
 }
