@@ -5,7 +5,7 @@ BIN      := $(CURDIR)/bin/cfgd
 export CFGD_DATA_DIR := $(DATA_DIR)
 export KAFKA__DATA_DIR ?= $(DATA_DIR)/kafka
 
-.PHONY: all build run test test-short bench bench-ingest bench-replay-clickhouse mutate proto stack-up stack-down stack-status migrate lint fmt clean
+.PHONY: all build run test test-short bench bench-ingest bench-replay bench-replay-clickhouse bench-replay-postgres mutate proto stack-up stack-down stack-status migrate lint fmt clean
 
 all: build
 
@@ -65,6 +65,14 @@ clean:
 BENCH_INGEST_ARGS ?=
 bench-ingest: stack-up
 	$(GO) run ./cmd/loadgen $(BENCH_INGEST_ARGS)
+
+## bench-replay: both replay benchmarks below, each next to its raw read of the same log
+bench-replay: bench-replay-postgres bench-replay-clickhouse
+
+## bench-replay-postgres: 1M domain events replayed into every Postgres read model, next to the raw read of the same log (CFGD_BENCH_REPLAY_EVENTS=..., BENCH_REPLAY_ROUNDS=3)
+BENCH_REPLAY_ROUNDS ?= 3
+bench-replay-postgres: stack-up
+	$(GO) test -run '^$$' -bench BenchmarkReplayPostgres -benchtime $(BENCH_REPLAY_ROUNDS)x -timeout 60m ./projections/replay/
 
 ## bench-replay-clickhouse: replay of N request-log events into ClickHouse against the raw consume rate of the same topic, alternating rounds, medians (BENCH_REPLAY_EVENTS=2000000 for a quicker run)
 BENCH_REPLAY_EVENTS ?= 10000000

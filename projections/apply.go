@@ -94,9 +94,15 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p *Pro
 }
 
 // decoded is env ready to apply: its payload decoded, or none for a type
-// the registry does not know (the checkpoint still moves past it).
+// p does not handle or the registry does not know (the checkpoint still
+// moves past it). Like the runner, it leaves the payload of a type p does
+// not handle undecoded: most events of the log are such for most
+// projections, and only the checkpoint moves for them.
 func decoded(reg *events.Registry, p *Projection, env events.Envelope) (*delivery, error) {
 	d := &delivery{env: env}
+	if !p.Handles(env.Type) {
+		return d, nil
+	}
 	ev, err := reg.Decode(env)
 	var unknown *events.ErrUnknownType
 	switch {
@@ -133,7 +139,7 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, lockTimeout time.Durati
 	}
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{BeginQuery: begin}, func(tx pgx.Tx) error {
 		var err error
-		res, err = applyInTx(ctx, tx, ps, batch)
+		res, err = applyInTx(ctx, tx, ps, batch, nil)
 		return err
 	})
 	return res, err
@@ -145,13 +151,20 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, lockTimeout time.Durati
 // advances the checkpoint), and a later one is held: it is retried in the
 // same call once the missing version shows up in the batch, and otherwise
 // returned in held. Every checkpoint that moved is written in one
-// statement at the end.
-func applyInTx(ctx context.Context, tx pgx.Tx, ps []*Projection, batch []*delivery) (batchResult, error) {
+// statement at the end. With mem, the checkpoints are mem's instead of
+// the table's, and only mem moves.
+func applyInTx(ctx context.Context, tx pgx.Tx, ps []*Projection, batch []*delivery, mem *Checkpoints) (batchResult, error) {
 	res := batchResult{outcomes: map[string]*[len(outcomeNames)]int{}, maxPos: map[string]int64{}}
 	for _, p := range ps {
 		res.outcomes[p.Name] = new([len(outcomeNames)]int)
 	}
-	start, err := loadCheckpoints(ctx, tx, ps, batch)
+	var start map[ckey]int64
+	var err error
+	if mem != nil {
+		start, err = mem.load(ps, batch)
+	} else {
+		start, err = loadCheckpoints(ctx, tx, ps, batch)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -234,6 +247,10 @@ func applyInTx(ctx context.Context, tx pgx.Tx, ps []*Projection, batch []*delive
 	}
 	if err := ptx.flush(ctx); err != nil {
 		return res, err
+	}
+	if mem != nil {
+		mem.save(start, cps)
+		return res, nil
 	}
 	return res, saveCheckpoints(ctx, tx, start, cps)
 }

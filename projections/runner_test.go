@@ -190,6 +190,15 @@ func TestApplyIsIdempotentAndHoldsGaps(t *testing.T) {
 	pool, _, reg := setup(t, 1)
 	p, _ := balances(nil)
 	envs := appendEvents(t, pool, "acc-1", deposited{5}, unrelated{}, deposited{7})
+	// A type the projection does not handle is not decoded (as by the
+	// runner): a payload only another projection could read passes.
+	odd := envelope(t, "acc-1", 0, unrelated{})
+	odd.Data = []byte(`["not", "an", "object"]`)
+	stored, err := store.Append(ctx, pool, "acc-1", 3, odd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	envs = append(envs, stored...)
 	tests := []struct {
 		name string
 		env  events.Envelope
@@ -202,6 +211,7 @@ func TestApplyIsIdempotentAndHoldsGaps(t *testing.T) {
 		{"v3 after v2", envs[2], projections.Applied},
 		{"v3 again", envs[2], projections.Duplicate},
 		{"v1 late", envs[0], projections.Duplicate},
+		{"unhandled type is not decoded", envs[3], projections.Ignored},
 	}
 	for _, tc := range tests {
 		got, err := projections.Apply(ctx, pool, reg, p, tc.env)

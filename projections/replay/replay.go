@@ -9,6 +9,12 @@
 // the shadow ones into public and replaces the projection's checkpoints:
 // readers see the old tables until that commit and the new ones after it.
 //
+// Until the shadow has caught up, its checkpoints are kept in memory
+// (projections.ApplyTxMem) and written once, before the swap: the replay
+// alone writes the shadow and reads the log in order. What the log holds
+// when the replay starts is read on a second connection, a batch ahead of
+// the one being applied (bulk.go).
+//
 // Events are read like the relay publishes them, in (tx_id, position)
 // order below the oldest running transaction, so a transaction that commits
 // late with a lower position is never stepped over.
@@ -143,9 +149,12 @@ type replayer struct {
 	progress Progress
 	schema   string
 	conn     *pgx.Conn
-	cursor   cursor
-	res      Result
-	total    int64
+	// mem holds the shadow's checkpoints until the shadow has caught up;
+	// they are written then, and the swap's catch-up uses the table.
+	mem    *projections.Checkpoints
+	cursor cursor
+	res    Result
+	total  int64
 }
 
 // cursor is the last event read, in relay order.
@@ -158,6 +167,10 @@ func (r *replayer) run(ctx context.Context) (Result, error) {
 	}
 	// The handlers' unqualified names resolve to the shadow tables first.
 	cc.RuntimeParams["search_path"] = r.schema + ", public"
+	// The shadow build's commits need not wait for the WAL flush: a crash
+	// loses at most its last batches, and an interrupted replay starts
+	// over anyway. The swap commits durably (and so flushes them too).
+	cc.RuntimeParams["synchronous_commit"] = "off"
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return r.res, fmt.Errorf("replay %s: connect: %w", r.p.Name, err)
@@ -224,6 +237,10 @@ func (r *replayer) run(ctx context.Context) (Result, error) {
 		return r.res, fmt.Errorf("replay %s: count events: %w", r.p.Name, err)
 	}
 	r.progress(0, r.total)
+	r.mem = projections.NewCheckpoints(r.p)
+	if err := r.bulk(ctx); err != nil {
+		return r.res, err
+	}
 	for {
 		n, err := r.batch(ctx)
 		if err != nil {
@@ -250,6 +267,9 @@ func (r *replayer) run(ctx context.Context) (Result, error) {
 		}
 	}
 	if err := r.rebuildFeeds(ctx); err != nil {
+		return r.res, err
+	}
+	if err := r.writeCheckpoints(ctx); err != nil {
 		return r.res, err
 	}
 	if err := r.swapRetrying(ctx); err != nil {
@@ -331,6 +351,17 @@ func (r *replayer) createShadow(ctx context.Context) error {
 	return nil
 }
 
+// writeCheckpoints writes the checkpoints held in memory into the shadow's
+// table; from then on the batches use the table.
+func (r *replayer) writeCheckpoints(ctx context.Context) error {
+	err := pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error { return r.mem.Copy(ctx, tx) })
+	if err != nil {
+		return fmt.Errorf("replay %s: %w", r.p.Name, err)
+	}
+	r.mem = nil
+	return nil
+}
+
 // batch applies the next batch of events in a transaction of its own and
 // returns how many it read.
 func (r *replayer) batch(ctx context.Context) (int, error) {
@@ -355,34 +386,60 @@ func (r *replayer) batch(ctx context.Context) (int, error) {
 // in tx and moves the cursor (which only counts once tx commits: a failed
 // batch ends the replay).
 func (r *replayer) applyNext(ctx context.Context, tx pgx.Tx) (int, error) {
-	rows, err := tx.Query(ctx, `
+	batch, next, err := r.read(ctx, tx, r.cursor)
+	if err != nil {
+		return 0, err
+	}
+	if err := r.apply(ctx, tx, batch, next); err != nil {
+		return 0, err
+	}
+	return len(batch), nil
+}
+
+// read reads up to a batch of events after cur, in relay order, below the
+// oldest running transaction, and returns them with the cursor after them.
+func (r *replayer) read(ctx context.Context, db interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, cur cursor) ([]events.Envelope, cursor, error) {
+	rows, err := db.Query(ctx, `
 		SELECT tx_id::text::bigint, event_id, stream_id, stream_version, position, type, occurred_at, metadata, data
 		FROM public.events
 		WHERE (tx_id, position) > ($1::bigint::text::xid8, $2)
 		  AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
 		ORDER BY events.tx_id, events.position
-		LIMIT $3`, r.cursor.txID, r.cursor.position, r.cfg.BatchSize)
+		LIMIT $3`, cur.txID, cur.position, r.cfg.BatchSize)
 	if err != nil {
-		return 0, fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
+		return nil, cur, fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
 	}
-	var batch []events.Envelope
-	next := r.cursor
+	defer rows.Close()
+	batch := make([]events.Envelope, 0, r.cfg.BatchSize)
+	next := cur
 	for rows.Next() {
 		e, err := store.ScanAfter(rows, &next.txID)
 		if err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
+			return nil, cur, fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
 		}
 		next.position = e.Position
 		batch = append(batch, e)
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
+		return nil, cur, fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
 	}
-	applied, err := projections.ApplyTx(ctx, tx, r.reg, r.p, batch)
+	return batch, next, nil
+}
+
+// apply applies batch, read after the cursor up to next, in tx and moves
+// the cursor.
+func (r *replayer) apply(ctx context.Context, tx pgx.Tx, batch []events.Envelope, next cursor) error {
+	var applied int
+	var err error
+	if r.mem != nil {
+		applied, err = projections.ApplyTxMem(ctx, tx, r.reg, r.p, batch, r.mem)
+	} else {
+		applied, err = projections.ApplyTx(ctx, tx, r.reg, r.p, batch)
+	}
 	if err != nil {
-		return 0, fmt.Errorf("replay %s: %w", r.p.Name, err)
+		return fmt.Errorf("replay %s: %w", r.p.Name, err)
 	}
 	r.cursor = next
 	r.res.Events += int64(len(batch))
@@ -390,7 +447,7 @@ func (r *replayer) applyNext(ctx context.Context, tx pgx.Tx) (int, error) {
 	if r.res.Events > r.total {
 		r.total = r.res.Events
 	}
-	return len(batch), nil
+	return nil
 }
 
 // swapAttempts bounds how often the swap waits LockTimeout for the live
@@ -434,7 +491,7 @@ func (r *replayer) swap(ctx context.Context) error {
 	for i, t := range r.p.Tables {
 		live[i] = ident("public", t)
 	}
-	begin := fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = %d", r.cfg.LockTimeout.Milliseconds())
+	begin := fmt.Sprintf("BEGIN; SET LOCAL synchronous_commit = on; SET LOCAL lock_timeout = %d", r.cfg.LockTimeout.Milliseconds())
 	err := pgx.BeginTxFunc(ctx, r.conn, pgx.TxOptions{BeginQuery: begin}, func(tx pgx.Tx) error {
 		if err := r.lockFeeds(ctx, tx); err != nil {
 			return err
@@ -466,10 +523,18 @@ func (r *replayer) swap(ctx context.Context) error {
 				return fmt.Errorf("%s: %w", q, err)
 			}
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM public.projection_checkpoints WHERE projection = $1`, r.p.Name); err != nil {
+		// The live checkpoints become the shadow's. Only the rows that
+		// differ are written: when the live projection is caught up that
+		// is none, where deleting and inserting every stream's row took
+		// seconds under the locks.
+		shadow := ident(r.schema, "projection_checkpoints")
+		if _, err := tx.Exec(ctx, `DELETE FROM public.projection_checkpoints c WHERE c.projection = $1
+			AND NOT EXISTS (SELECT 1 FROM `+shadow+` s WHERE s.projection = c.projection AND s.stream_id = c.stream_id AND s.version = c.version)`, r.p.Name); err != nil {
 			return fmt.Errorf("replace checkpoints: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO public.projection_checkpoints SELECT * FROM `+ident(r.schema, "projection_checkpoints")); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO public.projection_checkpoints SELECT * FROM `+shadow+` s
+			WHERE NOT EXISTS (SELECT 1 FROM public.projection_checkpoints c
+				WHERE c.projection = s.projection AND c.stream_id = s.stream_id AND c.version = s.version)`); err != nil {
 			return fmt.Errorf("replace checkpoints: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `
