@@ -81,9 +81,10 @@ type Store struct {
 }
 
 // New returns a store over conn's database. activeKeys may be nil (then
-// active_api_keys is 0).
+// active_api_keys is 0). A query that meets a replay's swap half done asks
+// again (swapTolerant).
 func New(conn driver.Conn, now func() time.Time, activeKeys ActiveAPIKeys) *Store {
-	return &Store{conn: conn, now: now, activeKeys: activeKeys}
+	return &Store{conn: swapTolerant{conn}, now: now, activeKeys: activeKeys}
 }
 
 // Request is one record of SPEC.md 2.7: the event as ingested, with the id
