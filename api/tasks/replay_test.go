@@ -36,27 +36,13 @@ func (s *stack) views(t *testing.T) string {
 	t.Helper()
 	ctx := context.Background()
 	var b strings.Builder
-	for _, q := range []string{
+	b.WriteString(testenv.Dump(t, s.Pool,
 		`SELECT * FROM task_queues ORDER BY name`,
 		`SELECT * FROM task_worker_commands ORDER BY worker_id`,
 		`SELECT * FROM task_lifecycle ORDER BY task_id, step, attempt`,
 		`SELECT * FROM task_runs ORDER BY task_id`,
 		`SELECT * FROM projection_checkpoints WHERE projection = 'tasks.queues' ORDER BY stream_id`,
-	} {
-		fmt.Fprintf(&b, "-- %s\n", q)
-		rows, err := s.Pool.Query(ctx, q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			vals, err := rows.Values()
-			if err != nil {
-				t.Fatal(err)
-			}
-			fmt.Fprintln(&b, vals...)
-		}
-		rows.Close()
-	}
+	))
 	st, err := s.App.Reader.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)

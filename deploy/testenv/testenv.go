@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -273,4 +274,34 @@ func Signer(t testing.TB) *events.Signer {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// Dump runs each query on db and returns its rows as text, one line a row
+// under a line naming the query: two dumps of the same queries are equal
+// exactly when the rows are, which is what the replay determinism tests
+// compare.
+func Dump(t testing.TB, db interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, queries ...string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, q := range queries {
+		fmt.Fprintf(&b, "-- %s\n", q)
+		rows, err := db.Query(context.Background(), q)
+		if err != nil {
+			t.Fatalf("dump %s: %v", q, err)
+		}
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				t.Fatalf("dump %s: %v", q, err)
+			}
+			fmt.Fprintln(&b, vals...)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			t.Fatalf("dump %s: %v", q, err)
+		}
+	}
+	return b.String()
 }

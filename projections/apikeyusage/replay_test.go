@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/api/auth/authtest"
 	"github.com/cfgd/cfgd/api/grpc/grpctest"
@@ -168,10 +167,10 @@ func (u *usageEnv) counts(t *testing.T) map[int64]int64 {
 func (u *usageEnv) snapshot(t *testing.T) string {
 	t.Helper()
 	var b strings.Builder
-	dump(t, &b, u.Pool,
+	b.WriteString(testenv.Dump(t, u.Pool,
 		`SELECT * FROM api_keys ORDER BY id`,
 		`SELECT * FROM projection_checkpoints WHERE projection = 'apikey.keys' ORDER BY stream_id`,
-		`SELECT * FROM consumer_offsets ORDER BY 1, 2, 3`)
+		`SELECT * FROM consumer_offsets ORDER BY 1, 2, 3`))
 	for _, id := range u.keys {
 		r := u.Do(t, http.MethodGet, fmt.Sprintf("/api/grpc/api-keys/%d/", id), nil, u.admin...)
 		fmt.Fprintf(&b, "detail %d: %d %s\n", id, r.Status, r.Raw)
@@ -179,25 +178,6 @@ func (u *usageEnv) snapshot(t *testing.T) string {
 	r := u.Do(t, http.MethodGet, "/api/grpc/api-keys/stats/", nil, u.admin...)
 	fmt.Fprintf(&b, "stats: %d %s\n", r.Status, r.Raw)
 	return b.String()
-}
-
-func dump(t *testing.T, b *strings.Builder, pool *pgxpool.Pool, qs ...string) {
-	t.Helper()
-	for _, q := range qs {
-		fmt.Fprintf(b, "-- %s\n", q)
-		rows, err := pool.Query(context.Background(), q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			vals, err := rows.Values()
-			if err != nil {
-				t.Fatal(err)
-			}
-			fmt.Fprintln(b, vals...)
-		}
-		rows.Close()
-	}
 }
 
 // keysWithUsage is the API-key projection as cfgd replay builds it;

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cfgd/cfgd/commands/signin"
+	"github.com/cfgd/cfgd/deploy/testenv"
 
 	"github.com/cfgd/cfgd/api/auth/authtest"
 	"github.com/cfgd/cfgd/commands/user"
@@ -21,28 +22,13 @@ import (
 // snapshot renders every identity read model as text.
 func snapshot(t *testing.T, e *authtest.Env) string {
 	t.Helper()
-	out := ""
-	for _, q := range []string{
+	return testenv.Dump(t, e.Pool,
 		`SELECT id, email, first_name, last_name, password_hash IS NOT NULL, is_active, is_staff, is_superuser, date_joined, last_login, version FROM users ORDER BY id`,
 		`SELECT user_id, bio, avatar, phone, date_of_birth, created_at, updated_at FROM profiles ORDER BY user_id`,
 		`SELECT url, name FROM registration_sources ORDER BY url`,
 		`SELECT l.user_id, s.url, l.created_at FROM user_registration_sources l JOIN registration_sources s ON s.id = l.source_id ORDER BY 1, 2`,
 		`SELECT session_id, user_id, kind, reason, revoked_at, expires_at FROM session_revocations ORDER BY session_id`,
-	} {
-		rows, err := e.Pool.Query(context.Background(), q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			vals, err := rows.Values()
-			if err != nil {
-				t.Fatal(err)
-			}
-			out += fmt.Sprintln(vals...)
-		}
-		rows.Close()
-	}
-	return out
+	)
 }
 
 // Replaying the whole log, twice over and then from scratch, gives the same

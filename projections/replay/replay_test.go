@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/api/auth/authtest"
+	"github.com/cfgd/cfgd/deploy/testenv"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/projections"
@@ -72,8 +73,6 @@ func waitAll(t *testing.T, e *authtest.Env) {
 // their checkpoints and the tables' index names.
 func snapshot(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
-	ctx := context.Background()
-	var b strings.Builder
 	var qs []string
 	for _, p := range identityproj.All() {
 		for _, tb := range p.Tables {
@@ -83,22 +82,7 @@ func snapshot(t *testing.T, pool *pgxpool.Pool) string {
 	}
 	qs = append(qs, `SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1, 2`,
 		`SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE connamespace = 'public'::regnamespace ORDER BY 1, 2`)
-	for _, q := range qs {
-		fmt.Fprintf(&b, "-- %s\n", q)
-		rows, err := pool.Query(ctx, q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			vals, err := rows.Values()
-			if err != nil {
-				t.Fatal(err)
-			}
-			fmt.Fprintln(&b, vals...)
-		}
-		rows.Close()
-	}
-	return b.String()
+	return testenv.Dump(t, pool, qs...)
 }
 
 func registry(t *testing.T) *events.Registry {
