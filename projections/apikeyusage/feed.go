@@ -60,49 +60,9 @@ func (f *Feed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp func(contex
 		return 0, err
 	}
 	defer c.Close()
-	if err := c.RefreshMetadata(f.u.topic); err != nil {
-		return 0, fmt.Errorf("kafka: %w", err)
-	}
-	if err := replay.Complete(c, f.u.topic); err != nil {
-		return 0, err
-	}
-	var n, total int64
-	var next map[int32]int64
-	// A few passes: what arrives during one is read by the next, so the
-	// swap, which holds the live tables, has little left to catch up.
-	for range rebuildPasses {
-		ends, err := replay.Ends(c, f.u.topic)
-		if err != nil {
-			return n, err
-		}
-		backlog, err := replay.Backlog(c, f.u.topic, next, ends)
-		if err != nil {
-			return n, err
-		}
-		total += backlog
-		progress(n, total)
-		if err := caughtUp(ctx); err != nil {
-			return n, err
-		}
-		read := int64(0)
-		next, err = replay.ReadPartitions(ctx, c, f.u.topic, next, ends, f.u.cfg.BatchRecords, func(ctx context.Context, p int32, msgs []*sarama.ConsumerMessage) error {
-			if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return f.apply(ctx, tx, p, msgs) }); err != nil {
-				return err
-			}
-			read += int64(len(msgs))
-			progress(n+read, total)
-			return nil
-		})
-		n += read
-		if err != nil || read == 0 {
-			return n, err
-		}
-	}
-	return n, nil
+	n, _, err := replay.RebuildFromTopic(ctx, c, conn, f.u.topic, f.u.cfg.BatchRecords, caughtUp, progress, f.apply)
+	return n, err
 }
-
-// rebuildPasses bounds the rereads of a feed's topic before the swap.
-const rebuildPasses = 3
 
 func (f *Feed) apply(ctx context.Context, tx pgx.Tx, p int32, msgs []*sarama.ConsumerMessage) error {
 	b := &batch{partition: p}

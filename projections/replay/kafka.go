@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/IBM/sarama"
+	"github.com/jackc/pgx/v5"
 )
 
 // ErrTruncated refuses to rebuild from a topic that no longer holds its
@@ -166,4 +167,61 @@ func readPartition(ctx context.Context, consumer sarama.Consumer, topic string, 
 			return nil
 		}
 	}
+}
+
+// rebuildPasses bounds the rereads of a feed's topic before the swap.
+const rebuildPasses = 3
+
+// RebuildFromTopic is the body of a feed's Rebuild: it checks that topic still
+// holds its first records, then reads it from the oldest ones in up to
+// three passes. Each pass notes the partitions' ends, lets the events
+// committed so far be applied (caughtUp), then reads up to those ends,
+// applying each batch of a partition in a transaction of its own on conn.
+// What arrives during one pass is read by the next, so the swap, which
+// holds the live tables, has little left to catch up. It returns the
+// records read and where the last complete pass stopped in each partition.
+func RebuildFromTopic(ctx context.Context, client sarama.Client, conn *pgx.Conn, topic string, batch int,
+	caughtUp func(context.Context) error, progress func(read, total int64),
+	apply func(ctx context.Context, tx pgx.Tx, partition int32, msgs []*sarama.ConsumerMessage) error) (int64, map[int32]int64, error) {
+	if err := client.RefreshMetadata(topic); err != nil {
+		return 0, nil, fmt.Errorf("kafka: %w", err)
+	}
+	if err := Complete(client, topic); err != nil {
+		return 0, nil, err
+	}
+	var n, total int64
+	var next map[int32]int64
+	for range rebuildPasses {
+		ends, err := Ends(client, topic)
+		if err != nil {
+			return n, next, err
+		}
+		backlog, err := Backlog(client, topic, next, ends)
+		if err != nil {
+			return n, next, err
+		}
+		total += backlog
+		progress(n, total)
+		if err := caughtUp(ctx); err != nil {
+			return n, next, err
+		}
+		read := int64(0)
+		reached, err := ReadPartitions(ctx, client, topic, next, ends, batch, func(ctx context.Context, p int32, msgs []*sarama.ConsumerMessage) error {
+			if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return apply(ctx, tx, p, msgs) }); err != nil {
+				return err
+			}
+			read += int64(len(msgs))
+			progress(n+read, total)
+			return nil
+		})
+		n += read
+		if err != nil {
+			return n, next, err
+		}
+		next = reached
+		if read == 0 {
+			break
+		}
+	}
+	return n, next, nil
 }

@@ -67,50 +67,14 @@ func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp fu
 		return 0, err
 	}
 	defer c.Close()
-	topic := f.bus.Topic(tasks.TopicLifecycle)
-	if err := c.RefreshMetadata(topic); err != nil {
-		return 0, fmt.Errorf("kafka: %w", err)
-	}
-	if err := replay.Complete(c, topic); err != nil {
-		return 0, err
-	}
-	var n, total int64
-	var next map[int32]int64
-	// A few passes: what arrives during one is read by the next, so the
-	// swap, which holds the live tables, has little left to catch up.
-	for range 3 {
-		ends, err := replay.Ends(c, topic)
-		if err != nil {
-			return n, err
-		}
-		backlog, err := replay.Backlog(c, topic, next, ends)
-		if err != nil {
-			return n, err
-		}
-		total += backlog
-		progress(n, total)
-		if err := caughtUp(ctx); err != nil {
-			return n, err
-		}
-		read := int64(0)
-		next, err = replay.ReadPartitions(ctx, c, topic, next, ends, f.batch, func(ctx context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
-			if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return ApplyLifecycle(ctx, tx, f.decode(msgs)) }); err != nil {
-				return err
-			}
-			read += int64(len(msgs))
-			progress(n+read, total)
-			return nil
+	n, next, err := replay.RebuildFromTopic(ctx, c, conn, f.bus.Topic(tasks.TopicLifecycle), f.batch, caughtUp, progress,
+		func(ctx context.Context, tx pgx.Tx, _ int32, msgs []*sarama.ConsumerMessage) error {
+			return ApplyLifecycle(ctx, tx, f.decode(msgs))
 		})
-		n += read
-		if err != nil {
-			return n, err
-		}
+	if err == nil {
 		f.next = next
-		if read == 0 {
-			break
-		}
 	}
-	return n, nil
+	return n, err
 }
 
 // decode reads msgs as the sink does, skipping what it skips.
