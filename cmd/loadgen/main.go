@@ -227,17 +227,11 @@ func benchIngest(ctx context.Context, o options) error {
 		return err
 	}
 	defer drop()
-	bc := bus.Config{Partitions: o.partitions, TopicPrefix: "bench.", ClientID: "cfgd-loadgen"}
-	if o.brokers != "" {
-		bc.Brokers = []string{o.brokers}
-	} else {
-		emb, err := bus.StartEmbedded("", "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		defer emb.Close()
-		bc.Brokers, bc.SASL = []string{emb.Addr()}, emb.SASL()
+	bc, closeBus, err := benchBus(o)
+	if err != nil {
+		return err
 	}
+	defer closeBus()
 	pc := reqlog.DefaultProducerConfig(bc)
 	pc.Timeout = 10 * time.Second
 	prod, err := reqlog.NewProducer(pc, quiet())
@@ -500,4 +494,20 @@ func rss() int64 {
 		return 0
 	}
 	return res * int64(os.Getpagesize())
+}
+
+// benchBus is the broker of a run: -brokers when given, otherwise an
+// embedded one in memory, closed by the returned function.
+func benchBus(o options) (bus.Config, func(), error) {
+	bc := bus.Config{Partitions: o.partitions, TopicPrefix: "bench.", ClientID: "cfgd-loadgen"}
+	if o.brokers != "" {
+		bc.Brokers = []string{o.brokers}
+		return bc, func() {}, nil
+	}
+	emb, err := bus.StartEmbedded("", "127.0.0.1:0")
+	if err != nil {
+		return bc, nil, err
+	}
+	bc.Brokers, bc.SASL = []string{emb.Addr()}, emb.SASL()
+	return bc, emb.Close, nil
 }

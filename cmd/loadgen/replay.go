@@ -30,17 +30,11 @@ import (
 // requestlog.clickhouse`'s code rebuilding the tables from it into a
 // scratch ClickHouse database (shadow tables built, no swap).
 func benchReplay(ctx context.Context, o options) error {
-	bc := bus.Config{Partitions: o.partitions, TopicPrefix: "bench.", ClientID: "cfgd-loadgen"}
-	if o.brokers != "" {
-		bc.Brokers = []string{o.brokers}
-	} else {
-		emb, err := bus.StartEmbedded("", "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		defer emb.Close()
-		bc.Brokers, bc.SASL = []string{emb.Addr()}, emb.SASL()
+	bc, closeBus, err := benchBus(o)
+	if err != nil {
+		return err
 	}
+	defer closeBus()
 	pool, err := pgxpool.New(ctx, o.postgres)
 	if err != nil {
 		return fmt.Errorf("postgres (the replay's lock): %w", err)

@@ -46,21 +46,30 @@ type logEvent struct {
 // run starts workers goroutines posting until ctx ends; wait for them
 // with the returned function.
 func (in *ingester) run(ctx context.Context, name string, workers int) (wait func()) {
+	return load(ctx, workers, in.pause, func(ctx context.Context, w, seq int) bool {
+		return in.post(ctx, fmt.Sprintf("%s-%d-%d", name, w, seq))
+	})
+}
+
+// load runs do in workers goroutines, again and again with pause between
+// calls, until ctx ends; wait for them with the returned function. A
+// refused call (the faults under test) backs off a little, as a client
+// would.
+func load(ctx context.Context, workers int, pause time.Duration, do func(ctx context.Context, worker, seq int) bool) (wait func()) {
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for seq := 0; ctx.Err() == nil; seq++ {
-				pause := in.pause
-				if !in.post(ctx, fmt.Sprintf("%s-%d-%d", name, w, seq)) {
-					// Refused or down: back off a little, as a client would.
-					pause = max(pause, 50*time.Millisecond)
+				p := pause
+				if !do(ctx, w, seq) {
+					p = max(p, 50*time.Millisecond)
 				}
-				if pause > 0 {
+				if p > 0 {
 					select {
 					case <-ctx.Done():
-					case <-time.After(pause):
+					case <-time.After(p):
 					}
 				}
 			}

@@ -34,26 +34,9 @@ func newSigner(c *cfgd, m *mailbox) *signer {
 }
 
 func (s *signer) run(ctx context.Context, name string, workers int, pause time.Duration) (wait func()) {
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for seq := 0; ctx.Err() == nil; seq++ {
-				p := pause
-				if !s.signIn(ctx, fmt.Sprintf("%s-%d-%d@example.com", name, w, seq)) {
-					p = max(p, 50*time.Millisecond)
-				}
-				if p > 0 {
-					select {
-					case <-ctx.Done():
-					case <-time.After(p):
-					}
-				}
-			}
-		}()
-	}
-	return wg.Wait
+	return load(ctx, workers, pause, func(ctx context.Context, w, seq int) bool {
+		return s.signIn(ctx, fmt.Sprintf("%s-%d-%d@example.com", name, w, seq))
+	})
 }
 
 // signIn is one whole sign-in; any failure (the faults under test) only
