@@ -16,6 +16,8 @@ import (
 type Feed interface {
 	// Name of the feed, for messages.
 	Name() string
+	// Topic is the log the feed reads (`cfgd replay --list` names it).
+	Topic() string
 	// Rebuild folds the log, from its oldest record to its end at the time
 	// of the call, into the shadow tables through conn, whose search_path
 	// puts the shadow schema first: unqualified names are the shadow

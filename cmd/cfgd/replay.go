@@ -123,7 +123,7 @@ func parseReplay(args []string, stdout, stderr io.Writer) (action, error) {
 		}
 		defer pool.Close()
 		if *list {
-			return listProjections(ctx, pool, app, stdout)
+			return listProjections(ctx, pool, app, log, stdout)
 		}
 		reg, err := events.NewRegistry(eventTypes()...)
 		if err != nil {
@@ -147,19 +147,34 @@ func parseReplay(args []string, stdout, stderr io.Writer) (action, error) {
 	}, nil
 }
 
-func listProjections(ctx context.Context, pool *pgxpool.Pool, app appSettings, stdout io.Writer) error {
-	st, err := replay.List(ctx, pool, postgresProjections())
+func listProjections(ctx context.Context, pool *pgxpool.Pool, app appSettings, log *slog.Logger, stdout io.Writer) error {
+	ps := postgresProjections()
+	// Each projection names the logs it is built from: the event store and
+	// the topics of its feeds.
+	logs := map[string]string{}
+	b := clientBus(app.Core)
+	for _, p := range ps {
+		if err := withFeeds(p, b, log); err != nil {
+			return err
+		}
+		names := []string{"event store"}
+		for _, f := range p.Feeds {
+			names = append(names, f.Topic())
+		}
+		logs[p.Name] = strings.Join(names, " + ")
+	}
+	st, err := replay.List(ctx, pool, ps)
 	if err != nil {
 		return err
 	}
 	w := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tKIND\tTABLES\tSTREAMS\tPOSITION\tLAG")
+	fmt.Fprintln(w, "NAME\tKIND\tLOG\tTABLES\tSTREAMS\tPOSITION\tLAG")
 	for _, s := range st {
 		kind := "read model"
 		if s.Reactor {
 			kind = "reactor"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\n", s.Name, kind, strings.Join(s.Tables, ","), s.Streams, s.Position, s.Lag)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", s.Name, kind, logs[s.Name], strings.Join(s.Tables, ","), s.Streams, s.Position, s.Lag)
 	}
 	fmt.Fprintln(w, clickhouseListLine(ctx, app))
 	return w.Flush()

@@ -11,6 +11,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cfgd/cfgd/events/bus"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
 )
 
@@ -62,5 +63,5 @@ func clickhouseListLine(ctx context.Context, app appSettings) string {
 	if err != nil {
 		pos, lag = "?", "?"
 	}
-	return fmt.Sprintf("%s\tclickhouse\t%s\t-\t%s\t%s", st.Name, strings.Join(st.Tables, ","), pos, lag)
+	return fmt.Sprintf("%s\tclickhouse\t%s\t%s\t-\t%s\t%s", st.Name, c.Topic(bus.TopicRequestLogs), strings.Join(st.Tables, ","), pos, lag)
 }

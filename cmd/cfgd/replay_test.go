@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/deploy/testenv"
+	"github.com/cfgd/cfgd/events/bus"
 	taskev "github.com/cfgd/cfgd/events/tasks"
 	taskproj "github.com/cfgd/cfgd/projections/tasks"
 )
@@ -44,7 +45,9 @@ func TestReplayCommand(t *testing.T) {
 		// Events in the store, no projection has run yet.
 		{[]string{"user", "create-superuser", "--email", "replay@example.com"}, 0, "", []string{"superuser created"}},
 		{[]string{"replay", "--list"}, 0, "", []string{"identity.users", "users,profiles,registration_sources,user_registration_sources", "tasks.control", "reactor", "apikey.keys",
-			"tasks.queues", "task_queues,task_worker_commands,task_lifecycle,task_runs"}},
+			"tasks.queues", "task_queues,task_worker_commands,task_lifecycle,task_runs",
+			// The logs each is built from.
+			"event store + " + kc.Topic(bus.TopicRequestLogs), "event store + " + kc.Topic(taskev.TopicLifecycle)}},
 		{[]string{"replay", "identity.users"}, 0, "", []string{"identity.users: 2/2 events (100.0%)", "events/s, ETA", "identity.users: replayed 2 events (1 applied)"}},
 		{[]string{"replay", "--all"}, 0, "", []string{"identity.users: replayed", "identity.revocations: replayed",
 			"apikey.keys: replayed 2 events (0 applied) and 0 records of its feeds", "tasks.queues: replayed 2 events (0 applied) and 1 records of its feeds",

@@ -38,6 +38,9 @@ func NewFeed(cfg Config, log *slog.Logger) (*Feed, error) {
 // Name implements projections.Feed.
 func (f *Feed) Name() string { return f.u.cfg.Name }
 
+// Topic implements projections.Feed.
+func (f *Feed) Topic() string { return f.u.topic }
+
 func (f *Feed) client() (sarama.Client, error) {
 	c, err := sarama.NewClient(f.u.cfg.Bus.Brokers, f.u.cfg.Bus.ConsumerSarama())
 	if err != nil {

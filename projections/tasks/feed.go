@@ -48,6 +48,9 @@ func ViewsWithLifecycle(c bus.Config, log *slog.Logger) *projections.Projection 
 // Name implements projections.Feed.
 func (f *LifecycleFeed) Name() string { return "tasks.lifecycle" }
 
+// Topic implements projections.Feed.
+func (f *LifecycleFeed) Topic() string { return f.bus.Topic(tasks.TopicLifecycle) }
+
 func (f *LifecycleFeed) client() (sarama.Client, error) {
 	c, err := sarama.NewClient(f.bus.Brokers, f.bus.ConsumerSarama())
 	if err != nil {
