@@ -338,3 +338,35 @@ func TestReplaySwapWaitsForReaders(t *testing.T) {
 		})
 	}
 }
+
+// A handler that fails ends the replay with its error, whichever batch it
+// is in (the read-ahead bulk load included): nothing after it is applied
+// past it, the live tables are as they were and no shadow schema is left.
+func TestReplayStopsAtAFailingHandler(t *testing.T) {
+	t.Parallel()
+	e := authtest.Start(t, authtest.Options{})
+	traffic(t, e, "failing", 6)
+	waitAll(t, e)
+	before := snapshot(t, e.Pool)
+	reg := registry(t)
+	for _, batch := range []int{1, 1000} {
+		seen := 0
+		p := projections.New("test.failing", "session_revocations")
+		projections.On(p, func(context.Context, projections.Tx, events.Envelope, *identity.UserRegistered) error {
+			if seen++; seen == 3 {
+				return errors.New("handler broke on the third user")
+			}
+			return nil
+		})
+		_, err := replay.Run(context.Background(), e.Pool, reg, p, replay.Config{BatchSize: batch}, nil)
+		if err == nil || !strings.Contains(err.Error(), "handler broke on the third user") {
+			t.Fatalf("batch %d: replay over a failing handler: %v", batch, err)
+		}
+		if after := snapshot(t, e.Pool); after != before {
+			t.Fatalf("batch %d: a failed replay changed the live tables", batch)
+		}
+		if n := shadowSchemas(t, e.Pool); n != 0 {
+			t.Fatalf("batch %d: %d shadow schemas left", batch, n)
+		}
+	}
+}
