@@ -269,6 +269,11 @@ func TestConfigValidate(t *testing.T) {
 		{"defaults", replay.Config{}.WithDefaults(), ""},
 		{"batch", replay.Config{BatchSize: -1, LockTimeout: time.Second}, "batch size -1"},
 		{"both", replay.Config{BatchSize: 200_000, LockTimeout: time.Microsecond}, "lock timeout"},
+		{"smallest", replay.Config{BatchSize: 1, LockTimeout: time.Millisecond}, ""},
+		{"largest batch", replay.Config{BatchSize: 100_000, LockTimeout: time.Second}, ""},
+		{"batch over", replay.Config{BatchSize: 100_001, LockTimeout: time.Second}, "batch size 100001"},
+		{"batch zero", replay.Config{BatchSize: 0, LockTimeout: time.Second}, "batch size 0"},
+		{"lock under", replay.Config{BatchSize: 1, LockTimeout: time.Millisecond - 1}, "lock timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
@@ -368,5 +373,25 @@ func TestReplayStopsAtAFailingHandler(t *testing.T) {
 		if n := shadowSchemas(t, e.Pool); n != 0 {
 			t.Fatalf("batch %d: %d shadow schemas left", batch, n)
 		}
+	}
+}
+
+// Shadow schema names stay valid identifiers: short names are kept
+// readable, longer ones are cut and made unique by a hash.
+func TestSchemaName(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, want string }{
+		{"identity.users", "replay_identity_users"},
+		{"Tasks.Queues-v2", "replay_tasks_queues_v2"},
+		// 43 characters: "replay_" + 43 = 50, kept whole.
+		{strings.Repeat("a", 43), "replay_" + strings.Repeat("a", 43)},
+	} {
+		if got := replay.SchemaName(tc.name); got != tc.want {
+			t.Errorf("SchemaName(%q) = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	long1, long2 := replay.SchemaName(strings.Repeat("a", 44)), replay.SchemaName(strings.Repeat("a", 45))
+	if len(long1) != 49 || long1 == long2 || !strings.HasPrefix(long1, "replay_"+strings.Repeat("a", 33)+"_") {
+		t.Errorf("long names: %q, %q", long1, long2)
 	}
 }
