@@ -395,3 +395,33 @@ func TestSchemaName(t *testing.T) {
 		t.Errorf("long names: %q, %q", long1, long2)
 	}
 }
+
+// A handler failing on an event that arrives while the replay runs (after
+// the bulk load, in the catch-up) ends the replay the same way.
+func TestReplayStopsAtAFailingHandlerInTheCatchUp(t *testing.T) {
+	t.Parallel()
+	e := authtest.Start(t, authtest.Options{})
+	traffic(t, e, "early", 3)
+	waitAll(t, e)
+	late := authtest.Email("late")
+	p := projections.New("test.failing-late", "session_revocations")
+	projections.On(p, func(_ context.Context, _ projections.Tx, _ events.Envelope, u *identity.UserRegistered) error {
+		if u.Email == late {
+			return errors.New("handler broke on the late user")
+		}
+		return nil
+	})
+	signedIn := false
+	_, err := replay.Run(context.Background(), e.Pool, registry(t), p, replay.Config{}, func(done, total int64) {
+		if !signedIn {
+			signedIn = true
+			e.SignIn(t, late)
+		}
+	})
+	if err == nil || !strings.Contains(err.Error(), "handler broke on the late user") {
+		t.Fatalf("replay over a handler failing in the catch-up: %v", err)
+	}
+	if n := shadowSchemas(t, e.Pool); n != 0 {
+		t.Fatalf("%d shadow schemas left", n)
+	}
+}
