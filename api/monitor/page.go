@@ -14,8 +14,6 @@ import (
 // PathDashboard is the monitoring page.
 const PathDashboard = "/admin/grpc/dashboard/"
 
-// static.PageCSP allows this origin only; uPlot styles its elements from script
-// (CSSOM), which style-src 'self' permits.
 // MountDashboard adds the monitoring page: staff get the page, anyone not
 // signed in a sign-in form. Its scripts and styles are the shared static
 // assets (mounted once by the front module, under static.Prefix).
@@ -25,13 +23,12 @@ func MountDashboard(r *mux.Router, staff mux.MiddlewareFunc, assets *static.Asse
 		"ChartCSS": assets.URL("uplot/uPlot.min.css"),
 		"Chart":    assets.URL("uplot/uPlot.iife.min.js"),
 		"JS":       assets.URL("cfgd/monitor.js"),
-		"Login":    assets.URL("cfgd/login.js"),
 	}
 	page, err := render("dashboard", dashboardHTML, data)
 	if err != nil {
 		return err
 	}
-	login, err := render("login", loginHTML, data)
+	login, err := assets.LoginPage("gRPC monitoring", data["CSS"])
 	if err != nil {
 		return err
 	}
@@ -121,30 +118,6 @@ const dashboardHTML = `<!doctype html>
 </main>
 <script src="{{.Chart}}"></script>
 <script src="{{.JS}}"></script>
-</body>
-</html>
-`
-
-const loginHTML = `<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Sign in · cfgd</title>
-<link rel="stylesheet" href="{{.CSS}}">
-</head>
-<body>
-<header><h1>gRPC monitoring</h1></header>
-<main>
-  <form id="login" class="login">
-    <p>Sign in with a staff account.</p>
-    <label>E-mail <input id="email" name="email" type="email" autocomplete="username" required></label>
-    <label>Password <input id="password" name="password" type="password" autocomplete="current-password" required></label>
-    <button type="submit" id="signin">Sign in</button>
-    <div id="error" class="error" role="alert" hidden></div>
-  </form>
-</main>
-<script src="{{.Login}}"></script>
 </body>
 </html>
 `

@@ -2,6 +2,8 @@ package static
 
 import (
 	"bytes"
+	"fmt"
+	"html/template"
 	"net/http"
 
 	"github.com/gorilla/mux"
@@ -61,3 +63,43 @@ func (r *recorder) Write(b []byte) (int, error) {
 	return r.body.Write(b)
 }
 func (r *recorder) WriteHeader(s int) { r.status = s }
+
+// LoginPage renders the sign-in form a staff page shows anyone not signed
+// in: heading names the page, css is its stylesheet's URL; the form signs
+// in through cfgd/login.js and reloads the page.
+func (a *Assets) LoginPage(heading, css string) ([]byte, error) {
+	t, err := template.New("login").Parse(loginHTML)
+	if err != nil {
+		return nil, fmt.Errorf("login page: %w", err)
+	}
+	var b bytes.Buffer
+	err = t.Execute(&b, map[string]string{"Heading": heading, "CSS": css, "Login": a.URL("cfgd/login.js")})
+	if err != nil {
+		return nil, fmt.Errorf("login page: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+const loginHTML = `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Sign in · cfgd</title>
+<link rel="stylesheet" href="{{.CSS}}">
+</head>
+<body>
+<header><h1>{{.Heading}}</h1></header>
+<main>
+  <form id="login" class="login">
+    <p>Sign in with a staff account.</p>
+    <label>E-mail <input id="email" name="email" type="email" autocomplete="username" required></label>
+    <label>Password <input id="password" name="password" type="password" autocomplete="current-password" required></label>
+    <button type="submit" id="signin">Sign in</button>
+    <div id="error" class="error" role="alert" hidden></div>
+  </form>
+</main>
+<script src="{{.Login}}"></script>
+</body>
+</html>
+`

@@ -15,11 +15,11 @@ import (
 // PathDashboard is the task dashboard.
 const PathDashboard = "/admin/tasks/dashboard/"
 
-// The pages are plain HTML; their styles and scripts are shared static
-// assets (api/static/assets/tasks/, cfgd/login.js), served from the binary
+// The page is plain HTML; its styles and scripts are shared static
+// assets (api/static/assets/tasks/), served from the binary
 // with the other pages' cache headers: no CDN, no build step.
 //
-//go:embed dashboard/*.html
+//go:embed dashboard/index.html
 var pages embed.FS
 
 // MountDashboard adds the dashboard page (staff; a sign-in form for anyone
@@ -27,15 +27,14 @@ var pages embed.FS
 // front module.
 func MountDashboard(r *mux.Router, staff mux.MiddlewareFunc, assets *static.Assets) error {
 	data := map[string]string{
-		"CSS":   assets.URL("tasks/dashboard.css"),
-		"JS":    assets.URL("tasks/dashboard.js"),
-		"Login": assets.URL("cfgd/login.js"),
+		"CSS": assets.URL("tasks/dashboard.css"),
+		"JS":  assets.URL("tasks/dashboard.js"),
 	}
 	page, err := render("dashboard/index.html", data)
 	if err != nil {
 		return err
 	}
-	login, err := render("dashboard/login.html", data)
+	login, err := assets.LoginPage("Task queues", data["CSS"])
 	if err != nil {
 		return err
 	}
