@@ -10,6 +10,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cfgd/cfgd/api/module"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 )
 
@@ -131,9 +132,9 @@ func (h *handler) flush(sess sarama.ConsumerGroupSession, b *batch, final bool) 
 		if err == nil {
 			break
 		}
-		u.setHealth(fmt.Errorf("api-key usage: %w", err))
+		u.health.Set(fmt.Errorf("api-key usage: %w", err))
 		u.log.WarnContext(ctx, "api-key usage batch not applied, retrying", "partition", b.partition, "records", b.records, "err", err, "retry_in", backoff.String())
-		if final || !sleep(ctx, backoff) {
+		if final || !module.Sleep(ctx, backoff) {
 			return nil
 		}
 		backoff = min(backoff*2, u.cfg.MaxBackoff)
@@ -147,7 +148,7 @@ func (h *handler) flush(sess sarama.ConsumerGroupSession, b *batch, final bool) 
 	}
 	sess.MarkOffset(u.topic, b.partition, b.last+1, "")
 	sess.Commit()
-	u.setHealth(nil)
+	u.health.Set(nil)
 	b.reset()
 	return nil
 }

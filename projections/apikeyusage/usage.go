@@ -84,7 +84,7 @@ type Usage struct {
 	topic string
 
 	// health is why the consumer is not keeping up; nil when it is.
-	health atomic.Pointer[error]
+	health module.Health
 
 	applied  atomic.Int64
 	skipped  atomic.Int64
@@ -105,7 +105,7 @@ func New(cfg Config, db DB, log *slog.Logger) (*Usage, error) {
 		return nil, err
 	}
 	u := &Usage{cfg: cfg, db: db, log: log, topic: cfg.Bus.Topic(bus.TopicRequestLogs)}
-	u.setHealth(errStarting)
+	u.health.Set(errStarting)
 	return u, nil
 }
 
@@ -113,12 +113,7 @@ func New(cfg Config, db DB, log *slog.Logger) (*Usage, error) {
 func (u *Usage) Runner() module.Runner { return module.Runner{Name: "apikey-usage", Run: u.Run} }
 
 // Ready reports whether the consumer is keeping up.
-func (u *Usage) Ready(context.Context) error {
-	if p := u.health.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
+func (u *Usage) Ready(ctx context.Context) error { return u.health.Ready(ctx) }
 
 // Stats are the consumer's counters since it started.
 type Stats struct {
@@ -132,14 +127,6 @@ type Stats struct {
 // Stats returns the counters.
 func (u *Usage) Stats() Stats {
 	return Stats{Applied: u.applied.Load(), Skipped: u.skipped.Load(), Ignored: u.ignored.Load(), Poisoned: u.poisoned.Load()}
-}
-
-func (u *Usage) setHealth(err error) {
-	if err == nil {
-		u.health.Store(nil)
-		return
-	}
-	u.health.Store(&err)
 }
 
 // Run consumes until ctx ends. Kafka or Postgres being down is waited for
@@ -159,7 +146,7 @@ func (u *Usage) Run(ctx context.Context) error {
 		return nil
 	}
 	defer group.Close()
-	u.setHealth(nil)
+	u.health.Set(nil)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -180,9 +167,9 @@ func (u *Usage) Run(ctx context.Context) error {
 			return *p
 		}
 		if err != nil && ctx.Err() == nil {
-			u.setHealth(fmt.Errorf("kafka: %w", err))
+			u.health.Set(fmt.Errorf("kafka: %w", err))
 			u.log.WarnContext(ctx, "api-key usage consume", "err", err)
-			sleep(ctx, backoff)
+			module.Sleep(ctx, backoff)
 			backoff = min(backoff*2, u.cfg.MaxBackoff)
 			continue
 		}
@@ -193,28 +180,5 @@ func (u *Usage) Run(ctx context.Context) error {
 }
 
 func (u *Usage) retry(ctx context.Context, what string, fn func(context.Context) error) error {
-	backoff := 100 * time.Millisecond
-	for {
-		err := fn(ctx)
-		if err == nil {
-			return nil
-		}
-		u.setHealth(fmt.Errorf("%s: %w", what, err))
-		u.log.WarnContext(ctx, "api-key usage consumer waiting", "for", what, "err", err, "retry_in", backoff.String())
-		if !sleep(ctx, backoff) {
-			return ctx.Err()
-		}
-		backoff = min(backoff*2, u.cfg.MaxBackoff)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return u.health.Retry(ctx, u.log, what, u.cfg.MaxBackoff, fn)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/deploy/migrations"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 )
@@ -220,14 +221,14 @@ func (h *handler) flush(sess sarama.ConsumerGroupSession, b *batch, final bool) 
 		if h.fatal != nil {
 			return h.fatal
 		}
-		s.setHealth(fmt.Errorf("request-log sink: %w", err))
+		s.health.Set(fmt.Errorf("request-log sink: %w", err))
 		s.log.WarnContext(ctx, "request-log batch not written, retrying", "rows", b.rows.Len(), "err", err, "retry_in", backoff.String())
-		if final || !s.sleep(ctx, backoff) {
+		if final || !module.Sleep(ctx, backoff) {
 			return err
 		}
 		backoff = min(backoff*2, s.cfg.MaxBackoff)
 	}
-	s.setHealth(nil)
+	s.health.Set(nil)
 	return nil
 }
 

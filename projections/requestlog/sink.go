@@ -87,7 +87,7 @@ type Sink struct {
 
 	// health is the reason the sink is not keeping up (ClickHouse or
 	// Kafka down, schema not created yet); nil when it is.
-	health atomic.Pointer[error]
+	health module.Health
 
 	dlqMu sync.Mutex
 	dlq   sarama.SyncProducer
@@ -119,7 +119,7 @@ func NewFenced(cfg Config, conn driver.Conn, fence Fence, log *slog.Logger) (*Si
 	}
 	s := &Sink{cfg: cfg, conn: conn, fence: fence, log: log, now: time.Now,
 		topic: cfg.Bus.Topic(bus.TopicRequestLogs), dead: cfg.Bus.Topic(bus.TopicRequestLogsDead)}
-	s.setHealth(errStarting)
+	s.health.Set(errStarting)
 	return s, nil
 }
 
@@ -128,12 +128,7 @@ func (s *Sink) Runner() module.Runner { return module.Runner{Name: "requestlog-s
 
 // Ready reports whether the sink is keeping up: an error while ClickHouse
 // is down (consumption is paused then) or before the sink has started.
-func (s *Sink) Ready(context.Context) error {
-	if p := s.health.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
+func (s *Sink) Ready(ctx context.Context) error { return s.health.Ready(ctx) }
 
 // Stats are the sink's counters since it started.
 type Stats struct{ Inserted, Skipped, Poisoned int64 }
@@ -142,14 +137,6 @@ type Stats struct{ Inserted, Skipped, Poisoned int64 }
 // ClickHouse already held them, records sent to the dead-letter topic.
 func (s *Sink) Stats() Stats {
 	return Stats{Inserted: s.inserted.Load(), Skipped: s.skipped.Load(), Poisoned: s.poisoned.Load()}
-}
-
-func (s *Sink) setHealth(err error) {
-	if err == nil {
-		s.health.Store(nil)
-		return
-	}
-	s.health.Store(&err)
 }
 
 // Run consumes until ctx ends. Dependencies that are down are waited for
@@ -176,7 +163,7 @@ func (s *Sink) Run(ctx context.Context) error {
 		return nil
 	}
 	defer group.Close()
-	s.setHealth(nil)
+	s.health.Set(nil)
 
 	bg, stopBG := context.WithCancel(ctx)
 	defer stopBG()
@@ -199,9 +186,9 @@ func (s *Sink) Run(ctx context.Context) error {
 			break
 		}
 		if err != nil && ctx.Err() == nil {
-			s.setHealth(fmt.Errorf("kafka: %w", err))
+			s.health.Set(fmt.Errorf("kafka: %w", err))
 			s.log.WarnContext(ctx, "request-log consume", "err", err)
-			s.sleep(ctx, backoff)
+			module.Sleep(ctx, backoff)
 			backoff = min(backoff*2, s.cfg.MaxBackoff)
 			continue
 		}
@@ -216,30 +203,7 @@ func (s *Sink) Run(ctx context.Context) error {
 // retry runs fn until it succeeds or ctx ends, reporting the failure
 // through Ready meanwhile.
 func (s *Sink) retry(ctx context.Context, what string, fn func(context.Context) error) error {
-	backoff := 100 * time.Millisecond
-	for {
-		err := fn(ctx)
-		if err == nil {
-			return nil
-		}
-		s.setHealth(fmt.Errorf("%s: %w", what, err))
-		s.log.WarnContext(ctx, "request-log sink waiting", "for", what, "err", err, "retry_in", backoff.String())
-		if !s.sleep(ctx, backoff) {
-			return ctx.Err()
-		}
-		backoff = min(backoff*2, s.cfg.MaxBackoff)
-	}
-}
-
-func (s *Sink) sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return s.health.Retry(ctx, s.log, what, s.cfg.MaxBackoff, fn)
 }
 
 // fenced runs fn inside the fence, if any.
@@ -264,7 +228,7 @@ func (s *Sink) retention(ctx context.Context) {
 		case n > 0:
 			s.log.InfoContext(ctx, "request-log partitions dropped", "partitions", n, "retention_days", s.cfg.RetentionDays)
 		}
-		if !s.sleep(ctx, s.cfg.RetentionEvery) {
+		if !module.Sleep(ctx, s.cfg.RetentionEvery) {
 			return
 		}
 	}
