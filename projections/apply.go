@@ -7,6 +7,8 @@ import (
 	"hash/fnv"
 	"time"
 
+	"github.com/IBM/sarama"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -41,7 +43,7 @@ type delivery struct {
 	// dead maps a projection to the reason it gave up on this event: its
 	// checkpoint moves past the event without running the handler.
 	dead map[string]string
-	src  source // where the event came from, for dead letters
+	src  *sarama.ConsumerMessage // where the event came from, for dead letters
 }
 
 // HandlerError is a projection handler's failure on one event.
@@ -132,9 +134,9 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, lockTimeout time.Durati
 	// The lock timeout and the partition lock travel with BEGIN, in the
 	// same round trip.
 	begin := fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = %d", lockTimeout.Milliseconds())
-	if src := batch[0].src; group != "" && src.topic != "" {
+	if src := batch[0].src; group != "" && src != nil && src.Topic != "" {
 		h := fnv.New32a()
-		fmt.Fprintf(h, "%s/%s/%d", group, src.topic, src.partition)
+		fmt.Fprintf(h, "%s/%s/%d", group, src.Topic, src.Partition)
 		begin += fmt.Sprintf("; SELECT pg_advisory_xact_lock(%d, %d)", advisoryClass, int32(h.Sum32()))
 	}
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{BeginQuery: begin}, func(tx pgx.Tx) error {

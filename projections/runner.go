@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"sync/atomic"
 	"time"
@@ -176,14 +175,6 @@ func (r *Runner) Run(ctx context.Context, groups ...Group) error {
 	if len(groups) == 0 {
 		return nil
 	}
-	if err := bus.EnsureTopics(ctx, r.cfg.Bus, r.log, TopicDeadLetters); err != nil {
-		return err
-	}
-	dlq, err := sarama.NewSyncProducer(r.cfg.Bus.Brokers, r.cfg.Bus.ProducerSarama())
-	if err != nil {
-		return fmt.Errorf("dead-letter producer: %w", err)
-	}
-	defer dlq.Close()
 
 	// applied is the highest global position each projection passed in
 	// this process; flushed to projection_positions once a second rather
@@ -213,151 +204,71 @@ func (r *Runner) Run(ctx context.Context, groups ...Group) error {
 
 	eg, ctx := errgroup.WithContext(ctx)
 	for _, g := range groups {
-		h := &groupHandler{r: r, g: g, dlq: dlq, applied: applied, log: r.log.With("group", g.Name)}
-		eg.Go(func() error { return r.consume(ctx, h) })
+		h := &groupHandler{r: r, g: g, applied: applied, log: r.log.With("group", g.Name)}
+		opts := []bus.ConsumeOption{bus.WithBatch(r.cfg.BatchSize, 0), bus.WithRetry(r.cfg.Backoff, r.cfg.MaxBackoff),
+			bus.WithDeadLetter(bus.TopicDeadLetters), bus.WithLog(h.log)}
+		if r.cfg.Metrics != nil {
+			opts = append(opts, bus.WithMetrics(r.cfg.Metrics))
+		}
+		eg.Go(func() error {
+			return bus.Consume(ctx, r.cfg.Bus, g.ConsumerGroup(), []string{bus.TopicEvents}, h.handle, opts...)
+		})
 	}
 	return eg.Wait()
 }
 
-func (r *Runner) consume(ctx context.Context, h *groupHandler) error {
-	sc := r.cfg.Bus.ConsumerSarama()
-	// Room for two batches, so the next one is fetched while one applies.
-	sc.ChannelBufferSize = 2 * r.cfg.BatchSize
-	cg, err := sarama.NewConsumerGroup(r.cfg.Bus.Brokers, h.g.ConsumerGroup(), sc)
-	if err != nil {
-		return fmt.Errorf("consumer group %s: %w", h.g.ConsumerGroup(), err)
-	}
-	defer cg.Close()
-	go func() {
-		for err := range cg.Errors() {
-			h.log.Warn("kafka consumer", "err", err)
-		}
-	}()
-	topics := []string{r.cfg.Bus.Topic(bus.TopicEvents)}
-	for ctx.Err() == nil {
-		// Consume returns at every rebalance; the loop rejoins.
-		if err := cg.Consume(ctx, topics, h); err != nil {
-			if errors.Is(err, sarama.ErrClosedConsumerGroup) {
-				return nil
-			}
-			h.log.Warn("kafka consumer group session", "err", err)
-			if sleep(ctx, time.Second) != nil {
-				return nil
-			}
-		}
-	}
-	return nil
-}
-
-// groupHandler is the sarama handler of one group; ConsumeClaim runs once
-// per assigned partition, concurrently.
+// groupHandler applies the batches of one group; handle runs once per
+// batch of one partition, the partitions concurrently.
 type groupHandler struct {
 	r       *Runner
 	g       Group
-	dlq     sarama.SyncProducer
 	applied map[string]*atomic.Int64
 	log     *slog.Logger
 }
 
-func (h *groupHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }
-func (h *groupHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+// held is what a partition keeps between batches: events waiting for a
+// missing earlier version of their stream (the events of their stream
+// behind them wait too).
+type held struct {
+	ds      []*delivery
+	since   time.Time
+	alarmed bool
+}
 
-// ConsumeClaim applies batches of one partition. Events held for a gap
-// stay in memory and are retried with every following batch (the events
-// of their stream behind them are held too); the offset marked for commit
-// stops at the oldest held event, so a restart re-reads from there.
-func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
-	ctx := sess.Context()
+// handle applies a batch of one partition together with the events held
+// from earlier batches, which are retried with every following batch. The
+// offset committed stops at the oldest held event, so a restart re-reads
+// from there.
+func (h *groupHandler) handle(ctx context.Context, b *bus.Batch) error {
 	cfg := h.r.cfg
-	maxHeld := 10 * cfg.BatchSize
-	msgs := claim.Messages()
-	var held []*delivery
-	delay := cfg.Backoff
-	var heldSince time.Time
-	alarmed := false
-	for {
-		fresh := make([]*sarama.ConsumerMessage, 0, cfg.BatchSize)
-		switch {
-		case len(held) == 0:
-			select {
-			case m, ok := <-msgs:
-				if !ok {
-					return nil
-				}
-				fresh = append(fresh, m)
-			case <-ctx.Done():
-				return nil
-			}
-		case len(held) < maxHeld:
-			// Wait for the missing version, or retry after delay.
-			t := time.NewTimer(delay)
-			select {
-			case m, ok := <-msgs:
-				t.Stop()
-				if !ok {
-					return nil
-				}
-				fresh = append(fresh, m)
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return nil
-			}
-		default:
-			// Too much is held: stop reading until the gap closes.
-			if sleep(ctx, delay) != nil {
-				return nil
-			}
-		}
-		if len(fresh) > 0 {
-		drain:
-			for len(fresh) < cfg.BatchSize {
-				select {
-				case m, ok := <-msgs:
-					if !ok {
-						break drain
-					}
-					fresh = append(fresh, m)
-				default:
-					break drain
-				}
-			}
-		}
-		ds, err := h.prepare(ctx, fresh)
-		if err != nil {
-			return nil // ctx ended; nothing of fresh is marked
-		}
-		held, err = h.apply(ctx, append(held, ds...))
-		if err != nil {
-			return nil
-		}
-		next := int64(-1)
-		if len(fresh) > 0 {
-			next = fresh[len(fresh)-1].Offset + 1
-		}
-		if len(held) > 0 {
-			next = held[0].src.offset
-		}
-		if next >= 0 {
-			sess.MarkOffset(claim.Topic(), claim.Partition(), next, "")
-		}
-		if len(held) == 0 {
-			heldSince, alarmed, delay = time.Time{}, false, cfg.Backoff
-			continue
-		}
-		if heldSince.IsZero() {
-			heldSince = time.Now()
-		}
-		delay = min(2*delay, cfg.MaxBackoff)
-		if !alarmed && time.Since(heldSince) > cfg.GapAlarm {
-			alarmed = true
-			h.r.metrics.gaps.WithLabelValues(h.g.Name).Inc()
-			d := held[0]
-			h.log.Error("events are waiting for a missing earlier version of their stream; the relay must never publish out of order, check it and the topic",
-				"stream", d.env.Stream, "version", d.env.Version, "partition", claim.Partition(), "offset", d.src.offset,
-				"held", len(held), "since", heldSince)
-		}
+	st, _ := b.Held().(*held)
+	ds, err := h.prepare(ctx, b)
+	if err != nil {
+		return err // ctx ended; nothing of the batch is committed
 	}
+	var waiting []*delivery
+	if st != nil {
+		waiting = st.ds
+	}
+	waiting, err = h.apply(ctx, b, append(waiting, ds...))
+	if err != nil || len(waiting) == 0 {
+		return err
+	}
+	if st == nil {
+		st = &held{since: time.Now()}
+	}
+	st.ds = waiting
+	if !st.alarmed && time.Since(st.since) > cfg.GapAlarm {
+		st.alarmed = true
+		h.r.metrics.gaps.WithLabelValues(h.g.Name).Inc()
+		d := waiting[0]
+		h.log.Error("events are waiting for a missing earlier version of their stream; the relay must never publish out of order, check it and the topic",
+			"stream", d.env.Stream, "version", d.env.Version, "partition", d.src.Partition, "offset", d.src.Offset,
+			"held", len(waiting), "since", st.since)
+	}
+	// Too much held: stop reading until the gap closes.
+	b.Hold(st, waiting[0].src.Offset, len(waiting) >= 10*cfg.BatchSize)
+	return nil
 }
 
 // prepare verifies and decodes messages. A message that fails the
@@ -366,19 +277,19 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 // no checkpoint moves for it. An envelope whose payload does not decode is
 // dead-lettered for each projection that handles its type, and passes them
 // by.
-func (h *groupHandler) prepare(ctx context.Context, msgs []*sarama.ConsumerMessage) ([]*delivery, error) {
-	out := make([]*delivery, 0, len(msgs))
-	for _, m := range msgs {
-		src := source{topic: m.Topic, partition: m.Partition, offset: m.Offset, key: m.Key, value: m.Value, headers: m.Headers}
+func (h *groupHandler) prepare(ctx context.Context, b *bus.Batch) ([]*delivery, error) {
+	out := make([]*delivery, 0, len(b.Messages))
+	for _, m := range b.Messages {
+		src := m
 		if err := h.r.cfg.Signer.Verify(m.Value, header(m.Headers, events.HeaderSignature)); err != nil {
-			if err := h.deadLetter(ctx, src, h.g.Name, ReasonBadSignature, err); err != nil {
+			if err := h.deadLetter(ctx, b, src, h.g.Name, bus.ReasonBadSignature, err); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		env, err := events.Unmarshal(m.Value)
 		if err != nil {
-			if err := h.deadLetter(ctx, src, h.g.Name, ReasonUndecodable, err); err != nil {
+			if err := h.deadLetter(ctx, b, src, h.g.Name, bus.ReasonUndecodable, err); err != nil {
 				return nil, err
 			}
 			continue
@@ -398,10 +309,10 @@ func (h *groupHandler) prepare(ctx context.Context, msgs []*sarama.ConsumerMessa
 				if !p.Handles(env.Type) {
 					continue
 				}
-				if err := h.deadLetter(ctx, src, p.Name, ReasonUndecodable, err); err != nil {
+				if err := h.deadLetter(ctx, b, src, p.Name, bus.ReasonUndecodable, err); err != nil {
 					return nil, err
 				}
-				d.markDead(p.Name, ReasonUndecodable)
+				d.markDead(p.Name, bus.ReasonUndecodable)
 			}
 		default:
 			d.ev = ev
@@ -433,11 +344,12 @@ func (d *delivery) markDead(projection, reason string) {
 // back each time; after BatchAttempts the events are applied one at a
 // time, so one poison event is found, dead-lettered, and passed by, while
 // every other event of the batch is applied exactly once.
-func (h *groupHandler) apply(ctx context.Context, batch []*delivery) ([]*delivery, error) {
+func (h *groupHandler) apply(ctx context.Context, b *bus.Batch, batch []*delivery) ([]*delivery, error) {
 	if len(batch) == 0 {
 		return nil, nil
 	}
-	for attempt, handlerFailures := 0, 0; ; attempt++ {
+	bo := bus.Backoff(h.r.cfg.Backoff, h.r.cfg.MaxBackoff)
+	for handlerFailures := 0; ; {
 		res, err := applyBatch(ctx, h.r.pool, h.r.cfg.LockTimeout, h.g.ConsumerGroup(), h.g.Projections, batch)
 		if err == nil {
 			h.record(res)
@@ -454,23 +366,24 @@ func (h *groupHandler) apply(ctx context.Context, batch []*delivery) ([]*deliver
 				break
 			}
 		}
-		if err := sleep(ctx, h.backoff(attempt)); err != nil {
-			return nil, err
+		if !bus.Wait(ctx, bo) {
+			return nil, ctx.Err()
 		}
 	}
-	var held []*delivery
+	var waiting []*delivery
 	for _, d := range batch {
-		hs, err := h.applyOne(ctx, d)
+		hs, err := h.applyOne(ctx, b, d)
 		if err != nil {
 			return nil, err
 		}
-		held = append(held, hs...)
+		waiting = append(waiting, hs...)
 	}
-	return held, nil
+	return waiting, nil
 }
 
-func (h *groupHandler) applyOne(ctx context.Context, d *delivery) ([]*delivery, error) {
-	for attempt, handlerFailures := 0, 0; ; attempt++ {
+func (h *groupHandler) applyOne(ctx context.Context, b *bus.Batch, d *delivery) ([]*delivery, error) {
+	bo := bus.Backoff(h.r.cfg.Backoff, h.r.cfg.MaxBackoff)
+	for handlerFailures := 0; ; {
 		res, err := applyBatch(ctx, h.r.pool, h.r.cfg.LockTimeout, h.g.ConsumerGroup(), h.g.Projections, []*delivery{d})
 		if err == nil {
 			h.record(res)
@@ -486,32 +399,35 @@ func (h *groupHandler) applyOne(ctx context.Context, d *delivery) ([]*delivery, 
 			// A handler error while the database is unreachable says
 			// nothing about the event.
 			if handlerFailures >= h.r.cfg.EventAttempts && h.r.pool.Ping(ctx) == nil {
-				if err := h.deadLetter(ctx, d.src, he.Projection, ReasonHandler, he.Err); err != nil {
+				if err := h.deadLetter(ctx, b, d.src, he.Projection, bus.ReasonHandler, he.Err); err != nil {
 					return nil, err
 				}
-				d.markDead(he.Projection, ReasonHandler)
+				d.markDead(he.Projection, bus.ReasonHandler)
 				handlerFailures = 0
 				continue
 			}
 		}
-		if err := sleep(ctx, h.backoff(attempt)); err != nil {
-			return nil, err
+		if !bus.Wait(ctx, bo) {
+			return nil, ctx.Err()
 		}
 	}
 }
 
-// backoff doubles per attempt, with jitter so that batches of several
-// partitions that failed on each other's locks do not retry in step.
-func (h *groupHandler) backoff(attempt int) time.Duration {
-	d := h.r.cfg.Backoff
-	for range min(attempt, 20) {
-		d *= 2
-		if d >= h.r.cfg.MaxBackoff {
-			d = h.r.cfg.MaxBackoff
-			break
-		}
+// deadLetter sends src to bus.TopicDeadLetters and counts it.
+//
+// Giving up on version N of a stream moves the projection's checkpoint past
+// N, as for an event it has no handler for: the later events of the stream
+// are applied, and Wait treats N as seen. The read model then lacks N's
+// effect; the dead letter (and cfgd_projection_deadletters_total) is the
+// record of that, and replaying the projection after a fix restores it.
+// A message refused for its signature or an unreadable envelope moves no
+// checkpoint: its stream and version cannot be trusted.
+func (h *groupHandler) deadLetter(ctx context.Context, b *bus.Batch, src *sarama.ConsumerMessage, projection, reason string, cause error) error {
+	if err := b.DeadLetter(ctx, src, projection, reason, cause); err != nil {
+		return err
 	}
-	return d/2 + rand.N(d)
+	h.r.metrics.deadletters.WithLabelValues(projection, reason).Inc()
+	return nil
 }
 
 func (h *groupHandler) failed(err error, n int) {
@@ -555,17 +471,6 @@ func header(hs []*sarama.RecordHeader, name string) string {
 		}
 	}
 	return ""
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // flushPositions writes the in-memory applied positions every second, and

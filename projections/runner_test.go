@@ -395,7 +395,7 @@ func TestRunnerDeadLettersPoisonEvents(t *testing.T) {
 	if got := snapshot(t, pool); !mapsEqual(got, map[string]balance{"a": {3, "1,3"}, "b": {3, "2"}}) {
 		t.Fatalf("read model %v", got)
 	}
-	dls, err := projections.ReadDeadLetters(context.Background(), c)
+	dls, err := bus.ReadDeadLetters(context.Background(), c, bus.TopicDeadLetters)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +413,7 @@ func TestRunnerDeadLettersPoisonEvents(t *testing.T) {
 	}
 	// The payload is decoded before the batch is applied, so its dead
 	// letter comes first.
-	want := []row{{"balances", "b", 1, projections.ReasonUndecodable}, {"balances", "a", 2, projections.ReasonHandler}}
+	want := []row{{"balances", "b", 1, bus.ReasonUndecodable}, {"balances", "a", 2, bus.ReasonHandler}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("dead letters %v, want %v", got, want)
 	}
@@ -423,7 +423,7 @@ func TestRunnerDeadLettersPoisonEvents(t *testing.T) {
 		}
 	}
 	var out strings.Builder
-	if err := projections.ListDeadLetters(context.Background(), c, &out); err != nil {
+	if err := bus.ListDeadLetters(context.Background(), c, &out); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -460,7 +460,7 @@ func TestListDeadLettersWithoutTopic(t *testing.T) {
 	t.Parallel()
 	c := testenv.Kafka(t, 1)
 	var out strings.Builder
-	if err := projections.ListDeadLetters(context.Background(), c, &out); err != nil || out.Len() != 0 {
+	if err := bus.ListDeadLetters(context.Background(), c, &out); err != nil || out.Len() != 0 {
 		t.Fatalf("got %q, %v; want nothing", out.String(), err)
 	}
 }

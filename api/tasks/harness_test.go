@@ -34,7 +34,7 @@ type stack struct {
 	Cfg   taskcmd.Config
 	App   *taskcmd.App
 	Bus   bus.Config
-	Emit  *taskcmd.Emitter
+	Emit  *taskev.Producer
 	Admin []string // Authorization header pair of a staff superuser
 	Email string
 	Pass  string
@@ -77,7 +77,10 @@ func startStack(t *testing.T, tune func(*taskcmd.Config)) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := taskproj.NewLifecyclePublisher(busCfg, testenv.Quiet())
+	pub, err := taskev.NewProducer(busCfg, testenv.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = pub.Close() })
 	ps := append(identityproj.All(), taskproj.Control(app.Inspector, app.Registry, pub, env.Pool), taskproj.Views())
 	testenv.Pipeline(t, env.Pool, nil, busCfg, reg, ps...)
@@ -93,7 +96,7 @@ func startStack(t *testing.T, tune func(*taskcmd.Config)) *stack {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 
-	em, err := taskcmd.NewEmitter(context.Background(), busCfg, testenv.Quiet())
+	em, err := taskev.NewProducer(busCfg, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

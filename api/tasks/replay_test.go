@@ -213,7 +213,10 @@ func TestRedeliveredClearRunsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := taskproj.NewLifecyclePublisher(s.Bus, testenv.Quiet())
+	pub, err := taskev.NewProducer(s.Bus, testenv.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer pub.Close()
 	ctl := taskproj.Control(s.App.Inspector, s.App.Registry, pub, s.Pool)
 	if out, err := projections.Apply(ctx, s.Pool, reg, ctl, env); err != nil || out != projections.Applied {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/settings"
 	"github.com/cfgd/cfgd/events/bus"
-	"github.com/cfgd/cfgd/projections"
 )
 
 // deadletters runs `cfgd deadletters list`. Without KAFKA__BROKERS it reads
@@ -21,7 +20,7 @@ func deadletters(ctx context.Context, c settings.Core, stdout io.Writer) error {
 	if err := bus.Ping(ctx, busCfg); err != nil {
 		return fmt.Errorf("kafka at %v is unreachable (KAFKA__BROKERS; the embedded broker runs inside cfgd serve): %w", busCfg.Brokers, err)
 	}
-	return projections.ListDeadLetters(ctx, busCfg, stdout)
+	return bus.ListDeadLetters(ctx, busCfg, stdout)
 }
 
 func parseDeadletters(args []string, stdout, stderr io.Writer) (action, error) {

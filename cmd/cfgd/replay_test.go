@@ -13,7 +13,6 @@ import (
 	"github.com/cfgd/cfgd/deploy/testenv"
 	"github.com/cfgd/cfgd/events/bus"
 	taskev "github.com/cfgd/cfgd/events/tasks"
-	taskproj "github.com/cfgd/cfgd/projections/tasks"
 )
 
 func TestReplayCommand(t *testing.T) {
@@ -24,7 +23,10 @@ func TestReplayCommand(t *testing.T) {
 	kc, _ := clickhouseReplayEnv(t)
 	// One task's lifecycle on the topic: the replay of the task views
 	// reads it through the configured bus.
-	pub := taskproj.NewLifecyclePublisher(kc, testenv.Quiet())
+	pub, err := taskev.NewProducer(kc, testenv.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer pub.Close()
 	if err := pub.PublishLifecycle(context.Background(), []taskev.Lifecycle{{TaskID: "t1", Queue: "q", Type: "demo:echo", Step: taskev.StepEnqueued, At: time.Now()}}); err != nil {
 		t.Fatal(err)

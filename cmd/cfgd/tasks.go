@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	taskev "github.com/cfgd/cfgd/events/tasks"
+
 	"github.com/gorilla/mux"
 	"github.com/redis/go-redis/v9"
 
@@ -34,7 +36,11 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (module.Module, error
 		return module.Module{}, err
 	}
 	sink := taskproj.NewSink(w.deps.pg, w.bus, w.log)
-	pub := taskproj.NewLifecyclePublisher(w.bus, w.log)
+	pub, err := taskev.NewProducer(w.bus, w.log)
+	if err != nil {
+		closeRedis()
+		return module.Module{}, err
+	}
 	var appends store.DB = w.deps.pg
 	if w.deps.events != nil {
 		appends = w.deps.events.Bind(w.deps.pg)

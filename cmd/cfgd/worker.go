@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 
+	taskev "github.com/cfgd/cfgd/events/tasks"
+
 	"github.com/redis/go-redis/v9"
 
 	taskcmd "github.com/cfgd/cfgd/commands/tasks"
@@ -54,13 +56,12 @@ func taskRedis(app appSettings) (*redis.Client, error) {
 func taskBus(app appSettings) bus.Config { return clientBus(app.Core) }
 
 // lifecycleEmitter waits for Kafka; nil when ctx ended first.
-func lifecycleEmitter(ctx context.Context, log *slog.Logger, app appSettings) (*taskcmd.Emitter, error) {
-	var em *taskcmd.Emitter
-	err := retry(ctx, log, "kafka", func(ctx context.Context) error {
-		var err error
-		em, err = taskcmd.NewEmitter(ctx, taskBus(app), log)
-		return err
-	})
+func lifecycleEmitter(ctx context.Context, log *slog.Logger, app appSettings) (*taskev.Producer, error) {
+	em, err := taskev.NewProducer(taskBus(app), log)
+	if err != nil {
+		return nil, err
+	}
+	err = retry(ctx, log, "kafka", em.Connect)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil

@@ -16,12 +16,12 @@ import (
 	"github.com/cfgd/cfgd/events/tasks"
 )
 
-// Recorder receives lifecycle records; *Emitter is one.
+// Recorder receives lifecycle records; *tasks.Producer is one.
 type Recorder interface {
 	Emit(ctx context.Context, rec tasks.Lifecycle)
 }
 
-var _ Recorder = (*Emitter)(nil)
+var _ Recorder = (*tasks.Producer)(nil)
 
 // Worker is one worker process: cfg.Processes asynq servers of cfg.Threads
 // each over the configured queues, a heartbeat, and a loop that carries out

@@ -8,8 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"time"
+		"time"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
@@ -32,6 +31,12 @@ type Config struct {
 	ClientID    string
 	// SASL authenticates every producer, consumer and admin client.
 	SASL SASL
+	// Compression of every produced record: none, gzip, snappy, lz4 or
+	// zstd (default lz4).
+	Compression string
+	// MaxMessageBytes bounds one produced request's records to a
+	// partition (default 4 MiB); a larger record is refused.
+	MaxMessageBytes int
 }
 
 // Validate joins every problem of c.
@@ -45,6 +50,13 @@ func (c Config) Validate() error {
 	}
 	if err := c.SASL.validate(); err != nil {
 		errs = append(errs, err)
+	}
+	var codec sarama.CompressionCodec
+	if err := codec.UnmarshalText([]byte(c.compression())); err != nil {
+		errs = append(errs, fmt.Errorf("bus: compression: %w", err))
+	}
+	if c.MaxMessageBytes < 0 || (c.MaxMessageBytes > 0 && c.MaxMessageBytes < 1<<10) {
+		errs = append(errs, errors.New("bus: max message bytes must be at least 1 KiB"))
 	}
 	return errors.Join(errs...)
 }
@@ -71,22 +83,6 @@ func (c Config) Sarama() *sarama.Config {
 	return s
 }
 
-// ProducerSarama is Sarama for the event relay: acks from all in-sync
-// replicas and an idempotent producer, so a retried send neither loses nor
-// duplicates a record, and one request in flight keeps per-partition order.
-func (c Config) ProducerSarama() *sarama.Config {
-	s := c.Sarama()
-	s.Producer.RequiredAcks = sarama.WaitForAll
-	s.Producer.Idempotent = true
-	s.Net.MaxOpenRequests = 1
-	s.Producer.Retry.Max = 10
-	s.Producer.Retry.Backoff = 200 * time.Millisecond
-	s.Producer.Return.Successes = true
-	s.Producer.Return.Errors = true
-	s.Producer.Partitioner = sarama.NewHashPartitioner
-	return s
-}
-
 // ConsumerSarama is Sarama for a consumer group that starts from the oldest
 // record the first time it runs, so a new projection sees the whole log.
 func (c Config) ConsumerSarama() *sarama.Config {
@@ -109,47 +105,29 @@ func Marshaler() kafka.MarshalerUnmarshaler {
 	})
 }
 
-// Publisher is a Watermill publisher that hands a whole Publish call to
-// Kafka at once. watermill-kafka's publisher waits for the acknowledgement
-// of each message before sending the next, one round trip per event; this
-// one gives them all to sarama's producer, which packs them into as few
-// produce requests as the partitions allow. Per-partition order still
-// holds: the producer is idempotent with one request in flight per broker.
+// Publisher is the event relay's Watermill publisher over a Producer: it
+// hands a whole Publish call to Kafka at once. watermill-kafka's publisher
+// waits for the acknowledgement of each message before sending the next,
+// one round trip per event; this one gives them all to the producer, which
+// packs them into as few produce requests as the partitions allow.
+// Per-partition order still holds: the producer is idempotent with one
+// request in flight per broker.
 type Publisher struct {
-	producer  sarama.SyncProducer
+	producer  *Producer
 	marshaler kafka.Marshaler
 }
 
 var _ message.Publisher = (*Publisher)(nil)
 
-// NewPublisher returns the event relay's publisher.
+// NewPublisher returns the event relay's publisher; it connects on the
+// first Publish. Failures are returned to the relay, which logs them.
 func NewPublisher(c Config) (*Publisher, error) {
-	p, err := sarama.NewSyncProducer(c.Brokers, c.ProducerSarama())
+	p, err := NewProducer(c, ProducerOptions{}, slog.New(slog.DiscardHandler))
 	if err != nil {
-		return nil, fmt.Errorf("kafka producer: %w", err)
+		return nil, err
 	}
 	return &Publisher{producer: p, marshaler: Marshaler()}, nil
 }
-
-// PublishError reports a Publish of which only some messages were stored.
-// Messages after a failed one may be stored too (sarama hands the whole
-// batch to the producer at once), so a caller that keeps order re-sends
-// from the first failed message on.
-type PublishError struct {
-	Failed []int // indexes into the msgs given to Publish, ascending
-	Total  int
-	Err    error // the first failure's cause
-}
-
-func (e *PublishError) Error() string {
-	return fmt.Sprintf("produce: %d of %d messages failed, the first at %d: %v", len(e.Failed), e.Total, e.Failed[0], e.Err)
-}
-
-func (e *PublishError) Unwrap() error { return e.Err }
-
-// FirstFailed is the index of the first message that was not stored; every
-// message before it was.
-func (e *PublishError) FirstFailed() int { return e.Failed[0] }
 
 // Publish sends msgs to topic and returns once Kafka acknowledged all of
 // them. When some fail it returns *PublishError.
@@ -162,46 +140,11 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		}
 		out[i] = km
 	}
-	if err := p.producer.SendMessages(out); err != nil {
-		return publishError(out, err)
-	}
-	return nil
-}
-
-func publishError(sent []*sarama.ProducerMessage, err error) error {
-	var perrs sarama.ProducerErrors
-	if !errors.As(err, &perrs) || len(perrs) == 0 {
-		return fmt.Errorf("produce: %w", err)
-	}
-	at := make(map[*sarama.ProducerMessage]int, len(sent))
-	for i, m := range sent {
-		at[m] = i
-	}
-	failed := make([]int, 0, len(perrs))
-	first := perrs[0].Err
-	for _, pe := range perrs {
-		i, ok := at[pe.Msg]
-		if !ok {
-			return fmt.Errorf("produce: %w", err) // cannot tell which: treat all as failed
-		}
-		failed = append(failed, i)
-	}
-	slices.Sort(failed)
-	for _, pe := range perrs {
-		if at[pe.Msg] == failed[0] {
-			first = pe.Err
-		}
-	}
-	return &PublishError{Failed: failed, Total: len(sent), Err: first}
+	return p.producer.Send(context.Background(), out...)
 }
 
 // Close flushes and closes the producer.
-func (p *Publisher) Close() error {
-	if err := p.producer.Close(); err != nil {
-		return fmt.Errorf("close kafka producer: %w", err)
-	}
-	return nil
-}
+func (p *Publisher) Close() error { return p.producer.Close() }
 
 // EnsureTopics creates each missing topic with c.Partitions partitions. An
 // existing topic is left as it is.

@@ -39,7 +39,7 @@ func BenchmarkRelay(b *testing.B) {
 			}
 		}
 	}
-	producer, err := sarama.NewSyncProducer(c.Brokers, c.ProducerSarama())
+	producer, err := bus.NewProducer(c, bus.ProducerOptions{}, testenv.Quiet())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func BenchmarkRelay(b *testing.B) {
 				cp := *r // sarama fills in offsets and retries on the message it is given
 				batch[j] = &cp
 			}
-			if err := producer.SendMessages(batch); err != nil {
+			if err := producer.Send(ctx, batch...); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -80,6 +80,25 @@ func appendEvent(b []byte, e *Event) []byte {
 	return b
 }
 
+// CountBatch returns how many events b packs without decoding them (0
+// for a message that is not a batch): what a consumer weighs a record by.
+func CountBatch(b []byte) int {
+	if len(b) == 0 || b[0] != formatV1 {
+		return 0
+	}
+	b = b[1:]
+	n := 0
+	for len(b) > 0 {
+		_, _, l := protowire.ConsumeField(b)
+		if l < 0 {
+			return n
+		}
+		b = b[l:]
+		n++
+	}
+	return n
+}
+
 // DecodeBatch appends the events encoded in b to dst. Any malformed byte
 // fails the whole message with an error wrapping ErrFormat.
 func DecodeBatch(b []byte, dst []Event) ([]Event, error) {

@@ -4,62 +4,33 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cfgd/cfgd/api/module"
+	"github.com/cfgd/cfgd/events/bus"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 )
 
-// handler is one consumer-group session; each claimed partition batches
-// on its own, in its ConsumeClaim goroutine.
-type handler struct {
-	u     *Usage
-	fatal atomic.Pointer[error]
-	// crash ends the session after a (test) crash, so partitions without
-	// records do not keep it open.
-	crash context.CancelFunc
-}
-
-func (h *handler) Setup(sarama.ConsumerGroupSession) error   { return nil }
-func (h *handler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
-
-func (h *handler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
-	u := h.u
-	b := &batch{partition: claim.Partition()}
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	for {
-		select {
-		case m, ok := <-claim.Messages():
-			if !ok {
-				return h.flush(sess, b, true)
-			}
-			if b.records == 0 {
-				timer.Reset(u.cfg.BatchWait)
-			}
-			b.add(u, m)
-			if b.records >= u.cfg.BatchRecords {
-				timer.Stop()
-				if err := h.flush(sess, b, false); err != nil {
-					return err
-				}
-			}
-		case <-timer.C:
-			if err := h.flush(sess, b, false); err != nil {
-				return err
-			}
-		case <-sess.Context().Done():
-			// The session is ending (rebalance or shutdown): one last try;
-			// whatever is left is redelivered to the next owner, which the
-			// stored offset makes harmless.
-			return h.flush(sess, b, true)
+// handle applies one partition's batch; the loop commits its offset
+// afterwards, and retries it while Postgres is down.
+func (u *Usage) handle(ctx context.Context, mb *bus.Batch) error {
+	b := &batch{partition: mb.Partition()}
+	for _, m := range mb.Messages {
+		b.add(u, m)
+	}
+	if err := u.apply(ctx, b); err != nil {
+		return fmt.Errorf("api-key usage: %w", err)
+	}
+	u.ignored.Add(b.ignored)
+	u.poisoned.Add(b.poisoned)
+	if u.afterApply != nil {
+		if err := u.afterApply(); err != nil {
+			return bus.Stop(err)
 		}
 	}
+	return nil
 }
 
 // use is one event that names an API key.
@@ -77,9 +48,9 @@ type batch struct {
 	// batch whether or not its records named a key.
 	last    int64
 	records int
+	// ignored events named no key; poisoned records could not be read.
+	ignored, poisoned int64
 }
-
-func (b *batch) reset() { b.uses, b.records = b.uses[:0], 0 }
 
 // add reads m. A record the ClickHouse sink would dead-letter (unreadable
 // or holding an invalid event) is not counted here either, so both read
@@ -97,60 +68,17 @@ func (b *batch) add(u *Usage, m *sarama.ConsumerMessage) {
 		}
 	}
 	if err != nil {
-		u.poisoned.Add(1)
+		b.poisoned++
 		u.log.Warn("api-key usage: unreadable request-log record ignored", "partition", m.Partition, "offset", m.Offset, "err", err)
 		return
 	}
 	for _, e := range evs {
 		if e.APIKeyID == 0 {
-			u.ignored.Add(1)
+			b.ignored++
 			continue
 		}
 		b.uses = append(b.uses, use{offset: m.Offset, key: e.APIKeyID, at: e.CreatedAt})
 	}
-}
-
-// flush applies b and commits its offset, retrying while Postgres is down;
-// reading this partition pauses meanwhile. It fails only when the session
-// ends first (or on a test crash).
-func (h *handler) flush(sess sarama.ConsumerGroupSession, b *batch, final bool) error {
-	if b.records == 0 {
-		return nil
-	}
-	u := h.u
-	ctx := sess.Context()
-	if final {
-		// The session context is already done (or about to be); bound the
-		// last attempt.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-	}
-	backoff := 100 * time.Millisecond
-	for {
-		err := u.apply(ctx, b)
-		if err == nil {
-			break
-		}
-		u.health.Set(fmt.Errorf("api-key usage: %w", err))
-		u.log.WarnContext(ctx, "api-key usage batch not applied, retrying", "partition", b.partition, "records", b.records, "err", err, "retry_in", backoff.String())
-		if final || !module.Sleep(ctx, backoff) {
-			return nil
-		}
-		backoff = min(backoff*2, u.cfg.MaxBackoff)
-	}
-	if u.afterApply != nil {
-		if err := u.afterApply(); err != nil {
-			h.fatal.Store(&err)
-			h.crash()
-			return err
-		}
-	}
-	sess.MarkOffset(u.topic, b.partition, b.last+1, "")
-	sess.Commit()
-	u.health.Set(nil)
-	b.reset()
-	return nil
 }
 
 // Statements of apply. The offset row is claimed first (inserted or

@@ -41,14 +41,6 @@ func (f *Feed) Name() string { return f.u.cfg.Name }
 // Topic implements projections.Feed.
 func (f *Feed) Topic() string { return f.u.topic }
 
-func (f *Feed) client() (sarama.Client, error) {
-	c, err := sarama.NewClient(f.u.cfg.Bus.Brokers, f.u.cfg.Bus.ConsumerSarama())
-	if err != nil {
-		return nil, fmt.Errorf("kafka: %w", err)
-	}
-	return c, nil
-}
-
 // Rebuild implements projections.Feed.
 func (f *Feed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp func(context.Context) error, progress func(read, total int64)) (int64, error) {
 	// Unqualified: created in the shadow schema, first on the search_path.
@@ -58,12 +50,12 @@ func (f *Feed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp func(contex
 	if err := bus.EnsureTopics(ctx, f.u.cfg.Bus, f.u.log, bus.TopicRequestLogs); err != nil {
 		return 0, err
 	}
-	c, err := f.client()
+	r, err := bus.NewReader(f.u.cfg.Bus)
 	if err != nil {
 		return 0, err
 	}
-	defer c.Close()
-	n, _, err := replay.RebuildFromTopic(ctx, c, conn, f.u.topic, f.u.cfg.BatchRecords, caughtUp, progress, f.apply)
+	defer r.Close()
+	n, _, err := replay.RebuildFromTopic(ctx, r, conn, f.u.topic, f.u.cfg.BatchRecords, caughtUp, progress, f.apply)
 	return n, err
 }
 
@@ -110,12 +102,12 @@ func (f *Feed) CatchUp(ctx context.Context, tx pgx.Tx, schema string) (int64, er
 		behind = behind || o > shadow[p]
 	}
 	if behind {
-		c, err := f.client()
+		r, err := bus.NewReader(f.u.cfg.Bus)
 		if err != nil {
 			return 0, err
 		}
-		defer c.Close()
-		_, err = replay.ReadPartitions(ctx, c, f.u.topic, shadow, live, f.u.cfg.BatchRecords, func(ctx context.Context, p int32, msgs []*sarama.ConsumerMessage) error {
+		defer r.Close()
+		_, err = r.Read(ctx, f.u.topic, shadow, live, f.u.cfg.BatchRecords, func(ctx context.Context, p int32, msgs []*sarama.ConsumerMessage) error {
 			n += int64(len(msgs))
 			return f.apply(ctx, tx, p, msgs)
 		})

@@ -11,13 +11,10 @@ package apikeyusage
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cfgd/cfgd/api/module"
@@ -129,56 +126,11 @@ func (u *Usage) Stats() Stats {
 	return Stats{Applied: u.applied.Load(), Skipped: u.skipped.Load(), Ignored: u.ignored.Load(), Poisoned: u.poisoned.Load()}
 }
 
-// Run consumes until ctx ends. Kafka or Postgres being down is waited for
-// (and reported by Ready), never a reason to return.
+// Run consumes until ctx ends: each partition's records in batches, the
+// last applied offset stored with the counts. Kafka or Postgres being
+// down is waited for (and reported by Ready), never a reason to return.
 func (u *Usage) Run(ctx context.Context) error {
-	if err := u.retry(ctx, "kafka topics", func(ctx context.Context) error {
-		return bus.EnsureTopics(ctx, u.cfg.Bus, u.log, bus.TopicRequestLogs)
-	}); err != nil {
-		return nil
-	}
-	var group sarama.ConsumerGroup
-	if err := u.retry(ctx, "kafka consumer group", func(context.Context) error {
-		var err error
-		group, err = sarama.NewConsumerGroup(u.cfg.Bus.Brokers, u.cfg.Group, u.cfg.Bus.BulkConsumerSarama())
-		return err
-	}); err != nil {
-		return nil
-	}
-	defer group.Close()
-	u.health.Set(nil)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for err := range group.Errors() {
-			u.log.WarnContext(ctx, "api-key usage consumer", "err", err)
-		}
-	}()
-	defer wg.Wait()
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		cctx, crash := context.WithCancel(ctx)
-		h := &handler{u: u, crash: crash}
-		err := group.Consume(cctx, []string{u.topic}, h)
-		crash()
-		if p := h.fatal.Load(); p != nil {
-			_ = group.Close()
-			return *p
-		}
-		if err != nil && ctx.Err() == nil {
-			u.health.Set(fmt.Errorf("kafka: %w", err))
-			u.log.WarnContext(ctx, "api-key usage consume", "err", err)
-			module.Sleep(ctx, backoff)
-			backoff = min(backoff*2, u.cfg.MaxBackoff)
-			continue
-		}
-		backoff = 100 * time.Millisecond
-	}
-	_ = group.Close()
-	return nil
-}
-
-func (u *Usage) retry(ctx context.Context, what string, fn func(context.Context) error) error {
-	return u.health.Retry(ctx, u.log, what, u.cfg.MaxBackoff, fn)
+	return bus.Consume(ctx, u.cfg.Bus, u.cfg.Group, []string{bus.TopicRequestLogs}, u.handle,
+		bus.WithBatch(u.cfg.BatchRecords, u.cfg.BatchWait), bus.WithRetry(100*time.Millisecond, u.cfg.MaxBackoff),
+		bus.WithHealth(&u.health), bus.WithDrain(10*time.Second), bus.WithCommitEach(), bus.WithLog(u.log))
 }

@@ -97,7 +97,7 @@ func TestForgedEventsNeverReachTheUsers(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM projection_checkpoints WHERE stream_id IN ('user-900', 'user-901')`).Scan(&checkpoints); err != nil || checkpoints != 0 {
 		t.Fatalf("forged streams moved %d checkpoints (%v)", checkpoints, err)
 	}
-	dls, err := projections.ReadDeadLetters(ctx, c)
+	dls, err := bus.ReadDeadLetters(ctx, c, bus.TopicDeadLetters)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestForgedEventsNeverReachTheUsers(t *testing.T) {
 		t.Fatalf("dead letters %+v, want the two forged events", dls)
 	}
 	for i, d := range dls {
-		if d.Reason != projections.ReasonBadSignature || d.Projection != projection.GroupName ||
+		if d.Reason != bus.ReasonBadSignature || d.Projection != projection.GroupName ||
 			d.Stream != identity.UserStream(int64(900+i)) || d.Type != "user.registered" {
 			t.Fatalf("dead letter %d: %+v", i, d)
 		}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/deploy/migrations"
+	"github.com/cfgd/cfgd/events/bus"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 )
 
@@ -19,60 +19,6 @@ import (
 // partition, 40 of offset and 12 of index (PackEvents is at most 4096).
 func ID(partition int32, offset int64, index int) uint64 {
 	return uint64(partition)<<52 | uint64(offset)<<12 | uint64(index)
-}
-
-// handler is one consumer-group session. Every claimed partition feeds one
-// batcher, so a batch spans partitions and ClickHouse sees few large
-// inserts.
-type handler struct {
-	s     *Sink
-	in    chan *sarama.ConsumerMessage
-	stop  chan struct{}
-	done  chan struct{}
-	fatal error
-	// held is, per partition, the highest offset ClickHouse holds; loaded
-	// once per session (another member may have written meanwhile) and
-	// again after a replay swapped the tables (heldGen is the fence's
-	// generation it was loaded under).
-	held    map[int32]int64
-	heldGen int64
-}
-
-func (h *handler) Setup(sess sarama.ConsumerGroupSession) error {
-	h.in = make(chan *sarama.ConsumerMessage, 64)
-	h.stop = make(chan struct{})
-	h.done = make(chan struct{})
-	h.held = map[int32]int64{}
-	go h.batcher(sess)
-	return nil
-}
-
-func (h *handler) Cleanup(sarama.ConsumerGroupSession) error {
-	close(h.stop)
-	<-h.done
-	return nil
-}
-
-func (h *handler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
-	for {
-		select {
-		case m, ok := <-claim.Messages():
-			if !ok {
-				return nil
-			}
-			select {
-			case h.in <- m:
-			case <-sess.Context().Done():
-				return nil
-			case <-h.done:
-				return nil
-			}
-		case <-sess.Context().Done():
-			return nil
-		case <-h.done:
-			return nil
-		}
-	}
 }
 
 // batch is what one insert carries.
@@ -88,8 +34,9 @@ type batch struct {
 }
 
 type poisoned struct {
-	msg *sarama.ConsumerMessage
-	err error
+	msg    *sarama.ConsumerMessage
+	reason string // bus.ReasonUndecodable or bus.ReasonInvalid
+	err    error
 }
 
 func newBatch() *batch { return &batch{last: map[int32]int64{}} }
@@ -98,27 +45,29 @@ func (b *batch) add(m *sarama.ConsumerMessage) { b.addDecoded(decode(m)) }
 
 // decoded is a record read: its events, or why it cannot be stored.
 type decoded struct {
-	msg *sarama.ConsumerMessage
-	evs []reqlog.Event
-	err error
+	msg    *sarama.ConsumerMessage
+	evs    []reqlog.Event
+	reason string
+	err    error
 }
 
 // decode reads m's events and checks them as the sink stores them (the
 // replay decodes on several goroutines, then adds in partition order).
 func decode(m *sarama.ConsumerMessage) decoded {
 	evs, err := reqlog.DecodeBatch(m.Value, nil)
-	if err == nil {
-		for i, e := range evs {
-			if errs := reqlog.Check(i, e); len(errs) > 0 {
-				err = errs[0]
-				break
-			}
+	if err != nil {
+		return decoded{msg: m, reason: bus.ReasonUndecodable, err: err}
+	}
+	for i, e := range evs {
+		if errs := reqlog.Check(i, e); len(errs) > 0 {
+			return decoded{msg: m, reason: bus.ReasonInvalid, err: errs[0]}
 		}
 	}
-	if err == nil && (m.Partition >= 1<<11 || m.Offset >= 1<<40 || len(evs) > 1<<12) {
+	if m.Partition >= 1<<11 || m.Offset >= 1<<40 || len(evs) > 1<<12 {
 		err = fmt.Errorf("record outside the id space (partition %d, offset %d, %d events)", m.Partition, m.Offset, len(evs))
+		return decoded{msg: m, reason: bus.ReasonInvalid, err: err}
 	}
-	return decoded{msg: m, evs: evs, err: err}
+	return decoded{msg: m, evs: evs}
 }
 
 func (b *batch) addDecoded(d decoded) {
@@ -129,7 +78,7 @@ func (b *batch) addDecoded(d decoded) {
 	b.records++
 	b.last[m.Partition] = max(b.last[m.Partition], m.Offset)
 	if d.err != nil {
-		b.poison = append(b.poison, poisoned{msg: m, err: d.err})
+		b.poison = append(b.poison, poisoned{msg: m, reason: d.reason, err: d.err})
 		return
 	}
 	for i := range d.evs {
@@ -137,140 +86,71 @@ func (b *batch) addDecoded(d decoded) {
 	}
 }
 
-func (h *handler) batcher(sess sarama.ConsumerGroupSession) {
-	defer close(h.done)
-	s := h.s
-	b := newBatch()
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	flush := func(final bool) bool {
-		if b.records == 0 {
-			return true
-		}
-		if err := h.flush(sess, b, final); err != nil {
-			return false
-		}
-		b = newBatch()
-		return true
-	}
-	for {
-		select {
-		case m := <-h.in:
-			if b.records == 0 {
-				timer.Reset(s.cfg.BatchWait)
-			}
-			b.add(m)
-			if b.rows.Len() >= s.cfg.BatchRows {
-				timer.Stop()
-				if !flush(false) {
-					return
-				}
-			}
-		case <-timer.C:
-			if !flush(false) {
-				return
-			}
-		case <-h.stop:
-			// The session is ending (rebalance or shutdown): one last try,
-			// then whatever is left is redelivered to the next owner.
-			flush(true)
-			return
-		}
-	}
-}
+// recordEvents weighs a record for the batch bound: the events it packs.
+func recordEvents(m *sarama.ConsumerMessage) int { return max(1, reqlog.CountBatch(m.Value)) }
 
-// flush inserts b and commits its offsets, retrying while ClickHouse is
-// down; reading from Kafka pauses meanwhile since nobody drains h.in. It
-// fails only when the session ends first (or on a test crash).
-func (h *handler) flush(sess sarama.ConsumerGroupSession, b *batch, final bool) error {
-	s := h.s
-	backoff := 100 * time.Millisecond
-	ctx := sess.Context()
-	if final {
-		// The session context is already done; bound the last attempt.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
+// handle inserts one batch (records of every partition the member holds);
+// the loop commits its offsets afterwards, and retries it while ClickHouse
+// is down.
+func (s *Sink) handle(ctx context.Context, msgs *bus.Batch) error {
+	if msgs.Session != s.heldSession {
+		clear(s.held)
+		s.heldSession = msgs.Session
 	}
-	for {
-		// The insert and the offset commit share one hold of the fence: a
-		// replay swaps tables before or after the whole batch.
-		err := s.fenced(ctx, func(gen int64) error {
-			if gen != h.heldGen {
-				// A replay swapped the tables since held was read. If it
-				// died inside its swap, the live raw table may lack its
-				// views: put back whatever is missing before writing.
-				if err := migrations.UpRequestLog(ctx, s.conn, s.cfg.RetentionDays); err != nil {
-					return err
-				}
-				clear(h.held)
-				h.heldGen = gen
-			}
-			if err := h.write(ctx, b); err != nil {
+	b := newBatch()
+	for _, m := range msgs.Messages {
+		b.add(m)
+	}
+	// The insert shares one hold of the fence: a replay swaps tables
+	// before or after the whole batch.
+	return s.fenced(ctx, func(gen int64) error {
+		if gen != s.heldGen {
+			// A replay swapped the tables since held was read. If it
+			// died inside its swap, the live raw table may lack its
+			// views: put back whatever is missing before writing.
+			if err := migrations.UpRequestLog(ctx, s.conn, s.cfg.RetentionDays); err != nil {
 				return err
 			}
-			for p, off := range b.last {
-				sess.MarkOffset(s.topic, p, off+1, "")
-			}
-			sess.Commit()
-			return nil
-		})
-		if err == nil {
-			break
+			clear(s.held)
+			s.heldGen = gen
 		}
-		if h.fatal != nil {
-			return h.fatal
-		}
-		s.health.Set(fmt.Errorf("request-log sink: %w", err))
-		s.log.WarnContext(ctx, "request-log batch not written, retrying", "rows", b.rows.Len(), "err", err, "retry_in", backoff.String())
-		if final || !module.Sleep(ctx, backoff) {
-			return err
-		}
-		backoff = min(backoff*2, s.cfg.MaxBackoff)
-	}
-	s.health.Set(nil)
-	return nil
+		return s.write(ctx, msgs, b)
+	})
 }
 
 // write sends the poison records to the dead-letter topic and inserts the
 // rows ClickHouse does not hold yet. Both steps are safe to repeat.
-func (h *handler) write(ctx context.Context, b *batch) error {
-	s := h.s
-	if len(b.poison) > 0 {
-		if err := s.deadLetter(ctx, b.poison); err != nil {
+func (s *Sink) write(ctx context.Context, msgs *bus.Batch, b *batch) error {
+	for _, p := range b.poison {
+		if err := msgs.DeadLetter(ctx, p.msg, "requestlog-sink", p.reason, p.err); err != nil {
 			return err
 		}
-		s.poisoned.Add(int64(len(b.poison)))
-		for _, p := range b.poison {
-			s.log.WarnContext(ctx, "request-log record sent to the dead-letter topic",
-				"partition", p.msg.Partition, "offset", p.msg.Offset, "err", p.err)
-		}
-		b.poison = nil
+		s.poisoned.Add(1)
 	}
-	if err := h.loadHeld(ctx, b); err != nil {
+	b.poison = nil
+	if err := s.loadHeld(ctx, b); err != nil {
 		return err
 	}
-	keep := b.rows.without(h.held)
+	keep := b.rows.without(s.held)
 	s.skipped.Add(int64(b.rows.Len() - keep.Len()))
 	if keep.Len() > 0 {
 		if err := keep.Insert(ctx, s.conn); err != nil {
 			// The insert may have landed before the error (a connection
 			// lost on the way back): ask ClickHouse again before retrying.
 			for p := range b.last {
-				delete(h.held, p)
+				delete(s.held, p)
 			}
 			return err
 		}
 		s.inserted.Add(int64(keep.Len()))
 		for i, p := range keep.partition {
-			h.held[int32(p)] = max(h.held[int32(p)], int64(keep.offset[i]))
+			s.held[int32(p)] = max(s.held[int32(p)], int64(keep.offset[i]))
 		}
 	}
 	b.rows = keep
 	if s.afterInsert != nil {
 		if err := s.afterInsert(); err != nil {
-			h.fatal = err
-			return err
+			return bus.Stop(err)
 		}
 	}
 	b.rows = Rows{}
@@ -281,10 +161,10 @@ func (h *handler) write(ctx context.Context, b *batch) error {
 // highest offset ClickHouse holds. A partition's records are inserted in
 // offset order, one batch after another, so everything at or below that
 // offset is in and everything above is not.
-func (h *handler) loadHeld(ctx context.Context, b *batch) error {
+func (s *Sink) loadHeld(ctx context.Context, b *batch) error {
 	var missing []string
 	for p := range b.last {
-		if _, ok := h.held[p]; !ok {
+		if _, ok := s.held[p]; !ok {
 			missing = append(missing, strconv.Itoa(int(p)))
 		}
 	}
@@ -293,7 +173,7 @@ func (h *handler) loadHeld(ctx context.Context, b *batch) error {
 	}
 	q := fmt.Sprintf("SELECT kafka_partition, max(kafka_offset) FROM %s WHERE kafka_partition IN (%s) GROUP BY kafka_partition",
 		migrations.RequestLogRaw, strings.Join(missing, ","))
-	rs, err := h.s.conn.Query(ctx, q)
+	rs, err := s.conn.Query(ctx, q)
 	if err != nil {
 		return fmt.Errorf("held offsets: %w", err)
 	}
@@ -313,51 +193,10 @@ func (h *handler) loadHeld(ctx context.Context, b *batch) error {
 	for _, ps := range missing {
 		p, _ := strconv.Atoi(ps)
 		if off, ok := found[int32(p)]; ok {
-			h.held[int32(p)] = off
+			s.held[int32(p)] = off
 		} else {
-			h.held[int32(p)] = -1
+			s.held[int32(p)] = -1
 		}
 	}
 	return nil
-}
-
-func (s *Sink) deadLetter(ctx context.Context, ps []poisoned) error {
-	p, err := s.dlqProducer()
-	if err != nil {
-		return err
-	}
-	msgs := make([]*sarama.ProducerMessage, len(ps))
-	for i, x := range ps {
-		msgs[i] = &sarama.ProducerMessage{Topic: s.dead, Value: sarama.ByteEncoder(x.msg.Value), Headers: []sarama.RecordHeader{
-			{Key: []byte("error"), Value: []byte(x.err.Error())},
-			{Key: []byte("source"), Value: []byte(fmt.Sprintf("%s/%d/%d", x.msg.Topic, x.msg.Partition, x.msg.Offset))},
-		}}
-	}
-	if err := p.SendMessages(msgs); err != nil {
-		return fmt.Errorf("dead-letter topic: %w", err)
-	}
-	return ctx.Err()
-}
-
-func (s *Sink) dlqProducer() (sarama.SyncProducer, error) {
-	s.dlqMu.Lock()
-	defer s.dlqMu.Unlock()
-	if s.dlq != nil {
-		return s.dlq, nil
-	}
-	p, err := sarama.NewSyncProducer(s.cfg.Bus.Brokers, s.cfg.Bus.ProducerSarama())
-	if err != nil {
-		return nil, fmt.Errorf("dead-letter producer: %w", err)
-	}
-	s.dlq = p
-	return p, nil
-}
-
-func (s *Sink) closeDLQ() {
-	s.dlqMu.Lock()
-	defer s.dlqMu.Unlock()
-	if s.dlq != nil {
-		_ = s.dlq.Close()
-		s.dlq = nil
-	}
 }

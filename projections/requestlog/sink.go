@@ -11,14 +11,12 @@ package requestlog
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/IBM/sarama"
 
 	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/deploy/migrations"
@@ -83,14 +81,19 @@ type Sink struct {
 	log   *slog.Logger
 	now   func() time.Time
 	topic string
-	dead  string
 
 	// health is the reason the sink is not keeping up (ClickHouse or
 	// Kafka down, schema not created yet); nil when it is.
 	health module.Health
 
-	dlqMu sync.Mutex
-	dlq   sarama.SyncProducer
+	// held is, per partition, the highest offset ClickHouse holds; loaded
+	// once per consumer-group session (another member may have written
+	// meanwhile) and again after a replay swapped the tables (heldGen is
+	// the fence's generation it was loaded under). Only the loop's one
+	// batcher (bus.WithSpan) touches them.
+	held        map[int32]int64
+	heldGen     int64
+	heldSession uint64
 
 	inserted atomic.Int64
 	skipped  atomic.Int64
@@ -117,8 +120,8 @@ func NewFenced(cfg Config, conn driver.Conn, fence Fence, log *slog.Logger) (*Si
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Sink{cfg: cfg, conn: conn, fence: fence, log: log, now: time.Now,
-		topic: cfg.Bus.Topic(bus.TopicRequestLogs), dead: cfg.Bus.Topic(bus.TopicRequestLogsDead)}
+	s := &Sink{cfg: cfg, conn: conn, fence: fence, log: log, now: time.Now, held: map[int32]int64{},
+		topic: cfg.Bus.Topic(bus.TopicRequestLogs)}
 	s.health.Set(errStarting)
 	return s, nil
 }
@@ -142,62 +145,22 @@ func (s *Sink) Stats() Stats {
 // Run consumes until ctx ends. Dependencies that are down are waited for
 // (and reported by Ready), never a reason to return.
 func (s *Sink) Run(ctx context.Context) error {
-	defer s.closeDLQ()
 	if err := s.retry(ctx, "clickhouse schema", func(ctx context.Context) error {
 		// Fenced: never in the middle of a replay's swap.
 		return s.fenced(ctx, func(int64) error { return migrations.UpRequestLog(ctx, s.conn, s.cfg.RetentionDays) })
 	}); err != nil {
 		return nil
 	}
-	if err := s.retry(ctx, "kafka topics", func(ctx context.Context) error {
-		return bus.EnsureTopics(ctx, s.cfg.Bus, s.log, bus.TopicRequestLogs, bus.TopicRequestLogsDead)
-	}); err != nil {
-		return nil
-	}
-	var group sarama.ConsumerGroup
-	if err := s.retry(ctx, "kafka consumer group", func(context.Context) error {
-		var err error
-		group, err = sarama.NewConsumerGroup(s.cfg.Bus.Brokers, s.cfg.Group, s.cfg.Bus.BulkConsumerSarama())
-		return err
-	}); err != nil {
-		return nil
-	}
-	defer group.Close()
-	s.health.Set(nil)
-
 	bg, stopBG := context.WithCancel(ctx)
 	defer stopBG()
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(1)
 	go func() { defer wg.Done(); s.retention(bg) }()
-	go func() {
-		defer wg.Done()
-		for err := range group.Errors() {
-			s.log.WarnContext(ctx, "request-log consumer", "err", err)
-		}
-	}()
-	backoff := 100 * time.Millisecond
-	var failed error
-	for ctx.Err() == nil {
-		h := &handler{s: s}
-		err := group.Consume(ctx, []string{s.topic}, h)
-		if h.fatal != nil {
-			failed = h.fatal
-			break
-		}
-		if err != nil && ctx.Err() == nil {
-			s.health.Set(fmt.Errorf("kafka: %w", err))
-			s.log.WarnContext(ctx, "request-log consume", "err", err)
-			module.Sleep(ctx, backoff)
-			backoff = min(backoff*2, s.cfg.MaxBackoff)
-			continue
-		}
-		backoff = 100 * time.Millisecond
-	}
-	stopBG()
-	_ = group.Close()
-	wg.Wait()
-	return failed
+	defer wg.Wait()
+	return bus.Consume(ctx, s.cfg.Bus, s.cfg.Group, []string{bus.TopicRequestLogs}, s.handle,
+		bus.WithSpan(), bus.WithBatch(s.cfg.BatchRows, s.cfg.BatchWait), bus.WithWeight(recordEvents),
+		bus.WithRetry(100*time.Millisecond, s.cfg.MaxBackoff), bus.WithDeadLetter(bus.TopicRequestLogsDead),
+		bus.WithHealth(&s.health), bus.WithDrain(10*time.Second), bus.WithCommitEach(), bus.WithLog(s.log))
 }
 
 // retry runs fn until it succeeds or ctx ends, reporting the failure

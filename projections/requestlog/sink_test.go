@@ -235,15 +235,14 @@ func TestSinkPoisonGoesToDeadLetters(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
 	e.produce(100)
-	cfg := e.bus.ProducerSarama()
-	raw, err := sarama.NewSyncProducer(e.bus.Brokers, cfg)
+	raw, err := bus.NewProducer(e.bus, bus.ProducerOptions{}, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer raw.Close()
 	bad := reqlog.AppendBatch(nil, []reqlog.Event{{ServiceName: "", MethodName: "m", Status: "nope"}})
 	for _, v := range [][]byte{[]byte("not a batch"), bad} {
-		if _, _, err := raw.SendMessage(&sarama.ProducerMessage{Topic: e.prod.Topic(), Value: sarama.ByteEncoder(v)}); err != nil {
+		if err := raw.Send(context.Background(), &sarama.ProducerMessage{Topic: e.prod.Topic(), Value: sarama.ByteEncoder(v)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -22,7 +22,10 @@ func BenchmarkReplayLifecycleFeed(b *testing.B) {
 	ctx := context.Background()
 	pool := testenv.Postgres(b)
 	c := testenv.Kafka(b, 3)
-	pub := taskproj.NewLifecyclePublisher(c, testenv.Quiet())
+	pub, err := taskev.NewProducer(c, testenv.Quiet())
+	if err != nil {
+		b.Fatal(err)
+	}
 	defer pub.Close()
 	const n = 100_000
 	steps := []string{taskev.StepEnqueued, taskev.StepStarted, taskev.StepSucceeded, taskev.StepStarted}

@@ -3,7 +3,6 @@ package tasks
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 
 	"github.com/IBM/sarama"
@@ -51,26 +50,18 @@ func (f *LifecycleFeed) Name() string { return "tasks.lifecycle" }
 // Topic implements projections.Feed.
 func (f *LifecycleFeed) Topic() string { return f.bus.Topic(tasks.TopicLifecycle) }
 
-func (f *LifecycleFeed) client() (sarama.Client, error) {
-	c, err := sarama.NewClient(f.bus.Brokers, f.bus.ConsumerSarama())
-	if err != nil {
-		return nil, fmt.Errorf("kafka: %w", err)
-	}
-	return c, nil
-}
-
 // Rebuild implements projections.Feed.
 func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp func(context.Context) error, progress func(read, total int64)) (int64, error) {
 	f.next = nil
 	if err := bus.EnsureTopics(ctx, f.bus, f.log, tasks.TopicLifecycle); err != nil {
 		return 0, err
 	}
-	c, err := f.client()
+	r, err := bus.NewReader(f.bus)
 	if err != nil {
 		return 0, err
 	}
-	defer c.Close()
-	n, next, err := replay.RebuildFromTopic(ctx, c, conn, f.bus.Topic(tasks.TopicLifecycle), f.batch, caughtUp, progress,
+	defer r.Close()
+	n, next, err := replay.RebuildFromTopic(ctx, r, conn, f.bus.Topic(tasks.TopicLifecycle), f.batch, caughtUp, progress,
 		func(ctx context.Context, tx pgx.Tx, _ int32, msgs []*sarama.ConsumerMessage) error {
 			return ApplyLifecycle(ctx, tx, f.decode(msgs))
 		})
@@ -100,18 +91,18 @@ func (f *LifecycleFeed) Lock(context.Context, pgx.Tx) error { return nil }
 // CatchUp implements projections.Feed: with the sink blocked, everything
 // it applied is below the topic's end now; the shadow reads up to there.
 func (f *LifecycleFeed) CatchUp(ctx context.Context, tx pgx.Tx, _ string) (int64, error) {
-	c, err := f.client()
+	r, err := bus.NewReader(f.bus)
 	if err != nil {
 		return 0, err
 	}
-	defer c.Close()
+	defer r.Close()
 	topic := f.bus.Topic(tasks.TopicLifecycle)
-	ends, err := replay.Ends(c, topic)
+	ends, err := r.Ends(topic)
 	if err != nil {
 		return 0, err
 	}
 	var n int64
-	_, err = replay.ReadPartitions(ctx, c, topic, f.next, ends, f.batch, func(ctx context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
+	_, err = r.Read(ctx, topic, f.next, ends, f.batch, func(ctx context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
 		n += int64(len(msgs))
 		return ApplyLifecycle(ctx, tx, f.decode(msgs))
 	})

@@ -3,12 +3,10 @@ package tasks
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -36,108 +34,25 @@ func NewSink(pool *pgxpool.Pool, c bus.Config, log *slog.Logger) *Sink {
 }
 
 // Run consumes until ctx ends, waiting for Kafka when it is not up yet.
+// A batch that fails is retried (never skipped); its offsets are
+// committed only after its transaction committed.
 func (s *Sink) Run(ctx context.Context) error {
-	var group sarama.ConsumerGroup
-	for backoff := 250 * time.Millisecond; ; backoff = min(2*backoff, 10*time.Second) {
-		err := bus.EnsureTopics(ctx, s.bus, s.log, tasks.TopicLifecycle)
-		if err == nil {
-			group, err = sarama.NewConsumerGroup(s.bus.Brokers, SinkGroup, s.bus.ConsumerSarama())
-		}
-		if err == nil {
-			break
-		}
-		s.log.WarnContext(ctx, "dependency unavailable, retrying", "dependency", "kafka", "err", err, "retry_in", backoff.String())
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(backoff):
-		}
-	}
-	defer group.Close()
-	go func() {
-		for err := range group.Errors() {
-			s.log.Warn("lifecycle consumer", "err", err)
-		}
-	}()
-	topic := s.bus.Topic(tasks.TopicLifecycle)
-	for ctx.Err() == nil {
-		if err := group.Consume(ctx, []string{topic}, s); err != nil && !errors.Is(err, sarama.ErrClosedConsumerGroup) && ctx.Err() == nil {
-			s.log.Warn("lifecycle consume", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}
-	return nil
+	return bus.Consume(ctx, s.bus, SinkGroup, []string{tasks.TopicLifecycle}, s.handle,
+		bus.WithBatch(s.MaxBatch, s.MaxWait), bus.WithRetry(50*time.Millisecond, 10*time.Second), bus.WithLog(s.log))
 }
 
-// Setup implements sarama.ConsumerGroupHandler.
-func (s *Sink) Setup(sarama.ConsumerGroupSession) error { return nil }
-
-// Cleanup implements sarama.ConsumerGroupHandler.
-func (s *Sink) Cleanup(sarama.ConsumerGroupSession) error { return nil }
-
-// ConsumeClaim applies one partition's records batch by batch.
-func (s *Sink) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
-	ctx := sess.Context()
-	msgs := claim.Messages()
-	for {
-		var batch []*sarama.ConsumerMessage
-		select {
-		case m, ok := <-msgs:
-			if !ok {
-				return nil
-			}
-			batch = append(batch, m)
-		case <-ctx.Done():
-			return nil
-		}
-		timer := time.NewTimer(s.MaxWait)
-	fill:
-		for len(batch) < s.MaxBatch {
-			select {
-			case m, ok := <-msgs:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, m)
-			case <-timer.C:
-				break fill
-			}
-		}
-		timer.Stop()
-		if err := s.apply(ctx, batch); err != nil {
-			// Never skip: the session ends and the batch comes again.
-			return err
-		}
-		sess.MarkMessage(batch[len(batch)-1], "")
-	}
-}
-
-func (s *Sink) apply(ctx context.Context, batch []*sarama.ConsumerMessage) error {
-	recs := make([]tasks.Lifecycle, 0, len(batch))
-	for _, m := range batch {
+func (s *Sink) handle(ctx context.Context, b *bus.Batch) error {
+	recs := make([]tasks.Lifecycle, 0, len(b.Messages))
+	for _, m := range b.Messages {
 		var r tasks.Lifecycle
 		if err := json.Unmarshal(m.Value, &r); err != nil || r.TaskID == "" || r.Step == "" {
-			s.log.Error("skipping unreadable lifecycle record", "partition", m.Partition, "offset", m.Offset)
+			s.log.ErrorContext(ctx, "skipping unreadable lifecycle record", "partition", m.Partition, "offset", m.Offset)
 			continue
 		}
 		recs = append(recs, r)
 	}
-	for attempt := 0; ; attempt++ {
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return ApplyLifecycle(ctx, tx, recs) })
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil || attempt >= 8 {
-			return fmt.Errorf("lifecycle batch: %w", err)
-		}
-		s.log.Warn("lifecycle batch, retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Duration(50<<attempt) * time.Millisecond):
-		}
+	if err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return ApplyLifecycle(ctx, tx, recs) }); err != nil {
+		return fmt.Errorf("lifecycle batch: %w", err)
 	}
+	return nil
 }

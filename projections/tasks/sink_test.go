@@ -89,14 +89,14 @@ func TestSinkIsIdempotentAndOrderProof(t *testing.T) {
 
 func produce(t *testing.T, c bus.Config, recs []taskev.Lifecycle) {
 	t.Helper()
-	p, err := sarama.NewSyncProducer(c.Brokers, c.ProducerSarama())
+	p, err := bus.NewProducer(c, bus.ProducerOptions{}, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
 	for _, r := range recs {
 		b, _ := json.Marshal(r)
-		if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: c.Topic(taskev.TopicLifecycle), Key: sarama.StringEncoder(r.TaskID), Value: sarama.ByteEncoder(b)}); err != nil {
+		if err := p.Send(context.Background(), &sarama.ProducerMessage{Topic: c.Topic(taskev.TopicLifecycle), Key: sarama.StringEncoder(r.TaskID), Value: sarama.ByteEncoder(b)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package replay_test
+package bus_test
 
 import (
 	"context"
@@ -11,10 +11,9 @@ import (
 
 	"github.com/cfgd/cfgd/deploy/testenv"
 	"github.com/cfgd/cfgd/events/bus"
-	"github.com/cfgd/cfgd/projections/replay"
 )
 
-// ReadPartitions hands over exactly the records in [from, to) of each
+// Reader.Read hands over exactly the records in [from, to) of each
 // partition, in offset order and batches, and says where it stopped;
 // Backlog counts the same records.
 func TestReadPartitions(t *testing.T) {
@@ -25,7 +24,9 @@ func TestReadPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	topic := c.Topic("feed")
-	sc := c.ProducerSarama()
+	// A producer that picks partitions (cfgd's own never does).
+	sc := c.Sarama()
+	sc.Producer.Return.Successes = true
 	sc.Producer.Partitioner = sarama.NewManualPartitioner
 	prod, err := sarama.NewSyncProducer(c.Brokers, sc)
 	if err != nil {
@@ -39,12 +40,12 @@ func TestReadPartitions(t *testing.T) {
 			}
 		}
 	}
-	client, err := sarama.NewClient(c.Brokers, c.ConsumerSarama())
+	r, err := bus.NewReader(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
-	ends, err := replay.Ends(client, topic)
+	defer r.Close()
+	ends, err := r.Ends(topic)
 	if err != nil || ends[0] != 7 || ends[1] != 3 {
 		t.Fatalf("ends %v %v", ends, err)
 	}
@@ -60,7 +61,7 @@ func TestReadPartitions(t *testing.T) {
 		{"past the end", map[int32]int64{0: 6}, map[int32]int64{0: 100}, "0:[0-6] ", 1, map[int32]int64{0: 7}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n, err := replay.Backlog(client, topic, tc.from, tc.to)
+			n, err := r.Backlog(topic, tc.from, tc.to)
 			if err != nil || n != tc.backlog {
 				t.Fatalf("backlog %d %v, want %d", n, err, tc.backlog)
 			}
@@ -68,7 +69,7 @@ func TestReadPartitions(t *testing.T) {
 			ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			defer cancel()
 			got := map[int32]string{}
-			next, err := replay.ReadPartitions(ctx, client, topic, tc.from, tc.to, 3, func(_ context.Context, p int32, msgs []*sarama.ConsumerMessage) error {
+			next, err := r.Read(ctx, topic, tc.from, tc.to, 3, func(_ context.Context, p int32, msgs []*sarama.ConsumerMessage) error {
 				vals := make([]string, len(msgs))
 				for i, m := range msgs {
 					vals[i] = string(m.Value)
@@ -99,22 +100,22 @@ func TestCompleteRefusesATruncatedTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	topic := c.Topic("feed")
-	prod, err := sarama.NewSyncProducer(c.Brokers, c.ProducerSarama())
+	prod, err := bus.NewProducer(c, bus.ProducerOptions{}, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer prod.Close()
 	for i := range 6 {
-		if _, _, err := prod.SendMessage(&sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(fmt.Sprint(i)), Value: sarama.StringEncoder("x")}); err != nil {
+		if err := prod.Send(ctx, &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(fmt.Sprint(i)), Value: sarama.StringEncoder("x")}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	client, err := sarama.NewClient(c.Brokers, c.ConsumerSarama())
+	r, err := bus.NewReader(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
-	if err := replay.Complete(client, topic); err != nil {
+	defer r.Close()
+	if err := r.Complete(topic); err != nil {
 		t.Fatalf("a whole topic: %v", err)
 	}
 	admin, err := sarama.NewClusterAdmin(c.Brokers, c.Sarama())
@@ -122,7 +123,7 @@ func TestCompleteRefusesATruncatedTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	ends, err := replay.Ends(client, topic)
+	ends, err := r.Ends(topic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +136,7 @@ func TestCompleteRefusesATruncatedTopic(t *testing.T) {
 	if err := admin.DeleteRecords(topic, map[int32]int64{p: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := replay.Complete(client, topic); !errors.Is(err, replay.ErrTruncated) {
+	if err := r.Complete(topic); !errors.Is(err, bus.ErrTruncated) {
 		t.Fatalf("a topic without its first record: %v", err)
 	}
 }
