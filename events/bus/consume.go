@@ -98,19 +98,18 @@ type Health interface{ Set(error) }
 type ConsumeOption func(*consumeOptions)
 
 type consumeOptions struct {
-	batch       int
-	linger      time.Duration
-	weigh       func(*sarama.ConsumerMessage) int
-	span        bool
-	retry       bool
-	first, max  time.Duration
-	deadLetter  string
-	health      Health
-	metrics     prometheus.Registerer
-	drain       time.Duration
-	manual      bool
-	log         *slog.Logger
-	initialized func()
+	batch      int
+	linger     time.Duration
+	weigh      func(*sarama.ConsumerMessage) int
+	span       bool
+	retry      bool
+	first, max time.Duration
+	deadLetter string
+	health     Health
+	metrics    prometheus.Registerer
+	drain      time.Duration
+	manual     bool
+	log        *slog.Logger
 }
 
 // WithBatch bounds a batch: it goes to the handler when it weighs n
@@ -173,9 +172,6 @@ func WithCommitEach() ConsumeOption { return func(o *consumeOptions) { o.manual 
 // WithLog sets the logger (default: discard).
 func WithLog(l *slog.Logger) ConsumeOption { return func(o *consumeOptions) { o.log = l } }
 
-// withJoined, in tests, is called once the consumer group exists.
-func withJoined(fn func()) ConsumeOption { return func(o *consumeOptions) { o.initialized = fn } }
-
 // Consume reads topics (names before Config.TopicPrefix) as consumer group
 // group and hands batches to h until ctx ends, then returns nil, or until
 // h returns a Stop error, which it returns. Kafka being down is waited
@@ -235,9 +231,6 @@ func Consume(ctx context.Context, c Config, group string, topics []string, h Han
 	}()
 	defer wg.Wait()
 	l.setHealth(nil)
-	if o.initialized != nil {
-		o.initialized()
-	}
 	full := make([]string, len(topics))
 	for i, t := range topics {
 		full[i] = c.Topic(t)
