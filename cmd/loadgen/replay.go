@@ -178,7 +178,7 @@ func median(v []float64) float64 {
 // high watermark of every partition, with the replay's consumer settings,
 // decodes every record, and returns how many events it held.
 func rawConsume(ctx context.Context, bc bus.Config) (int64, error) {
-	sc := bc.BulkConsumerSarama()
+	sc := bc.ConsumerSarama()
 	sc.Consumer.Fetch.Default = 8 << 20
 	sc.ChannelBufferSize = 64
 	client, err := sarama.NewClient(bc.Brokers, sc)

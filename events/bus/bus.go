@@ -16,13 +16,6 @@ import (
 	"github.com/cfgd/cfgd/events"
 )
 
-// Topic names, before Config.TopicPrefix.
-const (
-	// TopicEvents carries every event appended to the event store, keyed by
-	// stream id so each stream stays in order within one partition.
-	TopicEvents = "events"
-)
-
 // Config says where Kafka is and how cfgd lays out its topics.
 type Config struct {
 	Brokers     []string

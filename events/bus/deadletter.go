@@ -15,12 +15,6 @@ import (
 	"github.com/cfgd/cfgd/events"
 )
 
-// Dead-letter topics (before Config.TopicPrefix). TopicDeadLetters
-// receives every event a projection gave up on; TopicRequestLogsDead the
-// request-log records the sinks cannot read. Each dead letter carries the
-// original key, body and headers, and the Header* headers below.
-const TopicDeadLetters = "deadletters"
-
 // Headers added to a dead letter, next to the original message's headers.
 const (
 	HeaderDeadReason     = "deadletter_reason"

@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/eapache/go-resiliency/breaker"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/cfgd/cfgd/events/bus"
 )
@@ -55,25 +52,15 @@ func (c ProducerConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Producer writes request-log events to their Kafka topic. It connects on
-// first use (and again after a failure, at most once per Timeout), so cfgd
-// starts while Kafka is down and its ingest endpoints answer 503 until
-// Kafka is back.
+// Producer writes request-log events to their Kafka topic, packed many
+// to a record, through the one bus.Producer. It connects on first use
+// (and again after a failure, at most once per Timeout), so cfgd starts
+// while Kafka is down and its ingest endpoints answer 503 until Kafka is
+// back.
 type Producer struct {
-	cfg      ProducerConfig
-	topic    string
-	log      *slog.Logger
-	inFlight *semaphore.Weighted
-
-	// sending is held (shared) while records go into the producer's input,
-	// which Close must not shut under a sender.
-	sending  sync.RWMutex
-	mu       sync.Mutex
-	ap       sarama.AsyncProducer
-	lastDial time.Time
-	dialErr  error
-	done     sync.WaitGroup
-	closed   bool
+	cfg   ProducerConfig
+	topic string
+	p     *bus.Producer
 
 	produced atomic.Int64
 }
@@ -83,7 +70,15 @@ func NewProducer(cfg ProducerConfig, log *slog.Logger) (*Producer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Producer{cfg: cfg, topic: cfg.Bus.Topic(bus.TopicRequestLogs), log: log, inFlight: semaphore.NewWeighted(cfg.MaxInFlightBytes)}, nil
+	// Quick to give up on an unreachable broker, so the edges answer 503
+	// instead of queueing without bound; records linger a few
+	// milliseconds to fill large compressed batches.
+	p, err := bus.NewProducer(cfg.Bus, bus.ProducerOptions{Retries: 3, RetryBackoff: 100 * time.Millisecond, Timeout: cfg.Timeout,
+		Linger: 5 * time.Millisecond, MaxInFlightBytes: cfg.MaxInFlightBytes, Topics: []string{bus.TopicRequestLogs}}, log)
+	if err != nil {
+		return nil, err
+	}
+	return &Producer{cfg: cfg, topic: cfg.Bus.Topic(bus.TopicRequestLogs), p: p}, nil
 }
 
 // Topic is the full name of the topic events go to.
@@ -91,29 +86,6 @@ func (p *Producer) Topic() string { return p.topic }
 
 // Produced counts the events Kafka acknowledged.
 func (p *Producer) Produced() int64 { return p.produced.Load() }
-
-// waiter collects the acknowledgements of one Produce call.
-type waiter struct {
-	remaining atomic.Int32
-	failed    atomic.Pointer[error]
-	done      chan struct{}
-}
-
-func (w *waiter) finish(err error) {
-	if err != nil {
-		w.failed.CompareAndSwap(nil, &err)
-	}
-	if w.remaining.Add(-1) == 0 {
-		close(w.done)
-	}
-}
-
-// pending is the Metadata of one Kafka record.
-type pending struct {
-	w      *waiter
-	size   int64
-	events int
-}
 
 // Produce hands events (already validated) to Kafka and returns once Kafka
 // has stored them all, or with an error wrapping ErrUnavailable after at
@@ -125,168 +97,18 @@ func (p *Producer) Produce(ctx context.Context, events []Event) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	// Held before the producer is fetched: Close, which takes it
-	// exclusively, must not shut the input between fetch and send.
-	p.sending.RLock()
-	defer p.sending.RUnlock()
-	ap, err := p.producer(ctx)
-	if err != nil {
-		return err
-	}
-	chunks := (len(events) + p.cfg.PackEvents - 1) / p.cfg.PackEvents
-	w := &waiter{done: make(chan struct{})}
-	w.remaining.Store(int32(chunks))
+	msgs := make([]*sarama.ProducerMessage, 0, (len(events)+p.cfg.PackEvents-1)/p.cfg.PackEvents)
 	for i := 0; i < len(events); i += p.cfg.PackEvents {
 		chunk := events[i:min(i+p.cfg.PackEvents, len(events))]
 		buf := AppendBatch(make([]byte, 0, len(chunk)*160), chunk)
-		size := int64(len(buf))
-		if err := p.inFlight.Acquire(ctx, size); err != nil {
-			return p.unavailable(ctx, "in-flight limit reached", err)
-		}
-		msg := &sarama.ProducerMessage{Topic: p.topic, Value: sarama.ByteEncoder(buf), Metadata: pending{w: w, size: size, events: len(chunk)}}
-		select {
-		case ap.Input() <- msg:
-		case <-ctx.Done():
-			p.inFlight.Release(size)
-			return p.unavailable(ctx, "producer queue full", ctx.Err())
-		}
+		msgs = append(msgs, &sarama.ProducerMessage{Topic: p.topic, Value: sarama.ByteEncoder(buf)})
 	}
-	select {
-	case <-w.done:
-		if perr := w.failed.Load(); perr != nil {
-			return fmt.Errorf("%w: %w", ErrUnavailable, *perr)
-		}
-		return nil
-	case <-ctx.Done():
-		return p.unavailable(ctx, "no acknowledgement in time", ctx.Err())
+	if err := p.p.Send(ctx, msgs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-}
-
-func (p *Producer) unavailable(ctx context.Context, why string, err error) error {
-	p.log.WarnContext(ctx, "request-log produce failed", "why", why, "err", err)
-	return fmt.Errorf("%w: %s: %w", ErrUnavailable, why, err)
-}
-
-// producer returns the connected async producer, connecting if needed.
-func (p *Producer) producer(ctx context.Context) (sarama.AsyncProducer, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil, fmt.Errorf("%w: producer closed", ErrUnavailable)
-	}
-	if p.ap != nil {
-		return p.ap, nil
-	}
-	if time.Since(p.lastDial) < p.cfg.Timeout && p.dialErr != nil {
-		return nil, p.dialErr
-	}
-	p.lastDial = time.Now()
-	ap, err := p.connect(ctx)
-	if err != nil {
-		p.dialErr = fmt.Errorf("%w: %w", ErrUnavailable, err)
-		p.log.WarnContext(ctx, "kafka unreachable for request logs", "err", err)
-		return nil, p.dialErr
-	}
-	p.ap, p.dialErr = ap, nil
-	p.done.Add(2)
-	go p.drainSuccesses(ap)
-	go p.drainErrors(ap)
-	return ap, nil
-}
-
-func (p *Producer) connect(ctx context.Context) (sarama.AsyncProducer, error) {
-	type result struct {
-		ap  sarama.AsyncProducer
-		err error
-	}
-	ch := make(chan result, 1)
-	// sarama's constructors take no context; the dial timeout bounds them,
-	// and a late success is closed rather than leaked.
-	go func() {
-		err := bus.EnsureTopics(ctx, p.cfg.Bus, p.log, bus.TopicRequestLogs)
-		if err != nil {
-			ch <- result{err: err}
-			return
-		}
-		ap, err := sarama.NewAsyncProducer(p.cfg.Bus.Brokers, p.cfg.Bus.BulkProducerSarama(p.cfg.Timeout))
-		ch <- result{ap, err}
-	}()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			return nil, fmt.Errorf("kafka producer: %w", r.err)
-		}
-		return r.ap, nil
-	case <-ctx.Done():
-		go func() {
-			if r := <-ch; r.ap != nil {
-				r.ap.AsyncClose()
-			}
-		}()
-		return nil, fmt.Errorf("kafka producer: %w", ctx.Err())
-	}
-}
-
-func (p *Producer) drainSuccesses(ap sarama.AsyncProducer) {
-	defer p.done.Done()
-	for m := range ap.Successes() {
-		pd := m.Metadata.(pending)
-		p.inFlight.Release(pd.size)
-		p.produced.Add(int64(pd.events))
-		pd.w.finish(nil)
-	}
-}
-
-func (p *Producer) drainErrors(ap sarama.AsyncProducer) {
-	defer p.done.Done()
-	for e := range ap.Errors() {
-		pd := e.Msg.Metadata.(pending)
-		p.inFlight.Release(pd.size)
-		pd.w.finish(e.Err)
-		if errors.Is(e.Err, breaker.ErrBreakerOpen) {
-			p.retire(ap)
-		}
-	}
-}
-
-// retire drops ap once sarama's circuit breaker has opened in it (after a
-// few failed leader lookups while Kafka was down). The breaker refuses
-// every record for 10 s whether or not Kafka is back, so the ingest
-// endpoints would answer 503 that long while /readyz, which asks Kafka
-// itself, says ready. The next Produce connects a fresh producer instead
-// (at most once per Timeout while Kafka is still down).
-func (p *Producer) retire(ap sarama.AsyncProducer) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ap != ap {
-		return
-	}
-	p.ap = nil
-	p.log.Warn("request-log producer reset after Kafka refused it; reconnecting on the next request")
-	go func() {
-		// AsyncClose shuts ap's input, so no Produce may be sending into
-		// it; it flushes or fails what ap still holds, and its drain
-		// goroutines end.
-		p.sending.Lock()
-		defer p.sending.Unlock()
-		ap.AsyncClose()
-	}()
+	p.produced.Add(int64(len(events)))
+	return nil
 }
 
 // Close flushes what Kafka can still take and stops the producer.
-func (p *Producer) Close() error {
-	p.sending.Lock()
-	p.mu.Lock()
-	p.closed = true
-	ap := p.ap
-	p.mu.Unlock()
-	if ap != nil {
-		ap.AsyncClose()
-	}
-	// No Produce sends from here on (closed is set), so the lock can go: a
-	// producer that retire is still closing takes it to do so, and only
-	// then do its drain goroutines end.
-	p.sending.Unlock()
-	p.done.Wait()
-	return nil
-}
+func (p *Producer) Close() error { return p.p.Close() }

@@ -294,7 +294,7 @@ func (r *replayer) open(ctx context.Context) error {
 	if err := bus.EnsureTopics(ctx, r.cfg.Bus, quiet, bus.TopicRequestLogs); err != nil {
 		return err
 	}
-	sc := r.cfg.Bus.BulkConsumerSarama()
+	sc := r.cfg.Bus.ConsumerSarama()
 	// A replay reads a long backlog: large fetches, a deeper buffer.
 	sc.Consumer.Fetch.Default = 8 << 20
 	sc.ChannelBufferSize = 64
