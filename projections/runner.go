@@ -17,12 +17,12 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 )
 
 // Config of a Runner.
 type Config struct {
-	Bus      bus.Config
+	Bus      kafka.Config
 	Registry *events.Registry
 	// Signer verifies every message body; a message whose signature is
 	// missing or wrong is dead-lettered, never applied.
@@ -205,13 +205,13 @@ func (r *Runner) Run(ctx context.Context, groups ...Group) error {
 	eg, ctx := errgroup.WithContext(ctx)
 	for _, g := range groups {
 		h := &groupHandler{r: r, g: g, applied: applied, log: r.log.With("group", g.Name)}
-		opts := []bus.ConsumeOption{bus.WithBatch(r.cfg.BatchSize, 0), bus.WithRetry(r.cfg.Backoff, r.cfg.MaxBackoff),
-			bus.WithDeadLetter(bus.TopicDeadLetters), bus.WithLog(h.log)}
+		opts := []kafka.ConsumeOption{kafka.WithBatch(r.cfg.BatchSize, 0), kafka.WithRetry(r.cfg.Backoff, r.cfg.MaxBackoff),
+			kafka.WithDeadLetter(kafka.TopicDeadLetters), kafka.WithLog(h.log)}
 		if r.cfg.Metrics != nil {
-			opts = append(opts, bus.WithMetrics(r.cfg.Metrics))
+			opts = append(opts, kafka.WithMetrics(r.cfg.Metrics))
 		}
 		eg.Go(func() error {
-			return bus.Consume(ctx, r.cfg.Bus, g.ConsumerGroup(), []string{bus.TopicEvents}, h.handle, opts...)
+			return kafka.Consume(ctx, r.cfg.Bus, g.ConsumerGroup(), []string{kafka.TopicEvents}, h.handle, opts...)
 		})
 	}
 	return eg.Wait()
@@ -239,7 +239,7 @@ type held struct {
 // from earlier batches, which are retried with every following batch. The
 // offset committed stops at the oldest held event, so a restart re-reads
 // from there.
-func (h *groupHandler) handle(ctx context.Context, b *bus.Batch) error {
+func (h *groupHandler) handle(ctx context.Context, b *kafka.Batch) error {
 	cfg := h.r.cfg
 	st, _ := b.Held().(*held)
 	ds, err := h.prepare(ctx, b)
@@ -277,19 +277,19 @@ func (h *groupHandler) handle(ctx context.Context, b *bus.Batch) error {
 // no checkpoint moves for it. An envelope whose payload does not decode is
 // dead-lettered for each projection that handles its type, and passes them
 // by.
-func (h *groupHandler) prepare(ctx context.Context, b *bus.Batch) ([]*delivery, error) {
+func (h *groupHandler) prepare(ctx context.Context, b *kafka.Batch) ([]*delivery, error) {
 	out := make([]*delivery, 0, len(b.Messages))
 	for _, m := range b.Messages {
 		src := m
 		if err := h.r.cfg.Signer.Verify(m.Value, header(m.Headers, events.HeaderSignature)); err != nil {
-			if err := h.deadLetter(ctx, b, src, h.g.Name, bus.ReasonBadSignature, err); err != nil {
+			if err := h.deadLetter(ctx, b, src, h.g.Name, kafka.ReasonBadSignature, err); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		env, err := events.Unmarshal(m.Value)
 		if err != nil {
-			if err := h.deadLetter(ctx, b, src, h.g.Name, bus.ReasonUndecodable, err); err != nil {
+			if err := h.deadLetter(ctx, b, src, h.g.Name, kafka.ReasonUndecodable, err); err != nil {
 				return nil, err
 			}
 			continue
@@ -309,10 +309,10 @@ func (h *groupHandler) prepare(ctx context.Context, b *bus.Batch) ([]*delivery, 
 				if !p.Handles(env.Type) {
 					continue
 				}
-				if err := h.deadLetter(ctx, b, src, p.Name, bus.ReasonUndecodable, err); err != nil {
+				if err := h.deadLetter(ctx, b, src, p.Name, kafka.ReasonUndecodable, err); err != nil {
 					return nil, err
 				}
-				d.markDead(p.Name, bus.ReasonUndecodable)
+				d.markDead(p.Name, kafka.ReasonUndecodable)
 			}
 		default:
 			d.ev = ev
@@ -344,11 +344,11 @@ func (d *delivery) markDead(projection, reason string) {
 // back each time; after BatchAttempts the events are applied one at a
 // time, so one poison event is found, dead-lettered, and passed by, while
 // every other event of the batch is applied exactly once.
-func (h *groupHandler) apply(ctx context.Context, b *bus.Batch, batch []*delivery) ([]*delivery, error) {
+func (h *groupHandler) apply(ctx context.Context, b *kafka.Batch, batch []*delivery) ([]*delivery, error) {
 	if len(batch) == 0 {
 		return nil, nil
 	}
-	bo := bus.Backoff(h.r.cfg.Backoff, h.r.cfg.MaxBackoff)
+	bo := kafka.Backoff(h.r.cfg.Backoff, h.r.cfg.MaxBackoff)
 	for handlerFailures := 0; ; {
 		res, err := applyBatch(ctx, h.r.pool, h.r.cfg.LockTimeout, h.g.ConsumerGroup(), h.g.Projections, batch)
 		if err == nil {
@@ -366,7 +366,7 @@ func (h *groupHandler) apply(ctx context.Context, b *bus.Batch, batch []*deliver
 				break
 			}
 		}
-		if !bus.Wait(ctx, bo) {
+		if !kafka.Wait(ctx, bo) {
 			return nil, ctx.Err()
 		}
 	}
@@ -381,8 +381,8 @@ func (h *groupHandler) apply(ctx context.Context, b *bus.Batch, batch []*deliver
 	return waiting, nil
 }
 
-func (h *groupHandler) applyOne(ctx context.Context, b *bus.Batch, d *delivery) ([]*delivery, error) {
-	bo := bus.Backoff(h.r.cfg.Backoff, h.r.cfg.MaxBackoff)
+func (h *groupHandler) applyOne(ctx context.Context, b *kafka.Batch, d *delivery) ([]*delivery, error) {
+	bo := kafka.Backoff(h.r.cfg.Backoff, h.r.cfg.MaxBackoff)
 	for handlerFailures := 0; ; {
 		res, err := applyBatch(ctx, h.r.pool, h.r.cfg.LockTimeout, h.g.ConsumerGroup(), h.g.Projections, []*delivery{d})
 		if err == nil {
@@ -399,21 +399,21 @@ func (h *groupHandler) applyOne(ctx context.Context, b *bus.Batch, d *delivery) 
 			// A handler error while the database is unreachable says
 			// nothing about the event.
 			if handlerFailures >= h.r.cfg.EventAttempts && h.r.pool.Ping(ctx) == nil {
-				if err := h.deadLetter(ctx, b, d.src, he.Projection, bus.ReasonHandler, he.Err); err != nil {
+				if err := h.deadLetter(ctx, b, d.src, he.Projection, kafka.ReasonHandler, he.Err); err != nil {
 					return nil, err
 				}
-				d.markDead(he.Projection, bus.ReasonHandler)
+				d.markDead(he.Projection, kafka.ReasonHandler)
 				handlerFailures = 0
 				continue
 			}
 		}
-		if !bus.Wait(ctx, bo) {
+		if !kafka.Wait(ctx, bo) {
 			return nil, ctx.Err()
 		}
 	}
 }
 
-// deadLetter sends src to bus.TopicDeadLetters and counts it.
+// deadLetter sends src to kafka.TopicDeadLetters and counts it.
 //
 // Giving up on version N of a stream moves the projection's checkpoint past
 // N, as for an event it has no handler for: the later events of the stream
@@ -422,7 +422,7 @@ func (h *groupHandler) applyOne(ctx context.Context, b *bus.Batch, d *delivery) 
 // record of that, and replaying the projection after a fix restores it.
 // A message refused for its signature or an unreadable envelope moves no
 // checkpoint: its stream and version cannot be trusted.
-func (h *groupHandler) deadLetter(ctx context.Context, b *bus.Batch, src *sarama.ConsumerMessage, projection, reason string, cause error) error {
+func (h *groupHandler) deadLetter(ctx context.Context, b *kafka.Batch, src *sarama.ConsumerMessage, projection, reason string, cause error) error {
 	if err := b.DeadLetter(ctx, src, projection, reason, cause); err != nil {
 		return err
 	}

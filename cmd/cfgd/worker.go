@@ -6,16 +6,15 @@ import (
 	"io"
 	"log/slog"
 
-	taskev "github.com/cfgd/cfgd/events/tasks"
-
 	"github.com/redis/go-redis/v9"
 
-	taskcmd "github.com/cfgd/cfgd/commands/tasks"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/api/worker"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/tasks"
 )
 
 // worker runs one worker process (TASKS__* settings) until ctx ends.
-func worker(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Writer) error {
+func runWorker(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Writer) error {
 	rdb, err := taskRedis(app)
 	if err != nil {
 		return err
@@ -36,7 +35,7 @@ func worker(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wr
 			log.Warn("lifecycle producer", "err", err)
 		}
 	}()
-	wk, err := taskcmd.NewWorker(app.Tasks, rdb, em, log, taskcmd.Handlers(log))
+	wk, err := worker.NewWorker(app.Tasks, rdb, em, log, worker.Handlers(log))
 	if err != nil {
 		return err
 	}
@@ -53,11 +52,11 @@ func taskRedis(app appSettings) (*redis.Client, error) {
 }
 
 // taskBus is where workers and the CLI produce lifecycle records.
-func taskBus(app appSettings) bus.Config { return clientBus(app.Core) }
+func taskBus(app appSettings) kafka.Config { return clientBus(app.Core) }
 
 // lifecycleEmitter waits for Kafka; nil when ctx ended first.
-func lifecycleEmitter(ctx context.Context, log *slog.Logger, app appSettings) (*taskev.Producer, error) {
-	em, err := taskev.NewProducer(taskBus(app), log)
+func lifecycleEmitter(ctx context.Context, log *slog.Logger, app appSettings) (*tasks.Producer, error) {
+	em, err := tasks.NewProducer(taskBus(app), log)
 	if err != nil {
 		return nil, err
 	}

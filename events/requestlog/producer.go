@@ -10,7 +10,7 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 )
 
 // ErrUnavailable is returned by Produce when Kafka did not take the events
@@ -19,7 +19,7 @@ var ErrUnavailable = errors.New("request-log topic is unavailable")
 
 // ProducerConfig configures a Producer.
 type ProducerConfig struct {
-	Bus bus.Config
+	Bus kafka.Config
 	// PackEvents is how many events share one Kafka record (default 512).
 	PackEvents int
 	// Timeout bounds one Produce call, connecting included (default 1s).
@@ -30,7 +30,7 @@ type ProducerConfig struct {
 }
 
 // DefaultProducerConfig returns the defaults for bus c.
-func DefaultProducerConfig(c bus.Config) ProducerConfig {
+func DefaultProducerConfig(c kafka.Config) ProducerConfig {
 	return ProducerConfig{Bus: c, PackEvents: 512, Timeout: time.Second, MaxInFlightBytes: 64 << 20}
 }
 
@@ -53,14 +53,14 @@ func (c ProducerConfig) Validate() error {
 }
 
 // Producer writes request-log events to their Kafka topic, packed many
-// to a record, through the one bus.Producer. It connects on first use
+// to a record, through the one kafka.Producer. It connects on first use
 // (and again after a failure, at most once per Timeout), so cfgd starts
 // while Kafka is down and its ingest endpoints answer 503 until Kafka is
 // back.
 type Producer struct {
 	cfg   ProducerConfig
 	topic string
-	p     *bus.Producer
+	p     *kafka.Producer
 
 	produced atomic.Int64
 }
@@ -73,12 +73,12 @@ func NewProducer(cfg ProducerConfig, log *slog.Logger) (*Producer, error) {
 	// Quick to give up on an unreachable broker, so the edges answer 503
 	// instead of queueing without bound; records linger a few
 	// milliseconds to fill large compressed batches.
-	p, err := bus.NewProducer(cfg.Bus, bus.ProducerOptions{Retries: 3, RetryBackoff: 100 * time.Millisecond, Timeout: cfg.Timeout,
-		Linger: 5 * time.Millisecond, MaxInFlightBytes: cfg.MaxInFlightBytes, Topics: []string{bus.TopicRequestLogs}}, log)
+	p, err := kafka.NewProducer(cfg.Bus, kafka.ProducerOptions{Retries: 3, RetryBackoff: 100 * time.Millisecond, Timeout: cfg.Timeout,
+		Linger: 5 * time.Millisecond, MaxInFlightBytes: cfg.MaxInFlightBytes, Topics: []string{kafka.TopicRequestLogs}}, log)
 	if err != nil {
 		return nil, err
 	}
-	return &Producer{cfg: cfg, topic: cfg.Bus.Topic(bus.TopicRequestLogs), p: p}, nil
+	return &Producer{cfg: cfg, topic: cfg.Bus.Topic(kafka.TopicRequestLogs), p: p}, nil
 }
 
 // Topic is the full name of the topic events go to.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 )
 
 // Producer is the one producer of lifecycle records, keyed by task id so
@@ -19,7 +19,7 @@ import (
 // connects on first use, so a broker that is not up yet fails a Publish
 // rather than the process start.
 type Producer struct {
-	p     *bus.Producer
+	p     *kafka.Producer
 	topic string
 	log   *slog.Logger
 }
@@ -29,11 +29,11 @@ type Producer struct {
 const publishTimeout = 10 * time.Second
 
 // NewProducer returns a producer on c's brokers.
-func NewProducer(c bus.Config, log *slog.Logger) (*Producer, error) {
+func NewProducer(c kafka.Config, log *slog.Logger) (*Producer, error) {
 	// Ride out a broker restart of about a minute: an emitted record
 	// given up is a task the statistics never see. Records wait in memory
 	// meanwhile.
-	p, err := bus.NewProducer(c, bus.ProducerOptions{Retries: 120, RetryBackoff: 500 * time.Millisecond, Topics: []string{TopicLifecycle}}, log)
+	p, err := kafka.NewProducer(c, kafka.ProducerOptions{Retries: 120, RetryBackoff: 500 * time.Millisecond, Topics: []string{TopicLifecycle}}, log)
 	if err != nil {
 		return nil, fmt.Errorf("lifecycle producer: %w", err)
 	}

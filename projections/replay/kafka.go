@@ -3,7 +3,7 @@ package replay
 import (
 	"context"
 
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
@@ -20,7 +20,7 @@ const rebuildPasses = 3
 // What arrives during one pass is read by the next, so the swap, which
 // holds the live tables, has little left to catch up. It returns the
 // records read and where the last complete pass stopped in each partition.
-func RebuildFromTopic(ctx context.Context, r *bus.Reader, conn *pgx.Conn, topic string, batch int,
+func RebuildFromTopic(ctx context.Context, r *kafka.Reader, conn *pgx.Conn, topic string, batch int,
 	caughtUp func(context.Context) error, progress func(read, total int64),
 	apply func(ctx context.Context, tx pgx.Tx, partition int32, msgs []*sarama.ConsumerMessage) error) (int64, map[int32]int64, error) {
 	if err := r.Complete(topic); err != nil {

@@ -10,8 +10,8 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/cfgd/cfgd/deploy/migrations"
-	"github.com/cfgd/cfgd/events/bus"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/requestlog"
 )
 
 // ID returns the stable id of the index-th event of the record at offset
@@ -35,7 +35,7 @@ type batch struct {
 
 type poisoned struct {
 	msg    *sarama.ConsumerMessage
-	reason string // bus.ReasonUndecodable or bus.ReasonInvalid
+	reason string // kafka.ReasonUndecodable or kafka.ReasonInvalid
 	err    error
 }
 
@@ -46,7 +46,7 @@ func (b *batch) add(m *sarama.ConsumerMessage) { b.addDecoded(decode(m)) }
 // decoded is a record read: its events, or why it cannot be stored.
 type decoded struct {
 	msg    *sarama.ConsumerMessage
-	evs    []reqlog.Event
+	evs    []requestlog.Event
 	reason string
 	err    error
 }
@@ -54,18 +54,18 @@ type decoded struct {
 // decode reads m's events and checks them as the sink stores them (the
 // replay decodes on several goroutines, then adds in partition order).
 func decode(m *sarama.ConsumerMessage) decoded {
-	evs, err := reqlog.DecodeBatch(m.Value, nil)
+	evs, err := requestlog.DecodeBatch(m.Value, nil)
 	if err != nil {
-		return decoded{msg: m, reason: bus.ReasonUndecodable, err: err}
+		return decoded{msg: m, reason: kafka.ReasonUndecodable, err: err}
 	}
 	for i, e := range evs {
-		if errs := reqlog.Check(i, e); len(errs) > 0 {
-			return decoded{msg: m, reason: bus.ReasonInvalid, err: errs[0]}
+		if errs := requestlog.Check(i, e); len(errs) > 0 {
+			return decoded{msg: m, reason: kafka.ReasonInvalid, err: errs[0]}
 		}
 	}
 	if m.Partition >= 1<<11 || m.Offset >= 1<<40 || len(evs) > 1<<12 {
 		err = fmt.Errorf("record outside the id space (partition %d, offset %d, %d events)", m.Partition, m.Offset, len(evs))
-		return decoded{msg: m, reason: bus.ReasonInvalid, err: err}
+		return decoded{msg: m, reason: kafka.ReasonInvalid, err: err}
 	}
 	return decoded{msg: m, evs: evs}
 }
@@ -87,12 +87,12 @@ func (b *batch) addDecoded(d decoded) {
 }
 
 // recordEvents weighs a record for the batch bound: the events it packs.
-func recordEvents(m *sarama.ConsumerMessage) int { return max(1, reqlog.CountBatch(m.Value)) }
+func recordEvents(m *sarama.ConsumerMessage) int { return max(1, requestlog.CountBatch(m.Value)) }
 
 // handle inserts one batch (records of every partition the member holds);
 // the loop commits its offsets afterwards, and retries it while ClickHouse
 // is down.
-func (s *Sink) handle(ctx context.Context, msgs *bus.Batch) error {
+func (s *Sink) handle(ctx context.Context, msgs *kafka.Batch) error {
 	if msgs.Session != s.heldSession {
 		clear(s.held)
 		s.heldSession = msgs.Session
@@ -120,7 +120,7 @@ func (s *Sink) handle(ctx context.Context, msgs *bus.Batch) error {
 
 // write sends the poison records to the dead-letter topic and inserts the
 // rows ClickHouse does not hold yet. Both steps are safe to repeat.
-func (s *Sink) write(ctx context.Context, msgs *bus.Batch, b *batch) error {
+func (s *Sink) write(ctx context.Context, msgs *kafka.Batch, b *batch) error {
 	for _, p := range b.poison {
 		if err := msgs.DeadLetter(ctx, p.msg, "requestlog-sink", p.reason, p.err); err != nil {
 			return err
@@ -150,7 +150,7 @@ func (s *Sink) write(ctx context.Context, msgs *bus.Batch, b *batch) error {
 	b.rows = keep
 	if s.afterInsert != nil {
 		if err := s.afterInsert(); err != nil {
-			return bus.Stop(err)
+			return kafka.Stop(err)
 		}
 	}
 	b.rows = Rows{}

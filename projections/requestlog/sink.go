@@ -18,14 +18,14 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/deploy/migrations"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/deploy/process"
+	"github.com/cfgd/cfgd/events/kafka"
 )
 
 // Config configures the sink.
 type Config struct {
-	Bus bus.Config
+	Bus kafka.Config
 	// Group is the consumer group; renaming it replays the whole topic
 	// (harmlessly: rows already held are skipped).
 	Group string
@@ -43,7 +43,7 @@ type Config struct {
 }
 
 // DefaultConfig returns the defaults for bus c.
-func DefaultConfig(c bus.Config) Config {
+func DefaultConfig(c kafka.Config) Config {
 	return Config{Bus: c, Group: "cfgd.requestlog-clickhouse", BatchRows: 50_000, BatchWait: 500 * time.Millisecond,
 		RetentionDays: 30, RetentionEvery: time.Hour, MaxBackoff: 5 * time.Second}
 }
@@ -84,13 +84,13 @@ type Sink struct {
 
 	// health is the reason the sink is not keeping up (ClickHouse or
 	// Kafka down, schema not created yet); nil when it is.
-	health module.Health
+	health process.Health
 
 	// held is, per partition, the highest offset ClickHouse holds; loaded
 	// once per consumer-group session (another member may have written
 	// meanwhile) and again after a replay swapped the tables (heldGen is
 	// the fence's generation it was loaded under). Only the loop's one
-	// batcher (bus.WithSpan) touches them.
+	// batcher (kafka.WithSpan) touches them.
 	held        map[int32]int64
 	heldGen     int64
 	heldSession uint64
@@ -121,13 +121,13 @@ func NewFenced(cfg Config, conn driver.Conn, fence Fence, log *slog.Logger) (*Si
 		return nil, err
 	}
 	s := &Sink{cfg: cfg, conn: conn, fence: fence, log: log, now: time.Now, held: map[int32]int64{},
-		topic: cfg.Bus.Topic(bus.TopicRequestLogs)}
+		topic: cfg.Bus.Topic(kafka.TopicRequestLogs)}
 	s.health.Set(errStarting)
 	return s, nil
 }
 
 // Runner is the sink as a module runner.
-func (s *Sink) Runner() module.Runner { return module.Runner{Name: "requestlog-sink", Run: s.Run} }
+func (s *Sink) Runner() process.Runner { return process.Runner{Name: "requestlog-sink", Run: s.Run} }
 
 // Ready reports whether the sink is keeping up: an error while ClickHouse
 // is down (consumption is paused then) or before the sink has started.
@@ -157,10 +157,10 @@ func (s *Sink) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); s.retention(bg) }()
 	defer wg.Wait()
-	return bus.Consume(ctx, s.cfg.Bus, s.cfg.Group, []string{bus.TopicRequestLogs}, s.handle,
-		bus.WithSpan(), bus.WithBatch(s.cfg.BatchRows, s.cfg.BatchWait), bus.WithWeight(recordEvents),
-		bus.WithRetry(100*time.Millisecond, s.cfg.MaxBackoff), bus.WithDeadLetter(bus.TopicRequestLogsDead),
-		bus.WithHealth(&s.health), bus.WithDrain(10*time.Second), bus.WithCommitEach(), bus.WithLog(s.log))
+	return kafka.Consume(ctx, s.cfg.Bus, s.cfg.Group, []string{kafka.TopicRequestLogs}, s.handle,
+		kafka.WithSpan(), kafka.WithBatch(s.cfg.BatchRows, s.cfg.BatchWait), kafka.WithWeight(recordEvents),
+		kafka.WithRetry(100*time.Millisecond, s.cfg.MaxBackoff), kafka.WithDeadLetter(kafka.TopicRequestLogsDead),
+		kafka.WithHealth(&s.health), kafka.WithDrain(10*time.Second), kafka.WithCommitEach(), kafka.WithLog(s.log))
 }
 
 // retry runs fn until it succeeds or ctx ends, reporting the failure
@@ -191,7 +191,7 @@ func (s *Sink) retention(ctx context.Context) {
 		case n > 0:
 			s.log.InfoContext(ctx, "request-log partitions dropped", "partitions", n, "retention_days", s.cfg.RetentionDays)
 		}
-		if !module.Sleep(ctx, s.cfg.RetentionEvery) {
+		if !process.Sleep(ctx, s.cfg.RetentionEvery) {
 			return
 		}
 	}

@@ -1,0 +1,136 @@
+// Package apikeyusage folds the request-log topic into the usage columns of
+// the API-key read model (request_count, last_used_at). It is a consumer
+// group of its own beside the ClickHouse sink: each partition's records
+// are gathered into a batch, aggregated per key, and applied with one
+// UPDATE per batch. The last applied Kafka offset of each partition is
+// stored in the same Postgres transaction as the counts, so a record
+// redelivered after a crash, a rebalance or a replay is skipped instead of
+// counted twice; the Kafka offset commit afterwards only saves rereading.
+package sinks
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cfgd/cfgd/deploy/process"
+	"github.com/cfgd/cfgd/events/kafka"
+)
+
+// UsageConfig configures the usage consumer.
+type UsageConfig struct {
+	Bus kafka.Config
+	// Group is the Kafka consumer group. Renaming it rereads the topic,
+	// harmlessly: the offsets stored under Name skip what was applied.
+	Group string
+	// Name keys the applied offsets in consumer_offsets.
+	Name string
+	// BatchRecords and BatchWait bound a partition's batch: it is applied
+	// when it holds BatchRecords Kafka records (each packs many events) or
+	// BatchWait after its first record, whichever comes first.
+	BatchRecords int
+	BatchWait    time.Duration
+	// MaxBackoff caps the wait between attempts while Postgres is down.
+	MaxBackoff time.Duration
+}
+
+// DefaultUsageConfig returns the defaults for bus c.
+func DefaultUsageConfig(c kafka.Config) UsageConfig {
+	return UsageConfig{Bus: c, Group: "cfgd.requestlog-apikey-usage", Name: "apikey-usage",
+		BatchRecords: 500, BatchWait: time.Second, MaxBackoff: 5 * time.Second}
+}
+
+// Validate joins every problem of c.
+func (c UsageConfig) Validate() error {
+	var errs []error
+	if err := c.Bus.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Group == "" {
+		errs = append(errs, errors.New("apikey usage: Group is required"))
+	}
+	if c.Name == "" {
+		errs = append(errs, errors.New("apikey usage: Name is required"))
+	}
+	if c.BatchRecords < 1 || c.BatchRecords > 100_000 {
+		errs = append(errs, errors.New("apikey usage: BatchRecords must be 1..100000"))
+	}
+	if c.BatchWait <= 0 {
+		errs = append(errs, errors.New("apikey usage: BatchWait must be positive"))
+	}
+	if c.MaxBackoff <= 0 {
+		errs = append(errs, errors.New("apikey usage: MaxBackoff must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// DB is what the consumer needs of Postgres (a *pgxpool.Pool).
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Usage is the consumer.
+type Usage struct {
+	cfg   UsageConfig
+	db    DB
+	log   *slog.Logger
+	topic string
+
+	// health is why the consumer is not keeping up; nil when it is.
+	health process.Health
+
+	applied  atomic.Int64
+	skipped  atomic.Int64
+	ignored  atomic.Int64
+	poisoned atomic.Int64
+
+	// afterApply, when set (by tests), runs between a batch's Postgres
+	// commit and its Kafka offset commit; an error stops the consumer
+	// there, as a crash would.
+	afterApply func() error
+}
+
+var errUsageStarting = errors.New("api-key usage consumer is starting")
+
+// New returns a consumer applying usage to db's api_keys table.
+func NewUsage(cfg UsageConfig, db DB, log *slog.Logger) (*Usage, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	u := &Usage{cfg: cfg, db: db, log: log, topic: cfg.Bus.Topic(kafka.TopicRequestLogs)}
+	u.health.Set(errUsageStarting)
+	return u, nil
+}
+
+// Runner is the consumer as a module runner.
+func (u *Usage) Runner() process.Runner { return process.Runner{Name: "apikey-usage", Run: u.Run} }
+
+// Ready reports whether the consumer is keeping up.
+func (u *Usage) Ready(ctx context.Context) error { return u.health.Ready(ctx) }
+
+// UsageStats are the consumer's counters since it started.
+type UsageStats struct {
+	// Applied events were counted; Skipped events sat at or below the
+	// stored offset (a redelivery); Ignored events carried no API key;
+	// Poisoned records could not be read (the ClickHouse sink dead-letters
+	// them).
+	Applied, Skipped, Ignored, Poisoned int64
+}
+
+// Stats returns the counters.
+func (u *Usage) Stats() UsageStats {
+	return UsageStats{Applied: u.applied.Load(), Skipped: u.skipped.Load(), Ignored: u.ignored.Load(), Poisoned: u.poisoned.Load()}
+}
+
+// Run consumes until ctx ends: each partition's records in batches, the
+// last applied offset stored with the counts. Kafka or Postgres being
+// down is waited for (and reported by Ready), never a reason to return.
+func (u *Usage) Run(ctx context.Context) error {
+	return kafka.Consume(ctx, u.cfg.Bus, u.cfg.Group, []string{kafka.TopicRequestLogs}, u.handle,
+		kafka.WithBatch(u.cfg.BatchRecords, u.cfg.BatchWait), kafka.WithRetry(100*time.Millisecond, u.cfg.MaxBackoff),
+		kafka.WithHealth(&u.health), kafka.WithDrain(10*time.Second), kafka.WithCommitEach(), kafka.WithLog(u.log))
+}
