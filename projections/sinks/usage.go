@@ -1,11 +1,3 @@
-// Package apikeyusage folds the request-log topic into the usage columns of
-// the API-key read model (request_count, last_used_at). It is a consumer
-// group of its own beside the ClickHouse sink: each partition's records
-// are gathered into a batch, aggregated per key, and applied with one
-// UPDATE per batch. The last applied Kafka offset of each partition is
-// stored in the same Postgres transaction as the counts, so a record
-// redelivered after a crash, a rebalance or a replay is skipped instead of
-// counted twice; the Kafka offset commit afterwards only saves rereading.
 package sinks
 
 import (
@@ -73,7 +65,14 @@ type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Usage is the consumer.
+// Usage folds the request-log topic into the usage columns of the API-key
+// read model (request_count, last_used_at). It is a consumer group of its
+// own beside the ClickHouse sink: each partition's records
+// are gathered into a batch, aggregated per key, and applied with one
+// UPDATE per batch. The last applied Kafka offset of each partition is
+// stored in the same Postgres transaction as the counts, so a record
+// redelivered after a crash, a rebalance or a replay is skipped instead of
+// counted twice; the Kafka offset commit afterwards only saves rereading.
 type Usage struct {
 	cfg   UsageConfig
 	db    DB
