@@ -31,8 +31,8 @@ type Config struct {
 	// Compression of every produced record: none, gzip, snappy, lz4 or
 	// zstd (default lz4).
 	Compression string
-	// MaxMessageBytes bounds one produced request's records to a
-	// partition (default 4 MiB); a larger record is refused.
+	// MaxMessageBytes bounds one produced record (default 1,000,000 bytes,
+	// Kafka's own limit); a larger record is refused.
 	MaxMessageBytes int
 }
 

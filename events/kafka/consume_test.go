@@ -78,13 +78,16 @@ func run(t *testing.T, c kafka.Config, group, topic string, h kafka.Handler, opt
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan error, 1)
-	go func() {
-		ch <- kafka.Consume(ctx, c, group, []string{topic}, h, append(opts, kafka.WithLog(testenv.Quiet()))...)
-	}()
-	var once sync.Once
+	finished := make(chan struct{})
 	var err error
+	go func() {
+		err = kafka.Consume(ctx, c, group, []string{topic}, h, append(opts, kafka.WithLog(testenv.Quiet()))...)
+		close(finished)
+		ch <- err
+	}()
 	stop = func() error {
-		once.Do(func() { cancel(); err = <-ch })
+		cancel()
+		<-finished
 		return err
 	}
 	t.Cleanup(func() { _ = stop() })

@@ -18,7 +18,7 @@ import (
 // Producer defaults, used where Config leaves them zero.
 const (
 	DefaultCompression     = "lz4"
-	DefaultMaxMessageBytes = 4 << 20
+	DefaultMaxMessageBytes = 1_000_000 // sarama's and Kafka's own default
 )
 
 // ProducerOptions say how patient one producer is; what every producer
@@ -34,6 +34,9 @@ type ProducerOptions struct {
 	// Linger is how long records wait to be packed into one request
 	// (0: sent as soon as the previous request is answered).
 	Linger time.Duration
+	// MaxMessageBytes overrides Config.MaxMessageBytes for this producer
+	// (0: Config's).
+	MaxMessageBytes int
 	// MaxInFlightBytes bounds the record values handed to Kafka and not
 	// acknowledged yet; past it Send fails (0: no bound).
 	MaxInFlightBytes int64
@@ -56,6 +59,9 @@ func (c Config) producerSarama(o ProducerOptions) (*sarama.Config, error) {
 		return nil, fmt.Errorf("kafka compression %q: %w", c.Compression, err)
 	}
 	s.Producer.MaxMessageBytes = c.maxMessageBytes()
+	if o.MaxMessageBytes > 0 {
+		s.Producer.MaxMessageBytes = o.MaxMessageBytes
+	}
 	s.Producer.Retry.Max = o.Retries
 	s.Producer.Retry.Backoff = o.RetryBackoff
 	if o.Retries == 0 {

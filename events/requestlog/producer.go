@@ -74,7 +74,7 @@ func NewProducer(cfg ProducerConfig, log *slog.Logger) (*Producer, error) {
 	// instead of queueing without bound; records linger a few
 	// milliseconds to fill large compressed batches.
 	p, err := kafka.NewProducer(cfg.Bus, kafka.ProducerOptions{Retries: 3, RetryBackoff: 100 * time.Millisecond, Timeout: cfg.Timeout,
-		Linger: 5 * time.Millisecond, MaxInFlightBytes: cfg.MaxInFlightBytes, Topics: []string{kafka.TopicRequestLogs}}, log)
+		Linger: 5 * time.Millisecond, MaxMessageBytes: 4 << 20, MaxInFlightBytes: cfg.MaxInFlightBytes, Topics: []string{kafka.TopicRequestLogs}}, log)
 	if err != nil {
 		return nil, err
 	}

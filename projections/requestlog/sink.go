@@ -152,11 +152,13 @@ func (s *Sink) Run(ctx context.Context) error {
 		return nil
 	}
 	bg, stopBG := context.WithCancel(ctx)
-	defer stopBG()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); s.retention(bg) }()
-	defer wg.Wait()
+	defer func() {
+		stopBG()
+		wg.Wait()
+	}()
 	return kafka.Consume(ctx, s.cfg.Bus, s.cfg.Group, []string{kafka.TopicRequestLogs}, s.handle,
 		kafka.WithSpan(), kafka.WithBatch(s.cfg.BatchRows, s.cfg.BatchWait), kafka.WithWeight(recordEvents),
 		kafka.WithRetry(100*time.Millisecond, s.cfg.MaxBackoff), kafka.WithDeadLetter(kafka.TopicRequestLogsDead),
