@@ -29,7 +29,7 @@ type Config struct {
 	Profile profile.Config
 }
 
-// DefaultConfig has every default of the README.
+// DefaultConfig has every default (docs/settings.md shows them).
 func DefaultConfig() Config {
 	return Config{Media: media.DefaultConfig(), Profile: profile.DefaultConfig()}
 }
