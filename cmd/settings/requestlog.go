@@ -2,21 +2,21 @@ package settings
 
 import (
 	"github.com/cfgd/cfgd/deploy/config"
-	"github.com/cfgd/cfgd/events/bus"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/requestlog"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
 )
 
 // RequestLog is the request-log settings: the producer behind the ingest
-// endpoints and the ClickHouse sink. Their Bus is filled in by serve once
+// endpoints and the ClickHouse requestlog. Their Bus is filled in by serve once
 // the broker addresses are known.
 type RequestLog struct {
-	Producer reqlog.ProducerConfig
+	Producer requestlog.ProducerConfig
 	Sink     sink.Config
 }
 
 func newRequestLogTarget() *RequestLog {
-	return &RequestLog{Producer: reqlog.DefaultProducerConfig(bus.Config{}), Sink: sink.DefaultConfig(bus.Config{})}
+	return &RequestLog{Producer: requestlog.DefaultProducerConfig(kafka.Config{}), Sink: sink.DefaultConfig(kafka.Config{})}
 }
 
 func (t *RequestLog) fields() []field {

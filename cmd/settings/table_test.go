@@ -9,19 +9,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cfgd/cfgd/api/media"
-	"github.com/cfgd/cfgd/api/profile"
-	"github.com/cfgd/cfgd/commands/signin"
-	"github.com/cfgd/cfgd/commands/tasks"
+	"github.com/cfgd/cfgd/api/rest/media"
+	"github.com/cfgd/cfgd/api/rest/profile"
+	"github.com/cfgd/cfgd/commands/app/signin"
+	"github.com/cfgd/cfgd/commands/app/taskqueues"
 	"github.com/cfgd/cfgd/deploy/config"
-	"github.com/cfgd/cfgd/events/bus"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/requestlog"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
 )
 
 func TestEmptyEnvironmentGivesEachDefaultConfig(t *testing.T) {
 	r := config.NewReader(config.FromMaps(nil, nil))
-	wantTasks := tasks.DefaultConfig()
+	wantTasks := taskqueues.DefaultConfig()
 	wantTasks.RedisURL = "redis://core:6379/2"
 	signinCfg, _ := ReadSignin(r, DefaultCore().HTTPAddr)
 	tests := []struct {
@@ -33,7 +33,7 @@ func TestEmptyEnvironmentGivesEachDefaultConfig(t *testing.T) {
 		{"media", ReadMedia(r), media.DefaultConfig()},
 		{"profile", ReadProfile(r), profile.DefaultConfig()},
 		{"tasks", ReadTasks(r, "redis://core:6379/2"), wantTasks},
-		{"requestlog", ReadRequestLog(r), RequestLog{Producer: reqlog.DefaultProducerConfig(bus.Config{}), Sink: sink.DefaultConfig(bus.Config{})}},
+		{"requestlog", ReadRequestLog(r), RequestLog{Producer: requestlog.DefaultProducerConfig(kafka.Config{}), Sink: sink.DefaultConfig(kafka.Config{})}},
 	}
 	if err := r.Err(); err != nil {
 		t.Fatal(err)

@@ -3,21 +3,21 @@ package settings
 import (
 	"strings"
 
-	"github.com/cfgd/cfgd/commands/tasks"
+	"github.com/cfgd/cfgd/commands/app/taskqueues"
 	"github.com/cfgd/cfgd/deploy/config"
 )
 
 // tasksTarget is what the task-queue settings are read into; the queues
 // are read as text first and parsed with their weights.
 type tasksTarget struct {
-	cfg    tasks.Config
+	cfg    taskqueues.Config
 	queues []string
 }
 
-// newTasksTarget starts from tasks.DefaultConfig with RedisURL set to
+// newTasksTarget starts from taskqueues.DefaultConfig with RedisURL set to
 // redisURL (REDIS__URL), the default of TASKS__REDIS_URL.
 func newTasksTarget(redisURL string) *tasksTarget {
-	t := &tasksTarget{cfg: tasks.DefaultConfig()}
+	t := &tasksTarget{cfg: taskqueues.DefaultConfig()}
 	t.cfg.RedisURL = redisURL
 	for _, q := range t.cfg.Queues {
 		t.queues = append(t.queues, q.Name)
@@ -47,20 +47,20 @@ func (t *tasksTarget) fields() []field {
 // ReadTasks reads the task-queue settings (docs/settings.md has the
 // table); problems are left in r. redisURL (REDIS__URL) is the default of
 // TASKS__REDIS_URL.
-func ReadTasks(r *config.Reader, redisURL string) tasks.Config {
+func ReadTasks(r *config.Reader, redisURL string) taskqueues.Config {
 	t := newTasksTarget(redisURL)
 	readAll(r, t.fields())
 	c := t.cfg
-	qs, err := tasks.ParseQueues(t.queues)
+	qs, err := taskqueues.ParseQueues(t.queues)
 	if err != nil {
 		r.Fail("TASKS__QUEUES", "comma-separated queue names, each optionally name:weight (1-100)", strings.Join(t.queues, ","))
 	}
 	c.Queues = qs
-	if c.WorkerID != "" && !tasks.ValidName(c.WorkerID) {
+	if c.WorkerID != "" && !taskqueues.ValidName(c.WorkerID) {
 		r.Fail("TASKS__WORKER_ID", "letters, digits, . _ : - (at most 100)", c.WorkerID)
 	}
 	for _, q := range qs {
-		if !tasks.ValidName(q.Name) {
+		if !taskqueues.ValidName(q.Name) {
 			r.Fail("TASKS__QUEUES", "queue names of letters, digits, . _ : - (at most 100)", q.Name)
 		}
 	}
