@@ -28,7 +28,7 @@ type IdentityConfig struct {
 	Profile profile.Config
 }
 
-// DefaultIdentityConfig has every default of the README.
+// DefaultIdentityConfig has every default (docs/settings.md shows them).
 func DefaultIdentityConfig() IdentityConfig {
 	return IdentityConfig{Media: media.DefaultConfig(), Profile: profile.DefaultConfig()}
 }
