@@ -89,13 +89,16 @@ func parentCommand(name, short string, subs ...*cobra.Command) *cobra.Command {
 }
 
 // asParent makes c report an unknown sub-command with suggestions and
-// exit code 2. cobra suggests only below the root's own legacy check, and
-// a command that cannot run shows its help (exit 0) before checking its
-// arguments, so c gets Args and RunE of its own.
+// exit code 2. cobra suggests only in the root's own legacy check, and a
+// command that cannot run shows its help (exit 0) before checking its
+// arguments, so c gets Args and RunE of its own. c has no flags but
+// --help: the flags after a mistyped sub-command (apikey revok --id 1)
+// are left to that sub-command, so the mistake reported is the name.
 func asParent(c *cobra.Command) *cobra.Command {
 	c.Args = commandArgs
 	c.RunE = needCommand
 	c.SuggestionsMinimumDistance = 2
+	c.FParseErrWhitelist.UnknownFlags = true
 	return c
 }
 
@@ -173,6 +176,9 @@ func helpCommand() *cobra.Command {
 			if len(rest) > 0 {
 				return &exitError{code: 2, err: unknownCommand(cmd, rest[0])}
 			}
+			// Execute adds these only to the command it runs.
+			cmd.InitDefaultHelpFlag()
+			cmd.InitDefaultVersionFlag()
 			return cmd.Help()
 		},
 	}
