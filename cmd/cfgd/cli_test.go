@@ -225,3 +225,32 @@ func TestCLIOldSpellings(t *testing.T) {
 		}
 	}
 }
+
+// completion prints a script for each shell, and the scripts' requests
+// complete commands, flags and projection names.
+func TestCLICompletion(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
+		if code, stdout, msg := runCLI("completion", shell); code != 0 || msg != "" || !strings.Contains(stdout, "cfgd") {
+			t.Errorf("completion %s: exit %d, stderr %q, %d bytes", shell, code, msg, len(stdout))
+		}
+	}
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"__complete", ""}, []string{"serve", "apikey", "replay", "completion"}},
+		{[]string{"__complete", "apikey", ""}, []string{"create", "revoke"}},
+		{[]string{"__complete", "apikey", "create", "--ex"}, []string{"--expires"}},
+		{[]string{"__complete", "replay", ""}, []string{"identity.users", "apikey.keys", chReplayName}},
+	}
+	for _, tc := range tests {
+		code, stdout, msg := runCLI(tc.args...)
+		ok := code == 0
+		for _, w := range tc.want {
+			ok = ok && (strings.HasPrefix(stdout, w) || strings.Contains(stdout, "\n"+w))
+		}
+		if !ok {
+			t.Errorf("%q: exit %d, stderr %q, stdout %q", tc.args, code, msg, stdout)
+		}
+	}
+}
