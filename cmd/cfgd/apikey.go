@@ -11,11 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cfgd/cfgd/commands/apikey"
+	"github.com/cfgd/cfgd/commands/apikeys"
 	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events"
-	eventsapikey "github.com/cfgd/cfgd/events/apikey"
-	"github.com/cfgd/cfgd/events/relay"
+	"github.com/cfgd/cfgd/events/apikey"
+	"github.com/cfgd/cfgd/events/outbox"
 )
 
 // apikeyCommand is `cfgd apikey create|revoke`.
@@ -35,7 +35,7 @@ only its hash is stored.`,
 			if cmd.Flags().Changed("expires") && expires <= 0 {
 				return &exitError{code: 2, err: fmt.Errorf("--expires: a positive duration such as 720h or 30d is required, got %s", newDaysDuration(&expires))}
 			}
-			c := apikey.Create{Name: name, KeyType: typ, UserEmail: owner, CreatedBy: "cli", Meta: events.Metadata{Actor: "cli"}}
+			c := apikeys.Create{Name: name, KeyType: typ, UserEmail: owner, CreatedBy: "cli", Meta: events.Metadata{Actor: "cli"}}
 			// Check the input before any connection is made; the expiry
 			// is fixed when the command runs.
 			if _, err := c.Check(time.Now()); err != nil {
@@ -67,7 +67,7 @@ only its hash is stored.`,
 			if id < 1 {
 				return &exitError{code: 2, err: errors.New("--id: a positive key id is required")}
 			}
-			c := apikey.Revoke{ID: id, RevokedBy: "cli", Meta: events.Metadata{Actor: "cli"}}
+			c := apikeys.Revoke{ID: id, RevokedBy: "cli", Meta: events.Metadata{Actor: "cli"}}
 			return withSettings(cmd.Context(), cmd.ErrOrStderr(), func(ctx context.Context, log *slog.Logger, app appSettings) error {
 				return revokeAPIKey(ctx, log, app, c, cmd.OutOrStdout())
 			})
@@ -103,7 +103,7 @@ func apikeyDeps(ctx context.Context, log *slog.Logger, app appSettings) (*deps, 
 	return d, nil
 }
 
-func createAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd apikey.Create, stdout io.Writer) error {
+func createAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd apikeys.Create, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	d, err := apikeyDeps(ctx, log, app)
@@ -111,9 +111,9 @@ func createAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd ap
 		return err
 	}
 	defer d.Close()
-	c, err := apikey.NewCreateHandler(d.events.Bind(d.pg), time.Now).Handle(ctx, cmd)
+	c, err := apikeys.NewCreateHandler(d.events.Bind(d.pg), time.Now).Handle(ctx, cmd)
 	if err != nil {
-		if apikey.IsInputError(err) {
+		if apikeys.IsInputError(err) {
 			return &exitError{code: 1, err: cliFields(err)}
 		}
 		return err
@@ -130,7 +130,7 @@ func createAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd ap
 	return nil
 }
 
-func revokeAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd apikey.Revoke, stdout io.Writer) error {
+func revokeAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd apikeys.Revoke, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	d, err := apikeyDeps(ctx, log, app)
@@ -138,22 +138,22 @@ func revokeAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd ap
 		return err
 	}
 	defer d.Close()
-	s, err := apikey.NewRevokeHandler(d.events.Bind(d.pg), time.Now).Handle(ctx, cmd)
+	s, err := apikeys.NewRevokeHandler(d.events.Bind(d.pg), time.Now).Handle(ctx, cmd)
 	if err != nil {
-		if apikey.IsInputError(err) {
+		if apikeys.IsInputError(err) {
 			return &exitError{code: 1, err: fmt.Errorf("API key %d: %w", cmd.ID, err)}
 		}
 		return err
 	}
 	wakeRelay(ctx, log, d)
-	fmt.Fprintf(stdout, "API key revoked: id=%d name=%q (%s)\n", s.ID, s.Name, eventsapikey.Stream(s.ID))
+	fmt.Fprintf(stdout, "API key revoked: id=%d name=%q (%s)\n", s.ID, s.Name, apikey.Stream(s.ID))
 	return nil
 }
 
 // wakeRelay tells a running server's relay about the new event; no relay
 // runs in this process.
 func wakeRelay(ctx context.Context, log *slog.Logger, d *deps) {
-	if err := relay.Notify(ctx, d.pg); err != nil {
+	if err := outbox.Notify(ctx, d.pg); err != nil {
 		log.WarnContext(ctx, "the running server's relay was not woken; it will find the event on its next poll", "err", err)
 	}
 }

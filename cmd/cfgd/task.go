@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	taskcmd "github.com/cfgd/cfgd/commands/tasks"
+	"github.com/cfgd/cfgd/commands/app/taskqueues"
 )
 
 // taskCommand is `cfgd task enqueue`.
@@ -25,7 +25,7 @@ types: demo:sleep ({"ms": N}), demo:echo (any JSON), demo:fail ({"message": "...
 		Example: `  cfgd task enqueue --queue default --type demo:sleep --payload '{"ms": 3000}'`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := taskcmd.ValidatePayload(typ, []byte(payload)); err != nil {
+			if err := taskqueues.ValidatePayload(typ, []byte(payload)); err != nil {
 				return &exitError{code: 2, err: err}
 			}
 			return withSettings(cmd.Context(), cmd.ErrOrStderr(), func(ctx context.Context, log *slog.Logger, app appSettings) error {
@@ -41,7 +41,7 @@ types: demo:sleep ({"ms": N}), demo:echo (any JSON), demo:fail ({"message": "...
 
 func enqueueTask(ctx context.Context, log *slog.Logger, app appSettings, queue, typ string, payload []byte, stdout io.Writer) error {
 	if !app.Tasks.HasQueue(queue) {
-		return &exitError{code: 2, err: fmt.Errorf("%w %q (TASKS__QUEUES: %v)", taskcmd.ErrUnknownQueue, queue, app.Tasks.QueueNames())}
+		return &exitError{code: 2, err: fmt.Errorf("%w %q (TASKS__QUEUES: %v)", taskqueues.ErrUnknownQueue, queue, app.Tasks.QueueNames())}
 	}
 	rdb, err := taskRedis(app)
 	if err != nil {
@@ -54,7 +54,7 @@ func enqueueTask(ctx context.Context, log *slog.Logger, app appSettings, queue, 
 	if err != nil || em == nil {
 		return fmt.Errorf("kafka (KAFKA__BROKERS, or a running cfgd serve's embedded broker): %w", errors.Join(err, ctx.Err()))
 	}
-	enq := taskcmd.NewEnqueuer(app.Tasks, rdb, em)
+	enq := taskqueues.NewEnqueuer(app.Tasks, rdb, em)
 	id, err := enq.Enqueue(ctx, queue, typ, payload)
 	// Close flushes the enqueued record before the process exits.
 	err = errors.Join(err, em.Close())
