@@ -36,6 +36,14 @@ CFGD_ENV_FILE (default ./.env), then defaults. See docs/cli.md.`,
 	root.SetErr(stderr)
 	root.SetVersionTemplate("cfgd version {{.Version}}\n")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		// In "cfgd apikey revok --id 1" the mistake is the command's name,
+		// not the flag it does not take: pflag has collected the name
+		// before it stopped.
+		if cmd.HasAvailableSubCommands() {
+			if nameErr := commandArgs(cmd, cmd.Flags().Args()); nameErr != nil {
+				return nameErr
+			}
+		}
 		return &exitError{code: 2, err: fmt.Errorf("%w (see %s --help)", err, cmd.CommandPath())}
 	})
 	root.SetHelpCommand(helpCommand())
@@ -91,14 +99,11 @@ func parentCommand(name, short string, subs ...*cobra.Command) *cobra.Command {
 // asParent makes c report an unknown sub-command with suggestions and
 // exit code 2. cobra suggests only in the root's own legacy check, and a
 // command that cannot run shows its help (exit 0) before checking its
-// arguments, so c gets Args and RunE of its own. c has no flags but
-// --help: the flags after a mistyped sub-command (apikey revok --id 1)
-// are left to that sub-command, so the mistake reported is the name.
+// arguments, so c gets Args and RunE of its own.
 func asParent(c *cobra.Command) *cobra.Command {
 	c.Args = commandArgs
 	c.RunE = needCommand
 	c.SuggestionsMinimumDistance = 2
-	c.FParseErrWhitelist.UnknownFlags = true
 	return c
 }
 

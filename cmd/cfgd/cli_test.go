@@ -107,6 +107,9 @@ func TestCLISuggestions(t *testing.T) {
 	}{
 		{[]string{"sever"}, `unknown command "sever"; did you mean "serve"?`},
 		{[]string{"migarte"}, `did you mean "migrate"?`},
+		{[]string{"sever", "--port", "1"}, `did you mean "serve"?`},
+		{[]string{"--bogus"}, `unknown flag: --bogus (see cfgd --help)`},
+		{[]string{"apikey", "--bogus", "create"}, `unknown flag: --bogus (see cfgd apikey --help)`},
 		{[]string{"apikey", "crate"}, `unknown apikey command "crate"; did you mean "create"?`},
 		{[]string{"apikey", "revok", "--id", "1"}, `did you mean "revoke"?`},
 		{[]string{"user", "create-superusr"}, `did you mean "create-superuser"?`},
