@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/cfgd/cfgd/events"
@@ -26,13 +26,6 @@ import (
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/projections/tasks"
 )
-
-const replayUsage = `usage: cfgd replay NAME...   rebuild projections (Postgres ones from the event store and the Kafka topics
-                           that also feed them: API-key usage, task lifecycle; ` + chReplayName + `
-                           from the request-log topic) and swap them in
-       cfgd replay --all       rebuild every read-model projection (reactors never replay)
-       cfgd replay --list      every projection with its tables, checkpoint and lag
-`
 
 // postgresProjections lists every Postgres projection the modules run, for
 // replay. The task reactor is built without its queue and worker handles:
@@ -62,31 +55,62 @@ func withFeeds(p *projections.Projection, b kafka.Config, log *slog.Logger) erro
 	return nil
 }
 
-func parseReplay(args []string, stdout, stderr io.Writer) (action, error) {
-	fs := flag.NewFlagSet("cfgd replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, replayUsage) }
-	all := fs.Bool("all", false, "replay every read-model projection")
-	list := fs.Bool("list", false, "list the projections")
-	batch := fs.Int("batch", replay.DefaultBatchSize, "events per transaction")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, &exitError{code: 0}
-		}
-		return nil, &exitError{code: 2}
+// replayCommand is `cfgd replay NAME... | --all | --list`.
+func replayCommand() *cobra.Command {
+	var (
+		all, list bool
+		batch     int
+	)
+	cmd := &cobra.Command{
+		Use:   "replay NAME... | --all | --list",
+		Short: "rebuild projections into shadow tables and swap them in",
+		Long: `replay rebuilds projections into shadow tables and swaps them in while serve
+keeps running: Postgres ones from the event store and the Kafka topics that
+also feed them (API-key usage, task lifecycle), ` + chReplayName + ` from the
+request-log topic. --all rebuilds every read-model projection (reactors never
+replay); --list shows every projection with its kind, the logs it is built
+from, its tables, checkpoint and lag.`,
+		Example: `  cfgd replay --list
+  cfgd replay identity.users apikey.keys
+  cfgd replay --all`,
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			names := []cobra.Completion{chReplayName}
+			for _, p := range postgresProjections() {
+				if !p.Reactor {
+					names = append(names, p.Name)
+				}
+			}
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(cmd *cobra.Command, names []string) error {
+			act, err := parseReplay(names, all, list, batch, cmd.OutOrStdout())
+			if err != nil {
+				if len(names) == 0 && !all && !list {
+					fmt.Fprint(cmd.ErrOrStderr(), cmd.UsageString())
+				}
+				return err
+			}
+			return withSettings(cmd.Context(), cmd.ErrOrStderr(), act)
+		},
 	}
-	names := fs.Args()
+	cmd.Flags().BoolVar(&all, "all", false, "replay every read-model projection, Postgres and ClickHouse")
+	cmd.Flags().BoolVar(&list, "list", false, "list the projections with their tables, checkpoint and lag")
+	cmd.Flags().IntVar(&batch, "batch", replay.DefaultBatchSize, "events per transaction")
+	return cmd
+}
+
+// parseReplay checks a replay's arguments before any setting is read.
+func parseReplay(names []string, all, list bool, batch int, stdout io.Writer) (action, error) {
 	modes := 0
-	for _, on := range []bool{*all, *list, len(names) > 0} {
+	for _, on := range []bool{all, list, len(names) > 0} {
 		if on {
 			modes++
 		}
 	}
 	if modes != 1 {
-		fmt.Fprint(stderr, replayUsage)
 		return nil, &exitError{code: 2, err: errors.New("replay takes projection names, --all or --list (one of them)")}
 	}
-	cfg := replay.Config{BatchSize: *batch, LockTimeout: replay.DefaultLockTimeout}
+	cfg := replay.Config{BatchSize: batch, LockTimeout: replay.DefaultLockTimeout}
 	if err := cfg.Validate(); err != nil {
 		return nil, &exitError{code: 2, err: err}
 	}
@@ -95,7 +119,7 @@ func parseReplay(args []string, stdout, stderr io.Writer) (action, error) {
 		known[p.Name] = p
 	}
 	var chosen []*projections.Projection
-	clickhouseToo := *all
+	clickhouseToo := all
 	for _, n := range names {
 		if n == chReplayName {
 			clickhouseToo = true
@@ -110,7 +134,7 @@ func parseReplay(args []string, stdout, stderr io.Writer) (action, error) {
 		}
 		chosen = append(chosen, p)
 	}
-	if *all {
+	if all {
 		for _, p := range postgresProjections() {
 			if !p.Reactor {
 				chosen = append(chosen, p)
@@ -123,7 +147,7 @@ func parseReplay(args []string, stdout, stderr io.Writer) (action, error) {
 			return fmt.Errorf("POSTGRES__URL: %w", err)
 		}
 		defer pool.Close()
-		if *list {
+		if list {
 			return listProjections(ctx, pool, app, log, stdout)
 		}
 		reg, err := events.NewRegistry(eventTypes()...)
