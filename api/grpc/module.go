@@ -21,6 +21,7 @@ import (
 	"github.com/cfgd/cfgd/commands/apikey"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/events/store"
+	"github.com/cfgd/cfgd/projections"
 	apikeyproj "github.com/cfgd/cfgd/projections/apikey"
 	apikeyrm "github.com/cfgd/cfgd/readmodels/apikey"
 )
@@ -38,6 +39,9 @@ type Config struct {
 	// Report batches the request-log events of the calls the server serves
 	// (requestlog.DefaultBatcherConfig when zero).
 	Report reqlog.BatcherConfig
+	// KeyFeeds are the API-key projection's other sources (the usage
+	// counts from the request log), which its replay rebuilds.
+	KeyFeeds []projections.Feed
 }
 
 // Validate joins every problem of c.
@@ -147,6 +151,8 @@ func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, no
 			}, func() float64 { return float64(reporter.Dropped()) }),
 		}
 	}
+	keysProjection := apikeyproj.Keys()
+	keysProjection.Feeds = append(keysProjection.Feeds, cfg.KeyFeeds...)
 	p.Module = module.Module{
 		Name: "grpc",
 		Routes: func(r *mux.Router) error {
@@ -159,7 +165,7 @@ func NewModule(cfg Config, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, no
 				Protos: dir, ReadWait: cfg.ReadWait,
 			})
 		},
-		Projections: apikeyproj.All(),
+		Projections: []*projections.Projection{keysProjection},
 		Servers:     []module.Runner{{Name: "grpc", Run: serve(srv, reporter)}},
 	}
 	return p, nil

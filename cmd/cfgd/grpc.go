@@ -9,6 +9,8 @@ import (
 	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/api/rpc"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/projections"
+	"github.com/cfgd/cfgd/projections/apikeyusage"
 	requestlogrm "github.com/cfgd/cfgd/readmodels/requestlog"
 )
 
@@ -18,7 +20,14 @@ import (
 // Every call it serves is reported to the request log through prod, and
 // cfgd.ingest.v1 and the cfgd.monitor.v1 statistics are served.
 func grpcModule(w wiring, a *auth.API, prod *reqlog.Producer, activeKeys requestlogrm.ActiveAPIKeys) (module.Module, error) {
+	// The usage counts the request-log module's consumer keeps in api_keys
+	// (same settings), rebuilt with the keys.
+	usage, err := apikeyusage.NewFeed(apikeyusage.DefaultConfig(w.bus), w.log)
+	if err != nil {
+		return module.Module{}, err
+	}
 	p, err := apigrpc.NewModule(apigrpc.Config{
+		KeyFeeds: []projections.Feed{usage},
 		RPC:      rpc.Config{Addr: w.app.Core.GRPCAddr, ShutdownTimeout: w.app.Core.ShutdownTimeout},
 		ProtoDir: w.app.GRPCProtoDir,
 		Events:   w.deps.events,

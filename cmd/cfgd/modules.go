@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cfgd/cfgd/projections/replay"
 	apikeyrm "github.com/cfgd/cfgd/readmodels/apikey"
 
 	"github.com/cfgd/cfgd/api/module"
@@ -82,4 +83,11 @@ func buildModules(ctx context.Context, w wiring) ([]module.Module, error) {
 		return nil, err
 	}
 	return []module.Module{id, ext, grpc, tq, rl, front}, nil
+}
+
+// registry is the one list of what serve runs and replay rebuilds: every
+// module's projections (read from the events topic, with their feeds) and
+// other replayable tables.
+func registry(d *deps, reg *events.Registry, modules []module.Module) (*replay.Registry, error) {
+	return replay.NewRegistry(d.pg, reg, module.Projections(modules...), module.Replayables(modules...)...)
 }

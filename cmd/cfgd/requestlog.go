@@ -12,6 +12,7 @@ import (
 	"github.com/cfgd/cfgd/api/monitor"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/apikeyusage"
+	"github.com/cfgd/cfgd/projections/replay"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
 	requestlogrm "github.com/cfgd/cfgd/readmodels/requestlog"
 )
@@ -45,6 +46,10 @@ func requestLogModule(w wiring, a *auth.API, prod *reqlog.Producer, activeKeys r
 	if err != nil {
 		return module.Module{}, err
 	}
+	// `cfgd replay requestlog.clickhouse` rebuilds the tables the sink
+	// fills, with the sink's rows.
+	rc := replay.DefaultClickHouseConfig(w.bus)
+	rc.RetentionDays = c.Sink.RetentionDays
 	h := monitor.New(prod, requestlogrm.New(w.deps.ch, time.Now, activeKeys), time.Now)
 	return module.Module{
 		Name: "requestlog",
@@ -53,7 +58,8 @@ func requestLogModule(w wiring, a *auth.API, prod *reqlog.Producer, activeKeys r
 			// The page's assets are served by the front module.
 			return monitor.MountDashboard(r, a.Staff(), w.assets)
 		},
-		Checks: []health.Check{{Name: "requestlog-sink", Ping: s.Ready}, {Name: "apikey-usage", Ping: usage.Ready}},
+		Replayables: []replay.Replayable{replay.ForClickHouse(rc, w.deps.ch, w.deps.pg, sink.Codec{}, c.Sink.Group)},
+		Checks:      []health.Check{{Name: "requestlog-sink", Ping: s.Ready}, {Name: "apikey-usage", Ping: usage.Ready}},
 		Background: []module.Runner{s.Runner(), usage.Runner(), {Name: "requestlog-producer", Run: func(ctx context.Context) error {
 			// Servers stop first, so nothing produces once this closes.
 			<-ctx.Done()

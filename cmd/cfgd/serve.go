@@ -57,11 +57,15 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	if err != nil {
 		return err
 	}
+	replayables, err := registry(d, reg, modules)
+	if err != nil {
+		return err
+	}
 	signer, err := eventSigner(c)
 	if err != nil {
 		return err
 	}
-	pipe, err := pipeline.New(pipeline.Config{Bus: busCfg, Wake: d.commits.C(), Metrics: metrics, Signer: signer}, d.pg, reg, log, module.Projections(modules...)...)
+	pipe, err := pipeline.New(pipeline.Config{Bus: busCfg, Wake: d.commits.C(), Metrics: metrics, Signer: signer}, d.pg, reg, log, replayables.Projections()...)
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (module.Module, error
 			tasksapi.Mount(r, staff, app)
 			return tasksapi.MountDashboard(r, staff, w.assets)
 		},
-		Projections: []*projections.Projection{taskproj.Control(app.Inspector, app.Registry, pub, appends), taskproj.Views()},
+		Projections: []*projections.Projection{taskproj.Control(app.Inspector, app.Registry, pub, appends), taskproj.ViewsWithLifecycle(w.bus, w.log)},
 		Checks:      checks,
 		Background: []module.Runner{
 			{Name: "tasks-lifecycle-sink", Run: sink.Run},

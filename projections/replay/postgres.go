@@ -196,8 +196,7 @@ func (r *Postgres) Shadow(ctx context.Context, progress Progress) error {
 
 // Swap implements Target: it catches up and moves the shadow tables into
 // public in one transaction, retrying while readers hold the live ones.
-func (r *Postgres) Swap(ctx context.Context, progress Progress) error {
-	r.progress = progress
+func (r *Postgres) Swap(ctx context.Context) error {
 	if err := r.swapRetrying(ctx); err != nil {
 		return err
 	}
@@ -507,37 +506,18 @@ func (r *Postgres) swap(ctx context.Context) error {
 	return nil
 }
 
-// Status is one projection's line of `cfgd replay --list`.
-type Status struct {
-	Name    string
-	Tables  []string
-	Reactor bool
-	Streams int64 // checkpoint rows: streams the projection has seen
-	// Position is the highest store position the projection applied (as
-	// the runner last flushed it); Lag is the store's highest minus it.
-	Position int64
-	Lag      int64
-}
-
-// List reports every projection of ps with its checkpoint and lag.
-func List(ctx context.Context, db interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}, ps []*projections.Projection) ([]Status, error) {
-	var head int64
-	if err := db.QueryRow(ctx, `SELECT coalesce(max(position), 0) FROM events`).Scan(&head); err != nil {
-		return nil, fmt.Errorf("replay list: %w", err)
+// postgresStatus reports p's checkpointed streams, the highest store
+// position it applied (as the runner last flushed it) and the store's
+// highest minus that.
+func postgresStatus(ctx context.Context, pool *pgxpool.Pool, p *projections.Projection) (Status, error) {
+	var s Status
+	err := pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM projection_checkpoints WHERE projection = $1),
+		coalesce((SELECT position FROM projection_positions WHERE projection = $1), 0),
+		(SELECT coalesce(max(position), 0) FROM events)`, p.Name).Scan(&s.Streams, &s.Position, &s.Lag)
+	if err != nil {
+		return s, fmt.Errorf("replay list %s: %w", p.Name, err)
 	}
-	out := make([]Status, 0, len(ps))
-	for _, p := range ps {
-		s := Status{Name: p.Name, Tables: p.Tables, Reactor: p.Reactor}
-		err := db.QueryRow(ctx, `SELECT
-			(SELECT count(*) FROM projection_checkpoints WHERE projection = $1),
-			coalesce((SELECT position FROM projection_positions WHERE projection = $1), 0)`, p.Name).Scan(&s.Streams, &s.Position)
-		if err != nil {
-			return nil, fmt.Errorf("replay list %s: %w", p.Name, err)
-		}
-		s.Lag = max(head-s.Position, 0)
-		out = append(out, s)
-	}
-	return out, nil
+	s.Lag = max(s.Lag-s.Position, 0)
+	return s, nil
 }

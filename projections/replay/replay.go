@@ -36,7 +36,7 @@ type Target interface {
 	// Swap catches the shadow up with what arrived meanwhile and puts it
 	// in the live tables' place: readers see the old tables, then the
 	// new ones, never a mix.
-	Swap(ctx context.Context, progress Progress) error
+	Swap(ctx context.Context) error
 	// Drop removes whatever Shadow built, leaving the live tables as they
 	// were; it runs after a failed or cancelled run, with a context that
 	// is not cancelled, and must cope with a shadow half built.
@@ -107,7 +107,7 @@ func rebuild(ctx context.Context, pool *pgxpool.Pool, t Target, progress Progres
 	if err := t.Shadow(ctx, progress); err != nil {
 		return t.Result(), err
 	}
-	if err := t.Swap(ctx, progress); err != nil {
+	if err := t.Swap(ctx); err != nil {
 		return t.Result(), err
 	}
 	swapped = true
