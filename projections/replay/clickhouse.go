@@ -205,7 +205,7 @@ func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) error {
 	if err := r.open(ctx); err != nil {
 		return err
 	}
-	target, err := r.highWatermarks()
+	target, err := Ends(r.client, r.topic)
 	if err != nil {
 		return err
 	}
@@ -220,7 +220,7 @@ func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) error {
 		if err := r.consumeTo(ctx, target); err != nil {
 			return err
 		}
-		next, err := r.highWatermarks()
+		next, err := Ends(r.client, r.topic)
 		if err != nil {
 			return err
 		}
@@ -396,19 +396,6 @@ func (r *ClickHouse) inserter() {
 	}
 }
 
-// highWatermarks are the next offsets to be written, per partition.
-func (r *ClickHouse) highWatermarks() (map[int32]int64, error) {
-	out := make(map[int32]int64, len(r.partitions))
-	for _, p := range r.partitions {
-		off, err := r.client.GetOffset(r.topic, p, sarama.OffsetNewest)
-		if err != nil {
-			return nil, fmt.Errorf("kafka high watermark of %s/%d: %w", r.topic, p, err)
-		}
-		out[p] = off
-	}
-	return out, nil
-}
-
 // behind is how many records the replay has yet to read up to hwm.
 func (r *ClickHouse) behind(hwm map[int32]int64) int64 {
 	var n int64
@@ -502,7 +489,7 @@ func (r *ClickHouse) catchUpAndSwap(ctx context.Context, target map[int32]int64)
 	if now, err := r.client.Partitions(r.topic); err != nil || len(now) != len(r.partitions) {
 		return errors.Join(fmt.Errorf("%s went from %d partitions to %d during the replay; run it again", r.topic, len(r.partitions), len(now)), err)
 	}
-	final, err := r.highWatermarks()
+	final, err := Ends(r.client, r.topic)
 	if err != nil {
 		return err
 	}
@@ -529,6 +516,7 @@ func (r *ClickHouse) catchUpAndSwap(ctx context.Context, target map[int32]int64)
 		}
 		return err
 	}
+	// Whatever the commit says, the tables are swapped.
 	r.res.Swapped = true
 	if err := tx.Commit(sctx); err != nil {
 		// The connection is gone with the lock; the swap stands.
