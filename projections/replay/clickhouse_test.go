@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/deploy/migrations"
@@ -386,4 +387,42 @@ func TestSecondReplayIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	exact(t, e.conn, 2000)
+}
+
+// A partition added to the topic during a replay would be missing from the
+// rebuilt tables: the swap refuses, the live tables stay as they were and
+// no shadow table is left.
+func TestReplayRefusesATopicThatGainedPartitions(t *testing.T) {
+	t.Parallel()
+	e := newCHEnv(t, 1)
+	e.spread(2000, time.Now().Add(-time.Hour), time.Second)
+	e.fencedSink()
+	exact(t, e.conn, 2000)
+	before := chSnapshot(t, e.conn)
+	liveTables := tables(t, e.conn)
+	admin, err := sarama.NewClusterAdmin(e.bus.Brokers, e.bus.Sarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	var once sync.Once
+	var added error
+	_, err = e.replay(context.Background(), func(done, _ int64) {
+		if done > 0 {
+			once.Do(func() { added = admin.CreatePartitions(e.bus.Topic(bus.TopicRequestLogs), 2, nil, false) })
+		}
+	})
+	if added != nil {
+		t.Fatal(added)
+	}
+	if err == nil || !strings.Contains(err.Error(), "went from 1 partitions to 2 during the replay; run it again") {
+		t.Fatalf("replay across a new partition: %v", err)
+	}
+	if got := tables(t, e.conn); strings.Join(got, ",") != strings.Join(liveTables, ",") {
+		t.Fatalf("tables after the refused swap: %v, want %v", got, liveTables)
+	}
+	after := chSnapshot(t, e.conn)
+	for table, rows := range before {
+		sameLines(t, table+" after a refused swap", after[table], rows)
+	}
 }
