@@ -4,14 +4,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cfgd/cfgd/api/auth"
-	apigrpc "github.com/cfgd/cfgd/api/grpc"
-	"github.com/cfgd/cfgd/api/module"
-	"github.com/cfgd/cfgd/api/rpc"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/cmd/cfgd/modules"
 	"github.com/cfgd/cfgd/projections"
 	"github.com/cfgd/cfgd/projections/apikeyusage"
-	requestlogrm "github.com/cfgd/cfgd/readmodels/requestlog"
+
+	"github.com/cfgd/cfgd/api/grpcserver"
+	"github.com/cfgd/cfgd/api/rest/auth"
+	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // grpcModule is gRPC monitoring: the gRPC server on GRPC__ADDR, API keys
@@ -19,28 +19,28 @@ import (
 // /cfg/grpc/ and /admin/api-keys/, and the proto files in GRPC__PROTO_DIR.
 // Every call it serves is reported to the request log through prod, and
 // cfgd.ingest.v1 and the cfgd.monitor.v1 statistics are served.
-func grpcModule(w wiring, a *auth.API, prod *reqlog.Producer, activeKeys requestlogrm.ActiveAPIKeys) (module.Module, error) {
+func grpcModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKeys requestlogview.ActiveAPIKeys) (modules.Module, error) {
 	// The usage counts the request-log module's consumer keeps in api_keys
 	// (same settings), rebuilt with the keys.
 	usage, err := apikeyusage.NewFeed(apikeyusage.DefaultConfig(w.bus), w.log)
 	if err != nil {
-		return module.Module{}, err
+		return modules.Module{}, err
 	}
-	p, err := apigrpc.NewModule(apigrpc.Config{
+	p, err := modules.GRPC(modules.GRPCConfig{
 		KeyFeeds: []projections.Feed{usage},
-		RPC:      rpc.Config{Addr: w.app.Core.GRPCAddr, ShutdownTimeout: w.app.Core.ShutdownTimeout},
+		RPC:      grpcserver.Config{Addr: w.app.Core.GRPCAddr, ShutdownTimeout: w.app.Core.ShutdownTimeout},
 		ProtoDir: w.app.GRPCProtoDir,
 		Events:   w.deps.events,
-	}, a, w.deps.pg, w.log, time.Now, apigrpc.RequestLog{
-		Producer: prod, Queries: requestlogrm.New(w.deps.ch, time.Now, activeKeys),
+	}, a, w.deps.pg, w.log, time.Now, modules.GRPCRequestLog{
+		Producer: prod, Queries: requestlogview.New(w.deps.ch, time.Now, activeKeys),
 	})
 	if err != nil {
-		return module.Module{}, err
+		return modules.Module{}, err
 	}
 	if w.metrics != nil {
 		for _, c := range p.Metrics {
 			if err := w.metrics.Register(c); err != nil {
-				return module.Module{}, fmt.Errorf("grpc metrics: %w", err)
+				return modules.Module{}, fmt.Errorf("grpc metrics: %w", err)
 			}
 		}
 	}

@@ -5,18 +5,19 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/modules"
+	"github.com/cfgd/cfgd/projections/replay"
+
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cfgd/cfgd/projections/replay"
-	apikeyrm "github.com/cfgd/cfgd/readmodels/apikey"
+	"github.com/cfgd/cfgd/readmodels/apikeyview"
 
-	"github.com/cfgd/cfgd/api/module"
-	"github.com/cfgd/cfgd/api/static"
+	"github.com/cfgd/cfgd/api/pages"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/apikey"
-	"github.com/cfgd/cfgd/events/bus"
 	"github.com/cfgd/cfgd/events/identity"
-	taskev "github.com/cfgd/cfgd/events/tasks"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/tasks"
 )
 
 // wiring is what each module is built from.
@@ -24,13 +25,13 @@ type wiring struct {
 	log  *slog.Logger
 	app  appSettings
 	deps *deps
-	bus  bus.Config
+	bus  kafka.Config
 	// metrics is where modules register their collectors (nil in tests
 	// that do not look).
 	metrics prometheus.Registerer
 	// assets are the pages' static assets, indexed once; the front
 	// module serves them.
-	assets *static.Assets
+	assets *pages.Assets
 }
 
 // eventTypes is the explicit registry of every event type cfgd stores.
@@ -38,14 +39,14 @@ func eventTypes() []events.Event {
 	var all []events.Event
 	all = append(all, identity.Events()...)
 	all = append(all, apikey.Events()...)
-	all = append(all, taskev.Events()...)
+	all = append(all, tasks.Events()...)
 	return all
 }
 
 // buildModules builds every capability. A new capability is one more
 // constructor here and nothing else.
-func buildModules(ctx context.Context, w wiring) ([]module.Module, error) {
-	assets, err := static.New()
+func buildModules(ctx context.Context, w wiring) ([]modules.Module, error) {
+	assets, err := pages.NewAssets()
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +59,7 @@ func buildModules(ctx context.Context, w wiring) ([]module.Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys := apikeyrm.NewKeys(w.deps.pg, time.Now)
+	keys := apikeyview.NewKeys(w.deps.pg, time.Now)
 	activeKeys := func(ctx context.Context) (int64, error) {
 		st, err := keys.Stats(ctx)
 		return st.ActiveKeys, err
@@ -82,12 +83,12 @@ func buildModules(ctx context.Context, w wiring) ([]module.Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []module.Module{id, ext, grpc, tq, rl, front}, nil
+	return []modules.Module{id, ext, grpc, tq, rl, front}, nil
 }
 
 // registry is the one list of what serve runs and replay rebuilds: every
 // module's projections (read from the events topic, with their feeds) and
 // other replayable tables.
-func registry(d *deps, reg *events.Registry, modules []module.Module) (*replay.Registry, error) {
-	return replay.NewRegistry(d.pg, reg, module.Projections(modules...), module.Replayables(modules...)...)
+func registry(d *deps, reg *events.Registry, mods []modules.Module) (*replay.Registry, error) {
+	return replay.NewRegistry(d.pg, reg, modules.Projections(mods...), modules.Replayables(mods...)...)
 }

@@ -8,17 +8,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cfgd/cfgd/api/module"
-	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/projections/replay"
-
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cfgd/cfgd/api"
+	"github.com/cfgd/cfgd/api/rest"
+	"github.com/cfgd/cfgd/cmd/cfgd/modules"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/config"
-	"github.com/cfgd/cfgd/deploy/testenv"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/projections/replay"
 )
 
 // Every route cfgd serve mounts, with every extension turned on, is
@@ -57,8 +56,8 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	}
 	defer d.Close()
 	log := testenv.Quiet()
-	busCfg := bus.Config{Brokers: []string{"127.0.0.1:1"}, Partitions: 1}
-	modules, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: busCfg})
+	busCfg := kafka.Config{Brokers: []string{"127.0.0.1:1"}, Partitions: 1}
+	mods, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: busCfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,12 +68,12 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rr, err := registry(d, reg, modules)
+	rr, err := registry(d, reg, mods)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var served, replayable []string
-	for _, p := range module.Projections(modules...) {
+	for _, p := range modules.Projections(mods...) {
 		served = append(served, p.Name)
 	}
 	for _, e := range rr.All() {
@@ -88,15 +87,15 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	if !slices.Equal(served, replayable) {
 		t.Errorf("serve runs %v, cfgd replay knows %v", served, replayable)
 	}
-	if got := len(rr.Projections()); got != len(module.Projections(modules...)) {
-		t.Errorf("the registry hands serve %d projections, the modules declare %d", got, len(module.Projections(modules...)))
+	if got := len(rr.Projections()); got != len(modules.Projections(mods...)) {
+		t.Errorf("the registry hands serve %d projections, the modules declare %d", got, len(modules.Projections(mods...)))
 	}
 	metrics := prometheus.NewRegistry()
-	router, err := newRouter(log, metrics, d, busCfg, modules)
+	router, err := newRouter(log, metrics, d, busCfg, mods)
 	if err != nil {
 		t.Fatal(err)
 	}
-	api.MountMetrics(router, metrics, "")
+	rest.MountMetrics(router, metrics, "")
 	pattern := regexp.MustCompile(`\{([a-z_]+):[^}]*\}`)
 	seen := 0
 	err = router.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {

@@ -72,11 +72,11 @@ func runReplay(ctx context.Context, log *slog.Logger, app appSettings, names []s
 	if err != nil {
 		return err
 	}
-	modules, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: clientBus(app.Core)})
+	mods, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: clientBus(app.Core)})
 	if err != nil {
 		return err
 	}
-	rr, err := registry(d, reg, modules)
+	rr, err := registry(d, reg, mods)
 	if err != nil {
 		return err
 	}

@@ -4,63 +4,65 @@ import (
 	"context"
 	"time"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/modules"
+	"github.com/cfgd/cfgd/deploy/process"
+
 	"github.com/gorilla/mux"
 
-	"github.com/cfgd/cfgd/api/auth"
-	"github.com/cfgd/cfgd/api/health"
-	"github.com/cfgd/cfgd/api/module"
-	"github.com/cfgd/cfgd/api/monitor"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/api/pages"
+	"github.com/cfgd/cfgd/api/rest/auth"
+	"github.com/cfgd/cfgd/api/rest/monitor"
+	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/apikeyusage"
 	"github.com/cfgd/cfgd/projections/replay"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
-	requestlogrm "github.com/cfgd/cfgd/readmodels/requestlog"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // requestLogProducer is the producer of the request-log topic, shared by
 // the gRPC module (its own calls, cfgd.ingest.v1) and the request-log
 // module (the HTTP ingest endpoint), which closes it.
-func requestLogProducer(w wiring) (*reqlog.Producer, error) {
+func requestLogProducer(w wiring) (*requestlog.Producer, error) {
 	c := w.app.RequestLog.Producer
 	c.Bus = w.bus
-	return reqlog.NewProducer(c, w.log)
+	return requestlog.NewProducer(c, w.log)
 }
 
 // requestLogModule is the request log: the ingest endpoint producing to
 // the request-log topic through prod, the ClickHouse sink, and the staff
 // monitoring endpoints over the read model. activeKeys counts active API
 // keys (nil: active_api_keys is then 0).
-func requestLogModule(w wiring, a *auth.API, prod *reqlog.Producer, activeKeys requestlogrm.ActiveAPIKeys) (module.Module, error) {
+func requestLogModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKeys requestlogview.ActiveAPIKeys) (modules.Module, error) {
 	c := w.app.RequestLog
 	c.Sink.Bus = w.bus
 	// The fence lets `cfgd replay requestlog.clickhouse` swap rebuilt
 	// tables in between two of the sink's batches.
 	s, err := sink.NewFenced(c.Sink, w.deps.ch, sink.PostgresFence{Pool: w.deps.pg}, w.log)
 	if err != nil {
-		return module.Module{}, err
+		return modules.Module{}, err
 	}
 	// API-key usage (request_count, last_used_at) is a second consumer of
 	// the same topic; its settings are the defaults until cmd/settings
 	// reads them.
 	usage, err := apikeyusage.New(apikeyusage.DefaultConfig(w.bus), w.deps.pg, w.log)
 	if err != nil {
-		return module.Module{}, err
+		return modules.Module{}, err
 	}
 	// `cfgd replay requestlog.clickhouse` rebuilds the tables the sink
 	// fills, with the sink's rows.
 	rc := replay.DefaultClickHouseConfig(w.bus)
 	rc.RetentionDays = c.Sink.RetentionDays
-	h := monitor.New(prod, requestlogrm.New(w.deps.ch, time.Now, activeKeys), time.Now)
-	return module.Module{
+	h := monitor.New(prod, requestlogview.New(w.deps.ch, time.Now, activeKeys), time.Now)
+	return modules.Module{
 		Name: "requestlog",
 		Routes: func(r *mux.Router) error {
 			h.Mount(r, a.Staff(), a.StaffOrAPIKey())
 			// The page's assets are served by the front module.
-			return monitor.MountDashboard(r, a.Staff(), w.assets)
+			return pages.MountMonitorDashboard(r, a.Staff(), w.assets)
 		},
 		Replayables: []replay.Replayable{replay.ForClickHouse(rc, w.deps.ch, w.deps.pg, sink.Codec{}, c.Sink.Group)},
-		Checks:      []health.Check{{Name: "requestlog-sink", Ping: s.Ready}, {Name: "apikey-usage", Ping: usage.Ready}},
-		Background: []module.Runner{s.Runner(), usage.Runner(), {Name: "requestlog-producer", Run: func(ctx context.Context) error {
+		Checks:      []process.Check{{Name: "requestlog-sink", Ping: s.Ready}, {Name: "apikey-usage", Ping: usage.Ready}},
+		Background: []process.Runner{s.Runner(), usage.Runner(), {Name: "requestlog-producer", Run: func(ctx context.Context) error {
 			// Servers stop first, so nothing produces once this closes.
 			<-ctx.Done()
 			return prod.Close()

@@ -8,16 +8,17 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/modules"
+	"github.com/cfgd/cfgd/deploy/process"
+
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/cfgd/cfgd/api"
-	"github.com/cfgd/cfgd/api/health"
-	"github.com/cfgd/cfgd/api/module"
+	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/projections/pipeline"
 )
 
@@ -30,10 +31,10 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	busCfg := bus.Config{Brokers: c.KafkaBrokers, Partitions: c.KafkaPartitions, TopicPrefix: c.KafkaTopicPrefix,
-		SASL: bus.SASL{Mechanism: c.KafkaSASLMechanism, User: c.KafkaSASLUser, Password: c.KafkaSASLPassword.Reveal()}}
+	busCfg := kafka.Config{Brokers: c.KafkaBrokers, Partitions: c.KafkaPartitions, TopicPrefix: c.KafkaTopicPrefix,
+		SASL: kafka.SASL{Mechanism: c.KafkaSASLMechanism, User: c.KafkaSASLUser, Password: c.KafkaSASLPassword.Reveal()}}
 	if len(busCfg.Brokers) == 0 {
-		emb, err := bus.StartEmbedded(c.KafkaDataDir, c.KafkaEmbeddedAddr)
+		emb, err := kafka.StartEmbedded(c.KafkaDataDir, c.KafkaEmbeddedAddr)
 		if err != nil {
 			return fmt.Errorf("embedded kafka (KAFKA__EMBEDDED_ADDR, KAFKA__DATA_DIR): %w", err)
 		}
@@ -53,11 +54,11 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	if err != nil {
 		return err
 	}
-	modules, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: busCfg, metrics: metrics})
+	mods, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: busCfg, metrics: metrics})
 	if err != nil {
 		return err
 	}
-	replayables, err := registry(d, reg, modules)
+	replayables, err := registry(d, reg, mods)
 	if err != nil {
 		return err
 	}
@@ -70,25 +71,25 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 		return err
 	}
 
-	router, err := newRouter(log, metrics, d, busCfg, append(modules, module.Module{
-		Name: "relay", Checks: []health.Check{{Name: "relay", Ping: pipe.Ready}},
+	router, err := newRouter(log, metrics, d, busCfg, append(mods, modules.Module{
+		Name: "relay", Checks: []process.Check{{Name: "relay", Ping: pipe.Ready}},
 	}))
 	if err != nil {
 		return err
 	}
-	srv := api.NewServer(c.HTTPAddr, router, c.ShutdownTimeout, log)
-	servers := []module.Runner{{Name: "http", Run: srv.Run}}
+	srv := rest.NewServer(c.HTTPAddr, router, c.ShutdownTimeout, log)
+	servers := []process.Runner{{Name: "http", Run: srv.Run}}
 	if c.MetricsAddr == "" {
-		api.MountMetrics(router, metrics, c.MetricsToken.Reveal())
+		rest.MountMetrics(router, metrics, c.MetricsToken.Reveal())
 	} else {
 		mr := mux.NewRouter()
-		api.MountMetrics(mr, metrics, c.MetricsToken.Reveal())
-		servers = append(servers, module.Runner{Name: "metrics", Run: api.NewServer(c.MetricsAddr, mr, c.ShutdownTimeout, log).Run})
+		rest.MountMetrics(mr, metrics, c.MetricsToken.Reveal())
+		servers = append(servers, process.Runner{Name: "metrics", Run: rest.NewServer(c.MetricsAddr, mr, c.ShutdownTimeout, log).Run})
 	}
 
-	core := module.Module{
+	core := modules.Module{
 		Name: "core",
-		Background: []module.Runner{{Name: "pipeline", Run: func(ctx context.Context) error {
+		Background: []process.Runner{{Name: "pipeline", Run: func(ctx context.Context) error {
 			if err := retry(ctx, log, "postgres", func(ctx context.Context) error { return migrations.Up(ctx, d.pg, log) }); err != nil {
 				return nil
 			}
@@ -97,19 +98,19 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 			}
 			return pipe.Run(ctx)
 		}}},
-		Servers: append(servers, module.Runner{Name: "banner", Run: func(ctx context.Context) error {
+		Servers: append(servers, process.Runner{Name: "banner", Run: func(ctx context.Context) error {
 			select {
 			case addr := <-srv.Started():
 				metricsAddr := cmp.Or(c.MetricsAddr, addr)
 				fmt.Fprintf(stdout, "cfgd is up\n  API      http://%s/\n  docs     http://%s/api/docs/\n  health   http://%s/readyz\n  metrics  http://%s%s\n  kafka    %v\n",
-					addr, addr, addr, metricsAddr, api.MetricsPath, busCfg.Brokers)
+					addr, addr, addr, metricsAddr, rest.MetricsPath, busCfg.Brokers)
 			case <-ctx.Done():
 			}
 			<-ctx.Done()
 			return nil
 		}}),
 	}
-	if err := module.Run(ctx, log, append([]module.Module{core}, modules...)...); err != nil {
+	if err := modules.Run(ctx, log, append([]modules.Module{core}, mods...)...); err != nil {
 		return err
 	}
 	log.Info("cfgd stopped")
@@ -118,18 +119,18 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 
 // newRouter is the root router with health, readiness and every module's
 // routes (not /metrics, which may have a listener of its own).
-func newRouter(log *slog.Logger, metrics *prometheus.Registry, d *deps, busCfg bus.Config, modules []module.Module) (*mux.Router, error) {
-	router, err := api.NewRouter(log, metrics)
+func newRouter(log *slog.Logger, metrics *prometheus.Registry, d *deps, busCfg kafka.Config, mods []modules.Module) (*mux.Router, error) {
+	router, err := rest.NewRouter(log, metrics)
 	if err != nil {
 		return nil, err
 	}
-	health.Mount(router, 2*time.Second, append([]health.Check{
+	rest.MountHealth(router, 2*time.Second, append([]process.Check{
 		{Name: "postgres", Ping: d.pg.Ping},
 		{Name: "clickhouse", Ping: d.ch.Ping},
 		{Name: "redis", Ping: func(ctx context.Context) error { return d.redis.Ping(ctx).Err() }},
-		{Name: "kafka", Ping: func(ctx context.Context) error { return bus.Ping(ctx, busCfg) }},
-	}, module.Checks(modules...)...)...)
-	if err := module.Mount(router, modules...); err != nil {
+		{Name: "kafka", Ping: func(ctx context.Context) error { return kafka.Ping(ctx, busCfg) }},
+	}, modules.Checks(mods...)...)...)
+	if err := modules.Mount(router, mods...); err != nil {
 		return nil, err
 	}
 	return router, nil

@@ -5,54 +5,57 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/modules"
+	"github.com/cfgd/cfgd/deploy/process"
+
 	"github.com/gorilla/mux"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/cfgd/cfgd/api/auth"
-	"github.com/cfgd/cfgd/api/health"
-	"github.com/cfgd/cfgd/api/module"
-	tasksapi "github.com/cfgd/cfgd/api/tasks"
-	taskcmd "github.com/cfgd/cfgd/commands/tasks"
+	"github.com/cfgd/cfgd/api/pages"
+	"github.com/cfgd/cfgd/api/rest/auth"
+	"github.com/cfgd/cfgd/api/rest/taskadmin"
+	"github.com/cfgd/cfgd/commands/app/taskqueues"
 	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/projections"
-	taskproj "github.com/cfgd/cfgd/projections/tasks"
+	"github.com/cfgd/cfgd/projections/reactors"
+	"github.com/cfgd/cfgd/projections/tasks"
 )
 
 // tasksModule is task-queue management: the queue and worker endpoints and
 // dashboard, the tasks.control reactor and the tasks.queues views (run in
 // the shared pipeline) and the lifecycle sink that feeds the statistics.
 // The workers themselves run in `cfgd worker`.
-func tasksModule(_ context.Context, w wiring, a *auth.API) (module.Module, error) {
+func tasksModule(_ context.Context, w wiring, a *auth.API) (modules.Module, error) {
 	cfg := w.app.Tasks
 	rdb, closeRedis, err := tasksRedis(w, cfg.RedisURL)
 	if err != nil {
-		return module.Module{}, err
+		return modules.Module{}, err
 	}
-	app, err := taskcmd.New(cfg, taskcmd.Deps{Pool: w.deps.pg, Events: w.deps.events, Redis: rdb, Log: w.log, Now: time.Now})
+	app, err := taskqueues.New(cfg, taskqueues.Deps{Pool: w.deps.pg, Events: w.deps.events, Redis: rdb, Log: w.log, Now: time.Now})
 	if err != nil {
 		closeRedis()
-		return module.Module{}, err
+		return modules.Module{}, err
 	}
-	sink := taskproj.NewSink(w.deps.pg, w.bus, w.log)
-	pub := taskproj.NewLifecyclePublisher(w.bus, w.log)
+	sink := tasks.NewSink(w.deps.pg, w.bus, w.log)
+	pub := tasks.NewLifecyclePublisher(w.bus, w.log)
 	var appends store.DB = w.deps.pg
 	if w.deps.events != nil {
 		appends = w.deps.events.Bind(w.deps.pg)
 	}
 	staff := a.Staff()
-	var checks []health.Check
+	var checks []process.Check
 	if rdb != w.deps.redis {
-		checks = append(checks, health.Check{Name: "tasks-redis", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
+		checks = append(checks, process.Check{Name: "tasks-redis", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
 	}
-	return module.Module{
+	return modules.Module{
 		Name: "tasks",
 		Routes: func(r *mux.Router) error {
-			tasksapi.Mount(r, staff, app)
-			return tasksapi.MountDashboard(r, staff, w.assets)
+			taskadmin.Mount(r, staff, app)
+			return pages.MountTaskDashboard(r, staff, w.assets)
 		},
-		Projections: []*projections.Projection{taskproj.Control(app.Inspector, app.Registry, pub, appends), taskproj.ViewsWithLifecycle(w.bus, w.log)},
+		Projections: []*projections.Projection{reactors.Control(app.Inspector, app.Registry, pub, appends), tasks.ViewsWithLifecycle(w.bus, w.log)},
 		Checks:      checks,
-		Background: []module.Runner{
+		Background: []process.Runner{
 			{Name: "tasks-lifecycle-sink", Run: sink.Run},
 			{Name: "tasks-close", Run: func(ctx context.Context) error {
 				<-ctx.Done()

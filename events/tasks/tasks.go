@@ -176,3 +176,6 @@ type WorkerState struct {
 	AppliedSeq int64 `json:"applied_seq"`
 	Restarts   int   `json:"restarts"`
 }
+
+// StepCleared closes a task that a clear removed before it ran.
+const StepCleared = "cleared"

@@ -7,11 +7,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cfgd/cfgd/deploy/process"
+
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cfgd/cfgd/api/module"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog"
 )
 
 // handler is one consumer-group session; each claimed partition batches
@@ -87,10 +88,10 @@ func (b *batch) reset() { b.uses, b.records = b.uses[:0], 0 }
 func (b *batch) add(u *Usage, m *sarama.ConsumerMessage) {
 	b.records++
 	b.last = m.Offset
-	evs, err := reqlog.DecodeBatch(m.Value, nil)
+	evs, err := requestlog.DecodeBatch(m.Value, nil)
 	if err == nil {
 		for i, e := range evs {
-			if errs := reqlog.Check(i, e); len(errs) > 0 {
+			if errs := requestlog.Check(i, e); len(errs) > 0 {
 				err = errs[0]
 				break
 			}
@@ -134,7 +135,7 @@ func (h *handler) flush(sess sarama.ConsumerGroupSession, b *batch, final bool) 
 		}
 		u.health.Set(fmt.Errorf("api-key usage: %w", err))
 		u.log.WarnContext(ctx, "api-key usage batch not applied, retrying", "partition", b.partition, "records", b.records, "err", err, "retry_in", backoff.String())
-		if final || !module.Sleep(ctx, backoff) {
+		if final || !process.Sleep(ctx, backoff) {
 			return nil
 		}
 		backoff = min(backoff*2, u.cfg.MaxBackoff)

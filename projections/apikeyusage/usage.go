@@ -17,16 +17,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cfgd/cfgd/deploy/process"
+
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cfgd/cfgd/api/module"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 )
 
 // Config configures the usage consumer.
 type Config struct {
-	Bus bus.Config
+	Bus kafka.Config
 	// Group is the Kafka consumer group. Renaming it rereads the topic,
 	// harmlessly: the offsets stored under Name skip what was applied.
 	Group string
@@ -42,7 +43,7 @@ type Config struct {
 }
 
 // DefaultConfig returns the defaults for bus c.
-func DefaultConfig(c bus.Config) Config {
+func DefaultConfig(c kafka.Config) Config {
 	return Config{Bus: c, Group: "cfgd.requestlog-apikey-usage", Name: "apikey-usage",
 		BatchRecords: 500, BatchWait: time.Second, MaxBackoff: 5 * time.Second}
 }
@@ -84,7 +85,7 @@ type Usage struct {
 	topic string
 
 	// health is why the consumer is not keeping up; nil when it is.
-	health module.Health
+	health process.Health
 
 	applied  atomic.Int64
 	skipped  atomic.Int64
@@ -104,13 +105,13 @@ func New(cfg Config, db DB, log *slog.Logger) (*Usage, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	u := &Usage{cfg: cfg, db: db, log: log, topic: cfg.Bus.Topic(bus.TopicRequestLogs)}
+	u := &Usage{cfg: cfg, db: db, log: log, topic: cfg.Bus.Topic(kafka.TopicRequestLogs)}
 	u.health.Set(errStarting)
 	return u, nil
 }
 
 // Runner is the consumer as a module runner.
-func (u *Usage) Runner() module.Runner { return module.Runner{Name: "apikey-usage", Run: u.Run} }
+func (u *Usage) Runner() process.Runner { return process.Runner{Name: "apikey-usage", Run: u.Run} }
 
 // Ready reports whether the consumer is keeping up.
 func (u *Usage) Ready(ctx context.Context) error { return u.health.Ready(ctx) }
@@ -133,7 +134,7 @@ func (u *Usage) Stats() Stats {
 // (and reported by Ready), never a reason to return.
 func (u *Usage) Run(ctx context.Context) error {
 	if err := u.retry(ctx, "kafka topics", func(ctx context.Context) error {
-		return bus.EnsureTopics(ctx, u.cfg.Bus, u.log, bus.TopicRequestLogs)
+		return kafka.EnsureTopics(ctx, u.cfg.Bus, u.log, kafka.TopicRequestLogs)
 	}); err != nil {
 		return nil
 	}
@@ -169,7 +170,7 @@ func (u *Usage) Run(ctx context.Context) error {
 		if err != nil && ctx.Err() == nil {
 			u.health.Set(fmt.Errorf("kafka: %w", err))
 			u.log.WarnContext(ctx, "api-key usage consume", "err", err)
-			module.Sleep(ctx, backoff)
+			process.Sleep(ctx, backoff)
 			backoff = min(backoff*2, u.cfg.MaxBackoff)
 			continue
 		}

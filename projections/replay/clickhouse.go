@@ -31,7 +31,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/deploy/migrations"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 )
 
 // RequestLogName is the request-log tables' name for `cfgd replay`.
@@ -73,7 +73,7 @@ type Block interface {
 
 // ClickHouseConfig tunes a ClickHouse replay.
 type ClickHouseConfig struct {
-	Bus bus.Config
+	Bus kafka.Config
 	// BatchRows bounds one insert into the shadow raw table (one
 	// ClickHouse block: at most 1,000,000).
 	BatchRows int
@@ -89,7 +89,7 @@ type ClickHouseConfig struct {
 }
 
 // DefaultClickHouseConfig returns the defaults for bus c.
-func DefaultClickHouseConfig(c bus.Config) ClickHouseConfig {
+func DefaultClickHouseConfig(c kafka.Config) ClickHouseConfig {
 	return ClickHouseConfig{Bus: c, BatchRows: 250_000, Inserters: 2, RetentionDays: 30, CatchUpRecords: 200}
 }
 
@@ -157,7 +157,7 @@ func NewClickHouse(cfg ClickHouseConfig, conn driver.Conn, pool *pgxpool.Pool, c
 		return nil, err
 	}
 	live := migrations.LiveRequestLogTables()
-	return &ClickHouse{cfg: cfg, conn: conn, fence: PostgresFence{Pool: pool}, codec: codec, topic: cfg.Bus.Topic(bus.TopicRequestLogs),
+	return &ClickHouse{cfg: cfg, conn: conn, fence: PostgresFence{Pool: pool}, codec: codec, topic: cfg.Bus.Topic(kafka.TopicRequestLogs),
 		live: live, shadow: live.Suffixed(ShadowSuffix), old: live.Suffixed(OldSuffix)}, nil
 }
 
@@ -282,7 +282,7 @@ func (r *ClickHouse) dropShadow(ctx context.Context) error {
 // partition, all feeding r.in, and the inserters.
 func (r *ClickHouse) open(ctx context.Context) error {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if err := bus.EnsureTopics(ctx, r.cfg.Bus, quiet, bus.TopicRequestLogs); err != nil {
+	if err := kafka.EnsureTopics(ctx, r.cfg.Bus, quiet, kafka.TopicRequestLogs); err != nil {
 		return err
 	}
 	sc := r.cfg.Bus.BulkConsumerSarama()
@@ -564,7 +564,7 @@ func (r *ClickHouse) swap(ctx context.Context) error {
 // clickhouseStatus reports the live sink's position on the request-log
 // topic (its consumer group is group): the sum over partitions of the
 // offsets it committed, and the high watermarks' sum minus that as lag.
-func clickhouseStatus(ctx context.Context, c bus.Config, group string) (Status, error) {
+func clickhouseStatus(ctx context.Context, c kafka.Config, group string) (Status, error) {
 	st := Status{Streams: -1}
 	sc := c.Sarama()
 	// A listing answers quickly or says it cannot.
@@ -575,7 +575,7 @@ func clickhouseStatus(ctx context.Context, c bus.Config, group string) (Status, 
 		return st, fmt.Errorf("kafka: %w", err)
 	}
 	defer client.Close()
-	topic := c.Topic(bus.TopicRequestLogs)
+	topic := c.Topic(kafka.TopicRequestLogs)
 	parts, err := client.Partitions(topic)
 	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
 		return st, nil // nothing produced yet

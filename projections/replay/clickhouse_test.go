@@ -14,9 +14,9 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/migrations"
-	"github.com/cfgd/cfgd/deploy/testenv"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/projections/requestlog"
@@ -27,7 +27,7 @@ import (
 // live in.
 type chEnv struct {
 	t    *testing.T
-	bus  bus.Config
+	bus  kafka.Config
 	conn driver.Conn
 	prod *reqlog.Producer
 	pool *pgxpool.Pool
@@ -409,7 +409,7 @@ func TestReplayRefusesATopicThatGainedPartitions(t *testing.T) {
 	var added error
 	_, err = e.replay(context.Background(), func(done, _ int64) {
 		if done > 0 {
-			once.Do(func() { added = admin.CreatePartitions(e.bus.Topic(bus.TopicRequestLogs), 2, nil, false) })
+			once.Do(func() { added = admin.CreatePartitions(e.bus.Topic(kafka.TopicRequestLogs), 2, nil, false) })
 		}
 	})
 	if added != nil {

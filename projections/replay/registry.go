@@ -11,7 +11,7 @@ import (
 
 	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/projections"
 )
 
@@ -88,7 +88,7 @@ func ForProjection(pool *pgxpool.Pool, reg *events.Registry, p *projections.Proj
 // NewClickHouse(cfg, conn, pool, codec); its status is that of the live
 // sink's consumer group.
 func ForClickHouse(cfg ClickHouseConfig, conn driver.Conn, pool *pgxpool.Pool, codec Codec, group string) Replayable {
-	return Replayable{Name: RequestLogName, Kind: KindClickHouse, Logs: []string{cfg.Bus.Topic(bus.TopicRequestLogs)},
+	return Replayable{Name: RequestLogName, Kind: KindClickHouse, Logs: []string{cfg.Bus.Topic(kafka.TopicRequestLogs)},
 		Tables: migrations.LiveRequestLogTables().All(), Unit: "records",
 		Target: func(Config) (Target, error) { return NewClickHouse(cfg, conn, pool, codec) },
 		Status: func(ctx context.Context) (Status, error) {

@@ -17,17 +17,18 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cfgd/cfgd/deploy/process"
+
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/IBM/sarama"
 
-	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/deploy/migrations"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 )
 
 // Config configures the sink.
 type Config struct {
-	Bus bus.Config
+	Bus kafka.Config
 	// Group is the consumer group; renaming it replays the whole topic
 	// (harmlessly: rows already held are skipped).
 	Group string
@@ -45,7 +46,7 @@ type Config struct {
 }
 
 // DefaultConfig returns the defaults for bus c.
-func DefaultConfig(c bus.Config) Config {
+func DefaultConfig(c kafka.Config) Config {
 	return Config{Bus: c, Group: "cfgd.requestlog-clickhouse", BatchRows: 50_000, BatchWait: 500 * time.Millisecond,
 		RetentionDays: 30, RetentionEvery: time.Hour, MaxBackoff: 5 * time.Second}
 }
@@ -87,7 +88,7 @@ type Sink struct {
 
 	// health is the reason the sink is not keeping up (ClickHouse or
 	// Kafka down, schema not created yet); nil when it is.
-	health module.Health
+	health process.Health
 
 	dlqMu sync.Mutex
 	dlq   sarama.SyncProducer
@@ -118,13 +119,13 @@ func NewFenced(cfg Config, conn driver.Conn, fence Fence, log *slog.Logger) (*Si
 		return nil, err
 	}
 	s := &Sink{cfg: cfg, conn: conn, fence: fence, log: log, now: time.Now,
-		topic: cfg.Bus.Topic(bus.TopicRequestLogs), dead: cfg.Bus.Topic(bus.TopicRequestLogsDead)}
+		topic: cfg.Bus.Topic(kafka.TopicRequestLogs), dead: cfg.Bus.Topic(kafka.TopicRequestLogsDead)}
 	s.health.Set(errStarting)
 	return s, nil
 }
 
 // Runner is the sink as a module runner.
-func (s *Sink) Runner() module.Runner { return module.Runner{Name: "requestlog-sink", Run: s.Run} }
+func (s *Sink) Runner() process.Runner { return process.Runner{Name: "requestlog-sink", Run: s.Run} }
 
 // Ready reports whether the sink is keeping up: an error while ClickHouse
 // is down (consumption is paused then) or before the sink has started.
@@ -150,7 +151,7 @@ func (s *Sink) Run(ctx context.Context) error {
 		return nil
 	}
 	if err := s.retry(ctx, "kafka topics", func(ctx context.Context) error {
-		return bus.EnsureTopics(ctx, s.cfg.Bus, s.log, bus.TopicRequestLogs, bus.TopicRequestLogsDead)
+		return kafka.EnsureTopics(ctx, s.cfg.Bus, s.log, kafka.TopicRequestLogs, kafka.TopicRequestLogsDead)
 	}); err != nil {
 		return nil
 	}
@@ -188,7 +189,7 @@ func (s *Sink) Run(ctx context.Context) error {
 		if err != nil && ctx.Err() == nil {
 			s.health.Set(fmt.Errorf("kafka: %w", err))
 			s.log.WarnContext(ctx, "request-log consume", "err", err)
-			module.Sleep(ctx, backoff)
+			process.Sleep(ctx, backoff)
 			backoff = min(backoff*2, s.cfg.MaxBackoff)
 			continue
 		}
@@ -228,7 +229,7 @@ func (s *Sink) retention(ctx context.Context) {
 		case n > 0:
 			s.log.InfoContext(ctx, "request-log partitions dropped", "partitions", n, "retention_days", s.cfg.RetentionDays)
 		}
-		if !module.Sleep(ctx, s.cfg.RetentionEvery) {
+		if !process.Sleep(ctx, s.cfg.RetentionEvery) {
 			return
 		}
 	}
