@@ -24,7 +24,7 @@ import (
 )
 
 // ControlName is the reactor's projection name: never rename it.
-const ControlName = "tasks.control"
+const ControlName = tasks.ControlReactor
 
 // Queues is what the reactor needs of asynq's inspector.
 type Queues interface {
