@@ -244,7 +244,6 @@ func TestCLICompletion(t *testing.T) {
 		{[]string{"__complete", ""}, []string{"serve", "apikey", "replay", "completion"}},
 		{[]string{"__complete", "apikey", ""}, []string{"create", "revoke"}},
 		{[]string{"__complete", "apikey", "create", "--ex"}, []string{"--expires"}},
-		{[]string{"__complete", "replay", ""}, []string{"identity.users", "apikey.keys", chReplayName}},
 	}
 	for _, tc := range tests {
 		code, stdout, msg := runCLI(tc.args...)

@@ -110,7 +110,7 @@ func TestProgressLine(t *testing.T) {
 		{50, 100, 2 * time.Second, "p: 50/100 events (50.0%), 25 events/s, ETA 2s"},
 		{0, 0, time.Second, "p: 0/0 events (100.0%), 0 events/s, ETA ?"},
 	} {
-		if got := progressLine("p", tc.done, tc.total, tc.elapsed); got != tc.want {
+		if got := progressLine("p", "events", tc.done, tc.total, tc.elapsed); got != tc.want {
 			t.Errorf("got %q, want %q", got, tc.want)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/projections"
+	"github.com/cfgd/cfgd/projections/replay"
 )
 
 // Module is one capability, assembled.
@@ -25,8 +26,12 @@ type Module struct {
 	// Routes mounts the module's HTTP endpoints; nil for none. An error
 	// (say, two modules claiming one path) stops start-up.
 	Routes func(r *mux.Router) error
-	// Projections are fed from the events topic by the shared runner.
+	// Projections are fed from the events topic by the shared runner;
+	// replay rebuilds them (each with its feeds) or lists them (reactors).
 	Projections []*projections.Projection
+	// Replayables are the other tables replay rebuilds (the request log's
+	// ClickHouse tables, filled live by a sink among Background).
+	Replayables []replay.Replayable
 	// Checks join /readyz.
 	Checks []process.Check
 	// Background runners start before the servers and stop after them.
@@ -53,6 +58,15 @@ func Projections(ms ...Module) []*projections.Projection {
 	var out []*projections.Projection
 	for _, m := range ms {
 		out = append(out, m.Projections...)
+	}
+	return out
+}
+
+// Replayables lists every module's Replayables.
+func Replayables(ms ...Module) []replay.Replayable {
+	var out []replay.Replayable
+	for _, m := range ms {
+		out = append(out, m.Replayables...)
 	}
 	return out
 }
