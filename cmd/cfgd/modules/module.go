@@ -1,11 +1,3 @@
-// Package module is the shape of a cfgd capability. A module declares what
-// it brings: HTTP routes, projections (each naming the tables it owns and
-// whether it is a reactor), readiness checks and background runners (the
-// relay and projection runner today; a ClickHouse sink, task workers and
-// the gRPC server as they land). cmd/cfgd reads settings into each
-// module's Config, builds the modules, mounts their routes and runs their
-// runners in one ordered group (Run). Adding a capability means adding a
-// module; no other module changes.
 package modules
 
 import (
