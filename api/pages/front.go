@@ -1,8 +1,3 @@
-// Package front is cfgd's front door: GET / answers with an index of what
-// this server offers (JSON for programs, HTML for a browser), GET
-// /api/schema/ serves the OpenAPI document (docs/openapi.yaml, embedded in
-// the binary) and GET /api/docs/ renders it with Swagger UI from assets
-// embedded in the binary (api/static).
 package pages
 
 import (
@@ -164,7 +159,7 @@ func newIndex(cfg FrontConfig, assets *Assets, admin []Link) (*index, error) {
 		}
 	}
 	html, err := render("index", indexHTML, map[string]any{
-		"Name": cfg.Name, "Version": cfg.Version, "CSS": assets.URL("cfgd/css"), "Links": links, "Admin": admin,
+		"Name": cfg.Name, "Version": cfg.Version, "CSS": assets.URL("cfgd/front.css"), "Links": links, "Admin": admin,
 	})
 	if err != nil {
 		return nil, err

@@ -82,7 +82,7 @@ func TestCreateAndRevoke(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if envs, _ := store.Load(ctx, pool, apikey.Stream(s.ID)); len(envs) != 2 || envs[1].Type != "apikeys.revoked" {
+	if envs, _ := store.Load(ctx, pool, apikey.Stream(s.ID)); len(envs) != 2 || envs[1].Type != "apikey.revoked" {
 		t.Fatalf("after revokes: %v", envs)
 	}
 	if _, err := revoke.Handle(ctx, apikeys.Revoke{ID: 424242}); !errors.Is(err, apikeys.ErrNotFound) {

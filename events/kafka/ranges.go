@@ -59,17 +59,21 @@ func (r *Reader) Complete(topic string) error {
 
 // Ends returns, per partition of topic, the offset the next record will
 // get: a rebuild reads up to it.
-func (r *Reader) Ends(topic string) (map[int32]int64, error) {
-	if err := r.client.RefreshMetadata(topic); err != nil {
+func (r *Reader) Ends(topic string) (map[int32]int64, error) { return Ends(r.client, topic) }
+
+// Ends is Reader.Ends for a reader that keeps its own client (the
+// ClickHouse replay, which reads all partitions at once).
+func Ends(client sarama.Client, topic string) (map[int32]int64, error) {
+	if err := client.RefreshMetadata(topic); err != nil {
 		return nil, fmt.Errorf("topic %s: %w", topic, err)
 	}
-	ps, err := r.client.Partitions(topic)
+	ps, err := client.Partitions(topic)
 	if err != nil {
 		return nil, fmt.Errorf("topic %s: %w", topic, err)
 	}
 	out := make(map[int32]int64, len(ps))
 	for _, p := range ps {
-		end, err := r.client.GetOffset(topic, p, sarama.OffsetNewest)
+		end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
 		if err != nil {
 			return nil, fmt.Errorf("topic %s/%d: end offset: %w", topic, p, err)
 		}

@@ -179,3 +179,9 @@ type WorkerState struct {
 
 // StepCleared closes a task that a clear removed before it ran.
 const StepCleared = "cleared"
+
+// ControlReactor is the name of the reactor that carries out queue and
+// worker commands (projections/reactors); a command's caller waits for its
+// checkpoint to know the command was carried out. Never rename it: it is
+// a consumer group and a checkpoint key.
+const ControlReactor = "tasks.control"

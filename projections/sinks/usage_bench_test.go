@@ -22,7 +22,7 @@ import (
 // does), with the consumer's default batch of 500 records, and reports
 // the uses read per second:
 //
-//	go test -run '^$' -bench ReplayUsageFeed -benchtime 3x ./projections/apikeyusage/
+//	go test -run '^$' -bench ReplayUsageFeed -benchtime 3x ./projections/sinks/
 func BenchmarkReplayUsageFeed(b *testing.B) {
 	ctx := context.Background()
 	pool := testenv.Postgres(b)

@@ -79,7 +79,7 @@ func TestAdminCreatesAndRevokesKeys(t *testing.T) {
 			t.Fatalf("revoke: %d %s", r.Status, r.Raw)
 		}
 	}
-	if n := e.EventCount(t, fmt.Sprintf("apikey-%d", id), "apikeys.revoked"); n != 1 {
+	if n := e.EventCount(t, fmt.Sprintf("apikey-%d", id), "apikey.revoked"); n != 1 {
 		t.Fatalf("%d revoked events", n)
 	}
 	if r := e.Do(t, http.MethodPost, "/admin/api-keys/999999/revoke/", nil, withCSRF...); r.Status != http.StatusNotFound {

@@ -14,7 +14,6 @@ import (
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/events/tasks"
-	"github.com/cfgd/cfgd/projections/reactors"
 	"github.com/cfgd/cfgd/readmodels/checkpoints"
 	"github.com/cfgd/cfgd/readmodels/taskview"
 )
@@ -156,7 +155,7 @@ func bindEvents(d Deps) store.DB {
 // waitApplied waits until the reactor carried out the command at ap and
 // the task views show it.
 func (a *App) waitApplied(ctx context.Context, ap Appended) error {
-	for _, name := range []string{reactors.ControlName, taskview.QueuesProjection} {
+	for _, name := range []string{tasks.ControlReactor, taskview.QueuesProjection} {
 		if err := checkpoints.Wait(ctx, a.pool, name, ap.Stream, ap.Version); err != nil {
 			return err
 		}
