@@ -16,7 +16,7 @@ import (
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/replay"
-	sink "github.com/cfgd/cfgd/projections/requestlog"
+	"github.com/cfgd/cfgd/projections/sinks"
 )
 
 // clickhouseReplayEnv points the commands at a private broker and a
@@ -63,9 +63,9 @@ func TestReplayClickHouseCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	cfg := sink.DefaultConfig(c)
+	cfg := sinks.DefaultRequestLogConfig(c)
 	cfg.BatchWait = 50 * time.Millisecond
-	s, err := sink.NewFenced(cfg, chConn, sink.PostgresFence{Pool: pool}, testenv.Quiet())
+	s, err := sinks.NewFencedRequestLogs(cfg, chConn, sinks.PostgresFence{Pool: pool}, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestReplayClickHouseCommand(t *testing.T) {
 	go func() { done <- s.Run(sctx) }()
 	defer func() { stop(); <-done }()
 	// Caught up: its offsets committed.
-	entry := replay.ForClickHouse(replay.DefaultClickHouseConfig(c), chConn, pool, sink.Codec{}, cfg.Group)
+	entry := replay.ForClickHouse(replay.DefaultClickHouseConfig(c), chConn, pool, sinks.RequestLogCodec{}, cfg.Group)
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		if st, err := entry.Status(ctx); err == nil && st.Position == 50 {

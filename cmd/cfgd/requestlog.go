@@ -14,7 +14,6 @@ import (
 	"github.com/cfgd/cfgd/api/rest/monitor"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/replay"
-	sink "github.com/cfgd/cfgd/projections/requestlog"
 	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
@@ -37,7 +36,7 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKe
 	c.Sink.Bus = w.bus
 	// The fence lets `cfgd replay requestlog.clickhouse` swap rebuilt
 	// tables in between two of the sink's batches.
-	s, err := sink.NewFenced(c.Sink, w.deps.ch, sink.PostgresFence{Pool: w.deps.pg}, w.log)
+	s, err := sinks.NewFencedRequestLogs(c.Sink, w.deps.ch, sinks.PostgresFence{Pool: w.deps.pg}, w.log)
 	if err != nil {
 		return modules.Module{}, err
 	}
@@ -60,7 +59,7 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKe
 			// The page's assets are served by the front module.
 			return pages.MountMonitorDashboard(r, a.Staff(), w.assets)
 		},
-		Replayables: []replay.Replayable{replay.ForClickHouse(rc, w.deps.ch, w.deps.pg, sink.Codec{}, c.Sink.Group)},
+		Replayables: []replay.Replayable{replay.ForClickHouse(rc, w.deps.ch, w.deps.pg, sinks.RequestLogCodec{}, c.Sink.Group)},
 		Checks:      []process.Check{{Name: "requestlog-sink", Ping: s.Ready}, {Name: "apikey-usage", Ping: usage.Ready}},
 		Background: []process.Runner{s.Runner(), usage.Runner(), {Name: "requestlog-producer", Run: func(ctx context.Context) error {
 			// Servers stop first, so nothing produces once this closes.

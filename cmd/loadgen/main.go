@@ -40,7 +40,7 @@ import (
 	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
-	sink "github.com/cfgd/cfgd/projections/requestlog"
+	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -211,7 +211,7 @@ func benchIngest(ctx context.Context, o options) error {
 	defer dropBase()
 	start := time.Now()
 	for i := 0; i < o.events; i += 50_000 {
-		var rows sink.Rows
+		var rows sinks.RequestLogRows
 		for j, e := range chunk(i, min(50_000, o.events-i)) {
 			rows.Add(0, int64(i+j), 0, &e)
 		}
@@ -239,9 +239,9 @@ func benchIngest(ctx context.Context, o options) error {
 		return err
 	}
 	defer prod.Close()
-	sc := sink.DefaultConfig(bc)
+	sc := sinks.DefaultRequestLogConfig(bc)
 	sc.Group = "bench"
-	s, err := sink.New(sc, conn, quiet())
+	s, err := sinks.NewRequestLogs(sc, conn, quiet())
 	if err != nil {
 		return err
 	}
@@ -381,7 +381,7 @@ func benchQueries(ctx context.Context, o options) error {
 	r := mrand.New(mrand.NewPCG(3, 4))
 	for i := 0; i < o.queryRows; i += 200_000 {
 		n := min(200_000, o.queryRows-i)
-		var rows sink.Rows
+		var rows sinks.RequestLogRows
 		for j, e := range synth(r, n, from, 30*24*time.Hour) {
 			rows.Add(0, int64(i+j), 0, &e)
 		}

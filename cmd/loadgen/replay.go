@@ -21,7 +21,7 @@ import (
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/replay"
-	sink "github.com/cfgd/cfgd/projections/requestlog"
+	"github.com/cfgd/cfgd/projections/sinks"
 )
 
 // benchReplay is `make bench-replay-clickhouse`: N events produced into
@@ -276,7 +276,7 @@ func insertCeiling(ctx context.Context, conn driver.Conn, n int, events []reques
 				if i >= n || failed.Load() != nil {
 					return
 				}
-				var rows sink.Rows
+				var rows sinks.RequestLogRows
 				for j := i; j < min(i+batch, n); j++ {
 					e := events[j%len(events)]
 					e.CreatedAt = from.Add(time.Duration(j) * step)
@@ -299,7 +299,7 @@ func insertCeiling(ctx context.Context, conn driver.Conn, n int, events []reques
 // buildOnly builds the shadow tables of a ClickHouse replay and drops them
 // instead of swapping them in: the build is what the benchmark measures.
 func buildOnly(ctx context.Context, cfg replay.ClickHouseConfig, conn driver.Conn, pool *pgxpool.Pool) (replay.Result, error) {
-	t, err := replay.NewClickHouse(cfg, conn, pool, sink.Codec{})
+	t, err := replay.NewClickHouse(cfg, conn, pool, sinks.RequestLogCodec{})
 	if err != nil {
 		return replay.Result{}, err
 	}

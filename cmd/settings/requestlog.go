@@ -4,7 +4,7 @@ import (
 	"github.com/cfgd/cfgd/deploy/config"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
-	sink "github.com/cfgd/cfgd/projections/requestlog"
+	"github.com/cfgd/cfgd/projections/sinks"
 )
 
 // RequestLog is the request-log settings: the producer behind the ingest
@@ -12,11 +12,11 @@ import (
 // the broker addresses are known.
 type RequestLog struct {
 	Producer requestlog.ProducerConfig
-	Sink     sink.Config
+	Sink     sinks.RequestLogConfig
 }
 
 func newRequestLogTarget() *RequestLog {
-	return &RequestLog{Producer: requestlog.DefaultProducerConfig(kafka.Config{}), Sink: sink.DefaultConfig(kafka.Config{})}
+	return &RequestLog{Producer: requestlog.DefaultProducerConfig(kafka.Config{}), Sink: sinks.DefaultRequestLogConfig(kafka.Config{})}
 }
 
 func (t *RequestLog) fields() []field {

@@ -16,7 +16,7 @@ import (
 	"github.com/cfgd/cfgd/deploy/config"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
-	sink "github.com/cfgd/cfgd/projections/requestlog"
+	"github.com/cfgd/cfgd/projections/sinks"
 )
 
 func TestEmptyEnvironmentGivesEachDefaultConfig(t *testing.T) {
@@ -33,7 +33,7 @@ func TestEmptyEnvironmentGivesEachDefaultConfig(t *testing.T) {
 		{"media", ReadMedia(r), media.DefaultConfig()},
 		{"profile", ReadProfile(r), profile.DefaultConfig()},
 		{"tasks", ReadTasks(r, "redis://core:6379/2"), wantTasks},
-		{"requestlog", ReadRequestLog(r), RequestLog{Producer: requestlog.DefaultProducerConfig(kafka.Config{}), Sink: sink.DefaultConfig(kafka.Config{})}},
+		{"requestlog", ReadRequestLog(r), RequestLog{Producer: requestlog.DefaultProducerConfig(kafka.Config{}), Sink: sinks.DefaultRequestLogConfig(kafka.Config{})}},
 	}
 	if err := r.Err(); err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 	"github.com/cfgd/cfgd/events/kafka"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/replay"
-	"github.com/cfgd/cfgd/projections/requestlog"
+	"github.com/cfgd/cfgd/projections/sinks"
 )
 
 // chEnv is a private broker, ClickHouse database with the live request-log
@@ -75,14 +75,14 @@ func (e *chEnv) spread(n int, from time.Time, step time.Duration) {
 
 // fencedSink starts the live sink behind the Postgres fence, as serve runs
 // it.
-func (e *chEnv) fencedSink() *requestlog.Sink {
+func (e *chEnv) fencedSink() *sinks.RequestLogs {
 	e.t.Helper()
-	cfg := requestlog.DefaultConfig(e.bus)
+	cfg := sinks.DefaultRequestLogConfig(e.bus)
 	cfg.Group = "live"
 	cfg.BatchRows = 300
 	cfg.BatchWait = 50 * time.Millisecond
 	cfg.MaxBackoff = 200 * time.Millisecond
-	s, err := requestlog.NewFenced(cfg, e.conn, replay.PostgresFence{Pool: e.pool}, testenv.Quiet())
+	s, err := sinks.NewFencedRequestLogs(cfg, e.conn, replay.PostgresFence{Pool: e.pool}, testenv.Quiet())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func (e *chEnv) fencedSink() *requestlog.Sink {
 func (e *chEnv) replay(ctx context.Context, progress replay.Progress) (replay.Result, error) {
 	cfg := replay.DefaultClickHouseConfig(e.bus)
 	cfg.BatchRows = 1000
-	t, err := replay.NewClickHouse(cfg, e.conn, e.pool, requestlog.Codec{})
+	t, err := replay.NewClickHouse(cfg, e.conn, e.pool, sinks.RequestLogCodec{})
 	if err != nil {
 		return replay.Result{}, err
 	}
@@ -173,7 +173,7 @@ func joined(cols []string) string {
 
 // rawSnapshot is every column of every raw row, ordered by id.
 func rawSnapshot(t *testing.T, conn driver.Conn) []string {
-	return lines(t, conn, "SELECT "+joined(strings.Split(requestlog.Columns, ", "))+" FROM "+migrations.RequestLogRaw+" ORDER BY id")
+	return lines(t, conn, "SELECT "+joined(strings.Split(sinks.RequestLogColumns, ", "))+" FROM "+migrations.RequestLogRaw+" ORDER BY id")
 }
 
 // finals are the rollup columns finalised, in table order.

@@ -19,7 +19,7 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
-	sink "github.com/cfgd/cfgd/projections/requestlog"
+	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -53,9 +53,9 @@ func backend(t *testing.T, brokers *kafka.Config) (*requestlog.Producer, *reques
 		c = *brokers
 	} else {
 		c = testenv.Kafka(t, 2)
-		sc := sink.DefaultConfig(c)
+		sc := sinks.DefaultRequestLogConfig(c)
 		sc.BatchWait = 20 * time.Millisecond
-		s, err := sink.New(sc, conn, testenv.Quiet())
+		s, err := sinks.NewRequestLogs(sc, conn, testenv.Quiet())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,13 +9,14 @@ package grpctest
 import (
 	"bytes"
 	"context"
-	"github.com/cfgd/cfgd/projections/projectors"
 	"log/slog"
 	"net"
 	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cfgd/cfgd/projections/projectors"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
 
@@ -35,7 +36,7 @@ import (
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
-	sink "github.com/cfgd/cfgd/projections/requestlog"
+	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/apikeyview"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
@@ -192,9 +193,9 @@ func (e *Env) NewKey(t testing.TB, name, typ, email string, expires *time.Time) 
 func requestLog(t testing.TB, c kafka.Config, down bool) (*requestlog.Producer, *requestlogview.Store) {
 	t.Helper()
 	_, conn := testenv.ClickHouse(t)
-	sc := sink.DefaultConfig(c)
+	sc := sinks.DefaultRequestLogConfig(c)
 	sc.BatchWait = 20 * time.Millisecond
-	s, err := sink.New(sc, conn, testenv.Quiet())
+	s, err := sinks.NewRequestLogs(sc, conn, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

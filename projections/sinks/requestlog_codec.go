@@ -1,4 +1,4 @@
-package requestlog
+package sinks
 
 import (
 	"context"
@@ -9,18 +9,18 @@ import (
 	"github.com/cfgd/cfgd/projections/replay"
 )
 
-// Codec is the sink's decoding and rows for a replay of its tables
+// RequestLogCodec is the sink's decoding and rows for a replay of its tables
 // (replay.NewClickHouse): a rebuild writes the rows, and the ids, the sink
 // wrote.
-type Codec struct{}
+type RequestLogCodec struct{}
 
-var _ replay.Codec = Codec{}
+var _ replay.Codec = RequestLogCodec{}
 
 // Decode implements replay.Codec.
-func (Codec) Decode(m *sarama.ConsumerMessage) replay.Decoded { return decode(m) }
+func (RequestLogCodec) Decode(m *sarama.ConsumerMessage) replay.Decoded { return decode(m) }
 
 // NewBlock implements replay.Codec.
-func (Codec) NewBlock() replay.Block { return &block{b: newBatch()} }
+func (RequestLogCodec) NewBlock() replay.Block { return &block{b: newBatch()} }
 
 // Message implements replay.Decoded.
 func (d decoded) Message() *sarama.ConsumerMessage { return d.msg }

@@ -1,4 +1,4 @@
-package requestlog
+package sinks
 
 import (
 	"context"
@@ -11,10 +11,10 @@ import (
 	"github.com/cfgd/cfgd/events/requestlog"
 )
 
-// Rows are events in column order, ready for one columnar insert (much
+// RequestLogRows are events in column order, ready for one columnar insert (much
 // cheaper for clickhouse-go than appending row by row). The benchmark's
 // direct-insert baseline uses them too, so both paths insert alike.
-type Rows struct {
+type RequestLogRows struct {
 	id                []uint64
 	partition         []uint16
 	offset            []uint64
@@ -31,16 +31,16 @@ type Rows struct {
 	authenticated     []uint8
 }
 
-// Columns is the explicit column list of the insert (ClickHouse 18.16
+// RequestLogColumns is the explicit column list of the insert (ClickHouse 18.16
 // takes native inserts only with one).
-const Columns = "id, kafka_partition, kafka_offset, created_at, created_ms, request_id, service_name, method_name, status, grpc_status_code, duration_ms, error_message, client_ip, user_id, api_key_id, username, api_key_name, is_authenticated"
+const RequestLogColumns = "id, kafka_partition, kafka_offset, created_at, created_ms, request_id, service_name, method_name, status, grpc_status_code, duration_ms, error_message, client_ip, user_id, api_key_id, username, api_key_name, is_authenticated"
 
 // Len is the number of rows.
-func (r *Rows) Len() int { return len(r.id) }
+func (r *RequestLogRows) Len() int { return len(r.id) }
 
 // Add appends the index-th event of the record at offset of partition.
-func (r *Rows) Add(partition int32, offset int64, index int, e *requestlog.Event) {
-	r.id = append(r.id, ID(partition, offset, index))
+func (r *RequestLogRows) Add(partition int32, offset int64, index int, e *requestlog.Event) {
+	r.id = append(r.id, RequestLogID(partition, offset, index))
 	r.partition = append(r.partition, uint16(partition))
 	r.offset = append(r.offset, uint64(offset))
 	r.createdAt = append(r.createdAt, e.CreatedAt.Truncate(time.Second))
@@ -65,8 +65,8 @@ func (r *Rows) Add(partition int32, offset int64, index int, e *requestlog.Event
 }
 
 // without returns the rows whose offset is above held[partition].
-func (r *Rows) without(held map[int32]int64) Rows {
-	var out Rows
+func (r *RequestLogRows) without(held map[int32]int64) RequestLogRows {
+	var out RequestLogRows
 	for i := range r.id {
 		if int64(r.offset[i]) <= held[int32(r.partition[i])] {
 			continue
@@ -95,14 +95,14 @@ func (r *Rows) without(held map[int32]int64) Rows {
 
 // Insert writes the rows in one INSERT into the raw table of conn's
 // database.
-func (r *Rows) Insert(ctx context.Context, conn driver.Conn) error {
+func (r *RequestLogRows) Insert(ctx context.Context, conn driver.Conn) error {
 	return r.InsertInto(ctx, conn, migrations.RequestLogRaw)
 }
 
 // InsertInto writes the rows in one INSERT into table (a raw table: the
 // live one or a replay's shadow).
-func (r *Rows) InsertInto(ctx context.Context, conn driver.Conn, table string) error {
-	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+table+" ("+Columns+")")
+func (r *RequestLogRows) InsertInto(ctx context.Context, conn driver.Conn, table string) error {
+	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+table+" ("+RequestLogColumns+")")
 	if err != nil {
 		return fmt.Errorf("prepare insert: %w", err)
 	}

@@ -1,4 +1,4 @@
-package requestlog
+package sinks
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 	"github.com/cfgd/cfgd/events/requestlog"
 )
 
-type env struct {
+type rlEnv struct {
 	t    *testing.T
 	bus  kafka.Config
 	opts *clickhouse.Options
@@ -28,7 +28,7 @@ type env struct {
 	prod *requestlog.Producer
 }
 
-func newEnv(t *testing.T, partitions int) *env {
+func newRLEnv(t *testing.T, partitions int) *rlEnv {
 	t.Helper()
 	c := testenv.Kafka(t, partitions)
 	opts, conn := testenv.ClickHouse(t)
@@ -43,10 +43,10 @@ func newEnv(t *testing.T, partitions int) *env {
 	if err := migrations.UpRequestLog(context.Background(), conn, 30); err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, bus: c, opts: opts, conn: conn, prod: p}
+	return &rlEnv{t: t, bus: c, opts: opts, conn: conn, prod: p}
 }
 
-func (e *env) produce(n int) {
+func (e *rlEnv) produce(n int) {
 	e.t.Helper()
 	evs := make([]requestlog.Event, n)
 	for i := range evs {
@@ -65,20 +65,20 @@ func (e *env) produce(n int) {
 }
 
 // sink starts a sink on conn; stop cancels it and returns Run's error.
-func (e *env) sink(conn driver.Conn, group string, crash func() error) (*Sink, func() error) {
+func (e *rlEnv) sink(conn driver.Conn, group string, crash func() error) (*RequestLogs, func() error) {
 	s, stop, _ := e.sinkDone(conn, group, crash)
 	return s, stop
 }
 
 // sinkDone is sink that also returns the channel Run's error arrives on.
-func (e *env) sinkDone(conn driver.Conn, group string, crash func() error) (*Sink, func() error, <-chan error) {
+func (e *rlEnv) sinkDone(conn driver.Conn, group string, crash func() error) (*RequestLogs, func() error, <-chan error) {
 	e.t.Helper()
-	cfg := DefaultConfig(e.bus)
+	cfg := DefaultRequestLogConfig(e.bus)
 	cfg.Group = group
 	cfg.BatchRows = 300
 	cfg.BatchWait = 50 * time.Millisecond
 	cfg.MaxBackoff = 200 * time.Millisecond
-	s, err := New(cfg, conn, testenv.Quiet())
+	s, err := NewRequestLogs(cfg, conn, testenv.Quiet())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -117,18 +117,6 @@ func counts(t *testing.T, conn driver.Conn) (raw, minute, hour, distinctIDs uint
 	return
 }
 
-// waitFor polls cond until it holds or 60s pass (a loaded machine).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func exact(t *testing.T, conn driver.Conn, want uint64) {
 	t.Helper()
 	var raw, minute, hour, ids uint64
@@ -146,7 +134,7 @@ func exact(t *testing.T, conn driver.Conn, want uint64) {
 
 func TestSinkRedeliveryCountsOnce(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 3)
+	e := newRLEnv(t, 3)
 	e.produce(2000)
 	first, stop := e.sink(e.conn, "g1", nil)
 	exact(t, e.conn, 2000)
@@ -168,7 +156,7 @@ func TestSinkRedeliveryCountsOnce(t *testing.T) {
 
 func TestSinkIDsAreStableAcrossReplay(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 2)
+	e := newRLEnv(t, 2)
 	e.produce(700)
 	e.sink(e.conn, "g1", nil)
 	exact(t, e.conn, 700)
@@ -206,7 +194,7 @@ func TestSinkIDsAreStableAcrossReplay(t *testing.T) {
 
 func TestSinkCrashBetweenInsertAndCommit(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 2)
+	e := newRLEnv(t, 2)
 	e.produce(1500)
 	crash := errors.New("crash after insert")
 	crashed, _, done := e.sinkDone(e.conn, "g", func() error { return crash })
@@ -233,7 +221,7 @@ func TestSinkCrashBetweenInsertAndCommit(t *testing.T) {
 
 func TestSinkPoisonGoesToDeadLetters(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 1)
+	e := newRLEnv(t, 1)
 	e.produce(100)
 	raw, err := kafka.NewProducer(e.bus, kafka.ProducerOptions{}, testenv.Quiet())
 	if err != nil {
@@ -316,7 +304,7 @@ func (p *proxy) setDown(down bool) {
 
 func TestSinkPausesWhileClickHouseIsDown(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 2)
+	e := newRLEnv(t, 2)
 	px := startProxy(t, e.opts.Addr[0])
 	viaProxy := *e.opts
 	viaProxy.Addr = []string{px.ln.Addr().String()}

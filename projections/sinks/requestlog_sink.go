@@ -6,7 +6,7 @@
 // redelivered batch (a crash between insert and commit, a rebalance, a
 // replay from the start) never counts twice. Records it cannot read go to
 // a dead-letter topic instead of stalling their partition.
-package requestlog
+package sinks
 
 import (
 	"context"
@@ -23,8 +23,8 @@ import (
 	"github.com/cfgd/cfgd/events/kafka"
 )
 
-// Config configures the sink.
-type Config struct {
+// RequestLogConfig configures the sink.
+type RequestLogConfig struct {
 	Bus kafka.Config
 	// Group is the consumer group; renaming it replays the whole topic
 	// (harmlessly: rows already held are skipped).
@@ -42,14 +42,14 @@ type Config struct {
 	MaxBackoff time.Duration
 }
 
-// DefaultConfig returns the defaults for bus c.
-func DefaultConfig(c kafka.Config) Config {
-	return Config{Bus: c, Group: "cfgd.requestlog-clickhouse", BatchRows: 50_000, BatchWait: 500 * time.Millisecond,
+// DefaultRequestLogConfig returns the defaults for bus c.
+func DefaultRequestLogConfig(c kafka.Config) RequestLogConfig {
+	return RequestLogConfig{Bus: c, Group: "cfgd.requestlog-clickhouse", BatchRows: 50_000, BatchWait: 500 * time.Millisecond,
 		RetentionDays: 30, RetentionEvery: time.Hour, MaxBackoff: 5 * time.Second}
 }
 
 // Validate joins every problem of c.
-func (c Config) Validate() error {
+func (c RequestLogConfig) Validate() error {
 	var errs []error
 	if err := c.Bus.Validate(); err != nil {
 		errs = append(errs, err)
@@ -73,11 +73,11 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Sink moves request logs from Kafka into ClickHouse.
-type Sink struct {
-	cfg   Config
+// RequestLogs moves request logs from Kafka into ClickHouse.
+type RequestLogs struct {
+	cfg   RequestLogConfig
 	conn  driver.Conn
-	fence Fence
+	fence RequestLogFence
 	log   *slog.Logger
 	now   func() time.Time
 	topic string
@@ -104,47 +104,49 @@ type Sink struct {
 	afterInsert func() error
 }
 
-var errStarting = errors.New("request-log sink is starting")
+var errRequestLogsStarting = errors.New("request-log sink is starting")
 
 // New returns a sink writing to conn's database that no replay
 // coordinates with: for a database `cfgd replay` never rebuilds (tests and
-// benchmarks). cfgd serve uses NewFenced.
-func New(cfg Config, conn driver.Conn, log *slog.Logger) (*Sink, error) {
-	return NewFenced(cfg, conn, nil, log)
+// benchmarks). cfgd serve uses NewFencedRequestLogs.
+func NewRequestLogs(cfg RequestLogConfig, conn driver.Conn, log *slog.Logger) (*RequestLogs, error) {
+	return NewFencedRequestLogs(cfg, conn, nil, log)
 }
 
-// NewFenced returns a sink writing to conn's database, each batch (insert
+// NewFencedRequestLogs returns a sink writing to conn's database, each batch (insert
 // and offset commit) inside fence, so a replay can swap the tables between
 // two batches and the sink notices it (nil: no fence).
-func NewFenced(cfg Config, conn driver.Conn, fence Fence, log *slog.Logger) (*Sink, error) {
+func NewFencedRequestLogs(cfg RequestLogConfig, conn driver.Conn, fence RequestLogFence, log *slog.Logger) (*RequestLogs, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Sink{cfg: cfg, conn: conn, fence: fence, log: log, now: time.Now, held: map[int32]int64{},
+	s := &RequestLogs{cfg: cfg, conn: conn, fence: fence, log: log, now: time.Now, held: map[int32]int64{},
 		topic: cfg.Bus.Topic(kafka.TopicRequestLogs)}
-	s.health.Set(errStarting)
+	s.health.Set(errRequestLogsStarting)
 	return s, nil
 }
 
 // Runner is the sink as a module runner.
-func (s *Sink) Runner() process.Runner { return process.Runner{Name: "requestlog-sink", Run: s.Run} }
+func (s *RequestLogs) Runner() process.Runner {
+	return process.Runner{Name: "requestlog-sink", Run: s.Run}
+}
 
 // Ready reports whether the sink is keeping up: an error while ClickHouse
 // is down (consumption is paused then) or before the sink has started.
-func (s *Sink) Ready(ctx context.Context) error { return s.health.Ready(ctx) }
+func (s *RequestLogs) Ready(ctx context.Context) error { return s.health.Ready(ctx) }
 
-// Stats are the sink's counters since it started.
-type Stats struct{ Inserted, Skipped, Poisoned int64 }
+// RequestLogStats are the sink's counters since it started.
+type RequestLogStats struct{ Inserted, Skipped, Poisoned int64 }
 
-// Stats returns the counters: events inserted, events skipped because
+// RequestLogStats returns the counters: events inserted, events skipped because
 // ClickHouse already held them, records sent to the dead-letter topic.
-func (s *Sink) Stats() Stats {
-	return Stats{Inserted: s.inserted.Load(), Skipped: s.skipped.Load(), Poisoned: s.poisoned.Load()}
+func (s *RequestLogs) Stats() RequestLogStats {
+	return RequestLogStats{Inserted: s.inserted.Load(), Skipped: s.skipped.Load(), Poisoned: s.poisoned.Load()}
 }
 
 // Run consumes until ctx ends. Dependencies that are down are waited for
 // (and reported by Ready), never a reason to return.
-func (s *Sink) Run(ctx context.Context) error {
+func (s *RequestLogs) Run(ctx context.Context) error {
 	if err := s.retry(ctx, "clickhouse schema", func(ctx context.Context) error {
 		// Fenced: never in the middle of a replay's swap.
 		return s.fenced(ctx, func(int64) error { return migrations.UpRequestLog(ctx, s.conn, s.cfg.RetentionDays) })
@@ -167,19 +169,19 @@ func (s *Sink) Run(ctx context.Context) error {
 
 // retry runs fn until it succeeds or ctx ends, reporting the failure
 // through Ready meanwhile.
-func (s *Sink) retry(ctx context.Context, what string, fn func(context.Context) error) error {
+func (s *RequestLogs) retry(ctx context.Context, what string, fn func(context.Context) error) error {
 	return s.health.Retry(ctx, s.log, what, s.cfg.MaxBackoff, fn)
 }
 
 // fenced runs fn inside the fence, if any.
-func (s *Sink) fenced(ctx context.Context, fn func(gen int64) error) error {
+func (s *RequestLogs) fenced(ctx context.Context, fn func(gen int64) error) error {
 	if s.fence == nil {
 		return fn(0)
 	}
 	return s.fence.Shared(ctx, fn)
 }
 
-func (s *Sink) retention(ctx context.Context) {
+func (s *RequestLogs) retention(ctx context.Context) {
 	for {
 		var n int
 		err := s.fenced(ctx, func(int64) error {

@@ -1,4 +1,4 @@
-package requestlog
+package sinks
 
 import (
 	"context"
@@ -18,14 +18,14 @@ import (
 
 // replayEnv is env plus the Postgres database the fence lives in.
 type replayEnv struct {
-	*env
+	*rlEnv
 	pool *pgxpool.Pool
 	seq  atomic.Int64 // events produced so far (request ids)
 }
 
 func newReplayEnv(t *testing.T, partitions int) *replayEnv {
 	t.Helper()
-	return &replayEnv{env: newEnv(t, partitions), pool: testenv.Postgres(t)}
+	return &replayEnv{rlEnv: newRLEnv(t, partitions), pool: testenv.Postgres(t)}
 }
 
 // spread produces n events, the i-th at from + i*step, across services,
@@ -50,17 +50,17 @@ func (e *replayEnv) spread(n int, from time.Time, step time.Duration) {
 }
 
 // fencedSink starts the live sink behind fence (the Postgres one when nil).
-func (e *replayEnv) fencedSink(fence Fence) *Sink {
+func (e *replayEnv) fencedSink(fence RequestLogFence) *RequestLogs {
 	e.t.Helper()
 	if fence == nil {
 		fence = PostgresFence{Pool: e.pool}
 	}
-	cfg := DefaultConfig(e.bus)
+	cfg := DefaultRequestLogConfig(e.bus)
 	cfg.Group = "live"
 	cfg.BatchRows = 300
 	cfg.BatchWait = 50 * time.Millisecond
 	cfg.MaxBackoff = 200 * time.Millisecond
-	s, err := NewFenced(cfg, e.conn, fence, testenv.Quiet())
+	s, err := NewFencedRequestLogs(cfg, e.conn, fence, testenv.Quiet())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func (e *replayEnv) fencedSink(fence Fence) *Sink {
 func (e *replayEnv) replay(ctx context.Context) (replay.Result, error) {
 	cfg := replay.DefaultClickHouseConfig(e.bus)
 	cfg.BatchRows = 1000
-	t, err := replay.NewClickHouse(cfg, e.conn, e.pool, Codec{})
+	t, err := replay.NewClickHouse(cfg, e.conn, e.pool, RequestLogCodec{})
 	if err != nil {
 		return replay.Result{}, err
 	}
@@ -84,20 +84,20 @@ func (e *replayEnv) replay(ctx context.Context) (replay.Result, error) {
 // gate holds the sink back before it reaches the fence, so a test can make
 // a swap happen between two of its batches.
 type gate struct {
-	Fence
+	RequestLogFence
 	mu sync.RWMutex
 }
 
 func (g *gate) Shared(ctx context.Context, fn func(int64) error) error {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	return g.Fence.Shared(ctx, fn)
+	return g.RequestLogFence.Shared(ctx, fn)
 }
 
 func TestSinkReloadsHeldOffsetsAfterASwap(t *testing.T) {
 	t.Parallel()
 	e := newReplayEnv(t, 2)
-	g := &gate{Fence: PostgresFence{Pool: e.pool}}
+	g := &gate{RequestLogFence: PostgresFence{Pool: e.pool}}
 	s := e.fencedSink(g)
 	e.spread(1000, time.Now().Add(-time.Hour), time.Millisecond)
 	exact(t, e.conn, 1000)

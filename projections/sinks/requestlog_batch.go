@@ -1,4 +1,4 @@
-package requestlog
+package sinks
 
 import (
 	"context"
@@ -17,13 +17,13 @@ import (
 // ID returns the stable id of the index-th event of the record at offset
 // of partition: the same on every replay of the topic. It holds 11 bits of
 // partition, 40 of offset and 12 of index (PackEvents is at most 4096).
-func ID(partition int32, offset int64, index int) uint64 {
+func RequestLogID(partition int32, offset int64, index int) uint64 {
 	return uint64(partition)<<52 | uint64(offset)<<12 | uint64(index)
 }
 
 // batch is what one insert carries.
 type batch struct {
-	rows   Rows
+	rows   RequestLogRows
 	poison []poisoned
 	// last is the highest offset seen per partition, committed after the
 	// insert.
@@ -92,7 +92,7 @@ func recordEvents(m *sarama.ConsumerMessage) int { return max(1, requestlog.Coun
 // handle inserts one batch (records of every partition the member holds);
 // the loop commits its offsets afterwards, and retries it while ClickHouse
 // is down.
-func (s *Sink) handle(ctx context.Context, msgs *kafka.Batch) error {
+func (s *RequestLogs) handle(ctx context.Context, msgs *kafka.Batch) error {
 	if msgs.Session != s.heldSession {
 		clear(s.held)
 		s.heldSession = msgs.Session
@@ -120,7 +120,7 @@ func (s *Sink) handle(ctx context.Context, msgs *kafka.Batch) error {
 
 // write sends the poison records to the dead-letter topic and inserts the
 // rows ClickHouse does not hold yet. Both steps are safe to repeat.
-func (s *Sink) write(ctx context.Context, msgs *kafka.Batch, b *batch) error {
+func (s *RequestLogs) write(ctx context.Context, msgs *kafka.Batch, b *batch) error {
 	for _, p := range b.poison {
 		if err := msgs.DeadLetter(ctx, p.msg, "requestlog-sink", p.reason, p.err); err != nil {
 			return err
@@ -153,7 +153,7 @@ func (s *Sink) write(ctx context.Context, msgs *kafka.Batch, b *batch) error {
 			return kafka.Stop(err)
 		}
 	}
-	b.rows = Rows{}
+	b.rows = RequestLogRows{}
 	return nil
 }
 
@@ -161,7 +161,7 @@ func (s *Sink) write(ctx context.Context, msgs *kafka.Batch, b *batch) error {
 // highest offset ClickHouse holds. A partition's records are inserted in
 // offset order, one batch after another, so everything at or below that
 // offset is in and everything above is not.
-func (s *Sink) loadHeld(ctx context.Context, b *batch) error {
+func (s *RequestLogs) loadHeld(ctx context.Context, b *batch) error {
 	var missing []string
 	for p := range b.last {
 		if _, ok := s.held[p]; !ok {
