@@ -11,7 +11,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 
 	"github.com/cfgd/cfgd/deploy/migrate"
-	"github.com/cfgd/cfgd/deploy/testenv"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 )
 
 func clickhouseDB(t *testing.T) *sql.DB {

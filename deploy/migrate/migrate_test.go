@@ -15,7 +15,7 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/cfgd/cfgd/deploy/migrate"
-	"github.com/cfgd/cfgd/deploy/testenv"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
