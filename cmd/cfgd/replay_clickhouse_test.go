@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // clickhouseReplayEnv points the commands at a private broker and a
@@ -109,7 +109,7 @@ func TestReplayClickHouseCommand(t *testing.T) {
 		}
 	}
 	var n uint64
-	if err := chConn.QueryRow(ctx, "SELECT count() FROM "+migrations.RequestLogRaw).Scan(&n); err != nil || n != 500 {
+	if err := chConn.QueryRow(ctx, "SELECT count() FROM "+requestlogview.RawTable).Scan(&n); err != nil || n != 500 {
 		t.Fatalf("rows after two replays: %d, %v", n, err)
 	}
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
-	"github.com/cfgd/cfgd/deploy/migrate"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/deploy/migrate"
 )
 
 func clickhouseDB(t *testing.T) *sql.DB {

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
-	"github.com/cfgd/cfgd/deploy/migrate"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/deploy/migrate"
 )
 
 var quiet = slog.New(slog.DiscardHandler)

@@ -29,8 +29,8 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // ReplayName is the projection's name for `cfgd replay`.
@@ -121,7 +121,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, conn driver.Conn, pool *pgxpo
 	if progress == nil {
 		progress = func(int64, int64) {}
 	}
-	live := migrations.LiveRequestLogTables()
+	live := requestlogview.LiveTables()
 	r := &replayer{cfg: cfg, conn: conn, pool: pool, progress: progress, topic: cfg.Bus.Topic(kafka.TopicRequestLogs),
 		live: live, shadow: live.Suffixed(ShadowSuffix), old: live.Suffixed(OldSuffix)}
 	start := time.Now()
@@ -140,8 +140,8 @@ type replayer struct {
 	pool               *pgxpool.Pool
 	progress           Progress
 	topic              string
-	live, shadow, old  migrations.RequestLogTables
-	features           migrations.ClickHouseFeatures
+	live, shadow, old  requestlogview.Tables
+	features           requestlogview.Features
 	res                ReplayResult
 	records, events    atomic.Int64
 	poisoned, total    atomic.Int64
@@ -187,12 +187,12 @@ func (r *replayer) run(ctx context.Context) error {
 		busy.Release()
 	}()
 
-	if r.features, err = migrations.ServerFeatures(ctx, r.conn); err != nil {
+	if r.features, err = requestlogview.ServerFeatures(ctx, r.conn); err != nil {
 		return err
 	}
 	// The live schema exists (a replay before the first serve) with its
 	// views (a replay that died inside its swap re-creates them here).
-	if err := migrations.UpRequestLog(ctx, r.conn, r.cfg.RetentionDays); err != nil {
+	if err := requestlogview.CreateTables(ctx, r.conn, requestlogview.LiveTables(), r.cfg.RetentionDays); err != nil {
 		return err
 	}
 	// Leftovers of an interrupted replay: its shadow tables and views, and
@@ -214,7 +214,11 @@ func (r *replayer) run(ctx context.Context) error {
 		_ = r.dropShadow(cctx)
 	}()
 	// No views yet: the bulk load fills the raw table alone.
-	for _, stmt := range migrations.RequestLogTableDDL(r.shadow, r.features, r.cfg.RetentionDays) {
+	stmts, err := requestlogview.TableDDL(r.shadow, r.features, r.cfg.RetentionDays)
+	if err != nil {
+		return err
+	}
+	for _, stmt := range stmts {
 		if err := r.conn.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("create shadow tables: %w", err)
 		}
@@ -260,12 +264,20 @@ func (r *replayer) run(ctx context.Context) error {
 	start = time.Now()
 	fill := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
 		"group_by_two_level_threshold": 0, "group_by_two_level_threshold_bytes": 0}))
-	for _, stmt := range migrations.RequestLogRollupFill(r.shadow) {
+	fills, err := requestlogview.RollupFill(r.shadow)
+	if err != nil {
+		return err
+	}
+	for _, stmt := range fills {
 		if err := r.conn.Exec(fill, stmt); err != nil {
 			return fmt.Errorf("fill shadow rollups: %w", err)
 		}
 	}
-	for _, stmt := range migrations.RequestLogViewDDL(r.shadow, r.features) {
+	views, err := requestlogview.ViewDDL(r.shadow, r.features)
+	if err != nil {
+		return err
+	}
+	for _, stmt := range views {
 		if err := r.conn.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("create shadow views: %w", err)
 		}
@@ -520,7 +532,7 @@ func (r *replayer) catchUpAndSwap(ctx context.Context, target map[int32]int64) e
 	// half-done swap is worse than a late Ctrl-C.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if _, err := migrations.DropExpiredRequestLogTables(sctx, r.conn, r.shadow, r.cfg.RetentionDays, time.Now()); err != nil {
+	if _, err := requestlogview.DropExpired(sctx, r.conn, r.shadow, r.cfg.RetentionDays, time.Now()); err != nil {
 		return err
 	}
 	// The generation first, committed on its own: the sink reads it only
@@ -531,7 +543,7 @@ func (r *replayer) catchUpAndSwap(ctx context.Context, target map[int32]int64) e
 	}
 	if err := r.swap(sctx); err != nil {
 		// Whatever step failed, the live names get their views back.
-		if uerr := migrations.UpRequestLog(sctx, r.conn, r.cfg.RetentionDays); uerr != nil {
+		if uerr := requestlogview.CreateTables(sctx, r.conn, requestlogview.LiveTables(), r.cfg.RetentionDays); uerr != nil {
 			err = errors.Join(err, uerr)
 		}
 		return err
@@ -572,7 +584,11 @@ func (r *replayer) swap(ctx context.Context) error {
 	if err := r.conn.Exec(ctx, "RENAME TABLE "+strings.Join(renames, ", ")); err != nil {
 		return fmt.Errorf("swap tables: %w", err)
 	}
-	for _, stmt := range migrations.RequestLogViewDDL(r.live, r.features) {
+	stmts, err := requestlogview.ViewDDL(r.live, r.features)
+	if err != nil {
+		return err
+	}
+	for _, stmt := range stmts {
 		if err := r.conn.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("create live views: %w", err)
 		}
@@ -592,7 +608,7 @@ type ReplayStatus struct {
 // Status reports the live sink's position on the topic (its consumer
 // group is group).
 func Status(ctx context.Context, c kafka.Config, group string) (ReplayStatus, error) {
-	st := ReplayStatus{Name: ReplayName, Tables: migrations.LiveRequestLogTables().All()}
+	st := ReplayStatus{Name: ReplayName, Tables: requestlogview.LiveTables().All()}
 	sc := c.Sarama()
 	// A listing answers quickly or says it cannot.
 	sc.Net.DialTimeout = 2 * time.Second

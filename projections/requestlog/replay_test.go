@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // replayEnv is env plus the Postgres database the fence lives in.
@@ -110,7 +110,7 @@ func joined(cols []string) string {
 
 // rawSnapshot is every column of every raw row, ordered by id.
 func rawSnapshot(t *testing.T, conn driver.Conn) []string {
-	return lines(t, conn, "SELECT "+joined(strings.Split(Columns, ", "))+" FROM "+migrations.RequestLogRaw+" ORDER BY id")
+	return lines(t, conn, "SELECT "+joined(strings.Split(Columns, ", "))+" FROM "+requestlogview.RawTable+" ORDER BY id")
 }
 
 // finals are the rollup columns finalised, in table order.
@@ -127,7 +127,7 @@ func finals(merge bool) []string {
 			out = append(out, raw[i])
 		}
 	}
-	for _, b := range migrations.RequestLogDurationBounds {
+	for _, b := range requestlogview.DurationBounds() {
 		if merge {
 			out = append(out, fmt.Sprintf("countIfMerge(duration_le_%d)", b))
 		} else {
@@ -140,7 +140,7 @@ func finals(merge bool) []string {
 var rollups = []struct {
 	table   string
 	seconds int
-}{{migrations.RequestLogMinute, 60}, {migrations.RequestLogHour, 3600}, {migrations.RequestLogDay, 86400}}
+}{{requestlogview.MinuteTable, 60}, {requestlogview.HourTable, 3600}, {requestlogview.DayTable, 86400}}
 
 // rollupSnapshot is every rollup finalised per bucket, service and method.
 func rollupSnapshot(t *testing.T, conn driver.Conn, table string) []string {
@@ -152,7 +152,7 @@ func rollupSnapshot(t *testing.T, conn driver.Conn, table string) []string {
 func rollupFromRaw(t *testing.T, conn driver.Conn, seconds int) []string {
 	bucket := fmt.Sprintf("toDateTime(intDiv(toUInt32(created_at), %d) * %d)", seconds, seconds)
 	cols := append([]string{"b", "service_name", "method_name"}, finals(false)...)
-	return lines(t, conn, "SELECT "+joined(cols)+" FROM (SELECT *, "+bucket+" AS b FROM "+migrations.RequestLogRaw+
+	return lines(t, conn, "SELECT "+joined(cols)+" FROM (SELECT *, "+bucket+" AS b FROM "+requestlogview.RawTable+
 		") GROUP BY b, service_name, method_name ORDER BY b, service_name, method_name")
 }
 
@@ -169,7 +169,7 @@ func sameLines(t *testing.T, what string, got, want []string) {
 }
 
 func snapshot(t *testing.T, conn driver.Conn) map[string][]string {
-	out := map[string][]string{migrations.RequestLogRaw: rawSnapshot(t, conn)}
+	out := map[string][]string{requestlogview.RawTable: rawSnapshot(t, conn)}
 	for _, r := range rollups {
 		out[r.table] = rollupSnapshot(t, conn, r.table)
 	}
@@ -191,8 +191,8 @@ func TestReplayRebuildsTheSameRowsAndRollups(t *testing.T) {
 	e.fencedSink(nil)
 	exact(t, e.conn, 5400)
 	before := snapshot(t, e.conn)
-	if len(before[migrations.RequestLogDay]) < 3*3*4 || len(before[migrations.RequestLogHour]) < 60 {
-		t.Fatalf("the data spans too little: %d day rows, %d hour rows", len(before[migrations.RequestLogDay]), len(before[migrations.RequestLogHour]))
+	if len(before[requestlogview.DayTable]) < 3*3*4 || len(before[requestlogview.HourTable]) < 60 {
+		t.Fatalf("the data spans too little: %d day rows, %d hour rows", len(before[requestlogview.DayTable]), len(before[requestlogview.HourTable]))
 	}
 	var last [2]int64
 	res, err := e.replay(context.Background(), func(done, total int64) { last = [2]int64{done, total} })
@@ -379,7 +379,7 @@ func TestSinkRestoresViewsAfterAReplayDiedInItsSwap(t *testing.T) {
 	if _, err := e.pool.Exec(context.Background(), `UPDATE requestlog_generation SET generation = generation + 1`); err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range migrations.LiveRequestLogTables().Views() {
+	for _, v := range requestlogview.LiveTables().Views() {
 		if err := e.conn.Exec(context.Background(), "DROP TABLE "+v); err != nil {
 			t.Fatal(err)
 		}

@@ -22,8 +22,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/IBM/sarama"
 
-	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // Config configures the sink.
@@ -146,7 +146,9 @@ func (s *Sink) Run(ctx context.Context) error {
 	defer s.closeDLQ()
 	if err := s.retry(ctx, "clickhouse schema", func(ctx context.Context) error {
 		// Fenced: never in the middle of a replay's swap.
-		return s.fenced(ctx, func(int64) error { return migrations.UpRequestLog(ctx, s.conn, s.cfg.RetentionDays) })
+		return s.fenced(ctx, func(int64) error {
+			return requestlogview.CreateTables(ctx, s.conn, requestlogview.LiveTables(), s.cfg.RetentionDays)
+		})
 	}); err != nil {
 		return nil
 	}
@@ -220,7 +222,7 @@ func (s *Sink) retention(ctx context.Context) {
 		var n int
 		err := s.fenced(ctx, func(int64) error {
 			var err error
-			n, err = migrations.DropExpiredRequestLogs(ctx, s.conn, s.cfg.RetentionDays, s.now())
+			n, err = requestlogview.DropExpired(ctx, s.conn, requestlogview.LiveTables(), s.cfg.RetentionDays, s.now())
 			return err
 		})
 		switch {

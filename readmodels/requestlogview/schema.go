@@ -102,7 +102,7 @@ func ServerFeatures(ctx context.Context, conn driver.Conn) (Features, error) {
 	return FeaturesFor(version)
 }
 
-//go:embed schema/clickhouse/*.sql.tmpl
+//go:embed schema/*.sql schema/clickhouse/*.sql.tmpl
 var schemaFS embed.FS
 
 // stmt is the data of one statement template in

@@ -10,8 +10,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
-	"github.com/cfgd/cfgd/deploy/migrate"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/deploy/migrate"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -152,7 +152,7 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 	}
 	quiet := slog.New(slog.DiscardHandler)
 	for range 2 {
-		if err := migrate.ClickHouse(ctx, db, quiet, migrate.Schema{Owner: "readmodels/requestlog", FS: schema}); err != nil {
+		if err := migrate.ClickHouse(ctx, db, quiet, migrate.Schema{Owner: "readmodels/requestlogview", FS: schema}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -190,7 +190,7 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 		}
 	}
 	// Down drops every table and view; up brings them back.
-	p, err := migrate.NewClickHouseProvider(db, migrate.Schema{Owner: "readmodels/requestlog", FS: schema})
+	p, err := migrate.NewClickHouseProvider(db, migrate.Schema{Owner: "readmodels/requestlogview", FS: schema})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/cfgd/cfgd/deploy/migrations"
 )
 
 // MaxTimelineHours bounds the timeline window: up to a day it has one
@@ -51,9 +49,9 @@ func (s *Store) Timeline(ctx context.Context, hours int, service string) (Timeli
 	if _, err := parseInt("hours", fmt.Sprint(hours), 1, MaxTimelineHours); err != nil {
 		return Timeline{}, err
 	}
-	step, table := time.Minute, migrations.RequestLogMinute
+	step, table := time.Minute, MinuteTable
 	if hours > minuteTimelineHours {
-		step, table = time.Hour, migrations.RequestLogHour
+		step, table = time.Hour, HourTable
 	}
 	// The current (partial) bucket is the last point, as in window().
 	end := s.now().UTC().Truncate(step).Add(step)
