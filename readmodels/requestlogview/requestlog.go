@@ -120,6 +120,10 @@ func (f *Filter) Validate() error {
 	return errors.Join(errs...)
 }
 
+// selectRequest reads the columns of a Request, in Scan's order.
+const selectRequest = `SELECT id, request_id, service_name, method_name, status, duration_ms, grpc_status_code, error_message,
+	created_at, created_ms, client_ip, user_id, username, is_authenticated, api_key_id, api_key_name`
+
 // Requests returns one page of the requests matching f, newest first, and
 // how many match in all.
 func (s *Store) Requests(ctx context.Context, f Filter) ([]Request, int64, error) {
@@ -147,11 +151,8 @@ func (s *Store) Requests(ctx context.Context, f Filter) ([]Request, int64, error
 	if offset >= int64(count) {
 		return out, int64(count), nil
 	}
-	q := `SELECT id, request_id, service_name, method_name, status, duration_ms, grpc_status_code, error_message,
-	created_at, created_ms, client_ip, user_id, username, is_authenticated, api_key_id, api_key_name
-FROM ` + RawTable + cond + `
-ORDER BY created_at DESC, created_ms DESC, id DESC
-LIMIT ` + strconv.FormatInt(offset, 10) + `, ` + strconv.Itoa(f.PageSize)
+	q := selectRequest + " FROM " + RawTable + cond + " ORDER BY created_at DESC, created_ms DESC, id DESC LIMIT " +
+		strconv.FormatInt(offset, 10) + ", " + strconv.Itoa(f.PageSize)
 	rows, err := s.conn.Query(ctx, q, args...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list requests: %w", err)

@@ -150,6 +150,9 @@ const aggregates = `countMerge(requests) AS total, countIfMerge(successes) AS ok
 	countIfMerge(errors) + countIfMerge(timeouts) + countIfMerge(cancellations) AS failed,
 	sumMerge(duration_sum) AS duration`
 
+// extremes are the shortest and the longest duration.
+const extremes = "minMerge(duration_min), maxMerge(duration_max)"
+
 type totals struct {
 	total, ok, failed, duration uint64
 }
@@ -197,9 +200,8 @@ func (s *Store) Services(ctx context.Context, hours int) ([]Service, error) {
 		return nil, err
 	}
 	src, args := source(window(s.now(), hours), "")
-	rows, err := s.conn.Query(ctx, "SELECT service_name, "+aggregates+`, uniqExact(method_name),
-	minMerge(duration_min), maxMerge(duration_max), `+histogram+`
-FROM `+src+` GROUP BY service_name ORDER BY total DESC, service_name`, args...)
+	rows, err := s.conn.Query(ctx, "SELECT service_name, "+aggregates+", uniqExact(method_name), "+extremes+", "+histogram+
+		" FROM "+src+" GROUP BY service_name ORDER BY total DESC, service_name", args...)
 	if err != nil {
 		return nil, fmt.Errorf("services: %w", err)
 	}
@@ -232,9 +234,8 @@ func (s *Store) Methods(ctx context.Context, hours int, service string) ([]Metho
 		return nil, err
 	}
 	src, args := source(window(s.now(), hours), service)
-	rows, err := s.conn.Query(ctx, "SELECT service_name, method_name, "+aggregates+`,
-	minMerge(duration_min), maxMerge(duration_max), `+histogram+`
-FROM `+src+` GROUP BY service_name, method_name ORDER BY total DESC, service_name, method_name`, args...)
+	rows, err := s.conn.Query(ctx, "SELECT service_name, method_name, "+aggregates+", "+extremes+", "+histogram+
+		" FROM "+src+" GROUP BY service_name, method_name ORDER BY total DESC, service_name, method_name", args...)
 	if err != nil {
 		return nil, fmt.Errorf("methods: %w", err)
 	}

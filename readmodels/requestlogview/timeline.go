@@ -56,9 +56,7 @@ func (s *Store) Timeline(ctx context.Context, hours int, service string) (Timeli
 	// The current (partial) bucket is the last point, as in window().
 	end := s.now().UTC().Truncate(step).Add(step)
 	start := end.Add(-time.Duration(hours) * time.Hour)
-	q := `SELECT toUInt32(bucket) AS t, countMerge(requests),
-	countIfMerge(errors) + countIfMerge(timeouts) + countIfMerge(cancellations)
-FROM ` + table + ` WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?)`
+	q := timelinePoint + " FROM " + table + " WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?)"
 	args := []any{start.Unix(), end.Unix()}
 	if service != "" {
 		q += " AND service_name = ?"
@@ -96,3 +94,8 @@ FROM ` + table + ` WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?)`
 	}
 	return out, nil
 }
+
+// timelinePoint is one point of a timeline: its bucket, its requests and
+// its failures.
+const timelinePoint = `SELECT toUInt32(bucket) AS t, countMerge(requests),
+	countIfMerge(errors) + countIfMerge(timeouts) + countIfMerge(cancellations)`
