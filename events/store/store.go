@@ -1,5 +1,7 @@
 // Package store is the Postgres event store: append with an expected stream
-// version inside the caller's transaction, and load a stream back.
+// version inside the caller's transaction, and load a stream back. Its
+// migrations (schema/) create the event store and the relay's and the
+// projections' checkpoints.
 package store
 
 import (
