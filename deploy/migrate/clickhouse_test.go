@@ -173,3 +173,35 @@ func TestOpenClickHouseCreatesTheDatabase(t *testing.T) {
 		t.Fatalf("version %q, %v", v, err)
 	}
 }
+
+// Two processes starting at once both migrate (ClickHouse has no lock):
+// the DDL is IF NOT EXISTS, so both succeed and the schema is made once.
+func TestClickHouseConcurrentStarts(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := clickhouseDB(t)
+	a := migrate.Schema{Owner: "a", FS: fstest.MapFS{
+		"00001_a.sql": sqlFile("CREATE TABLE IF NOT EXISTS a (id UInt64) ENGINE = MergeTree ORDER BY id;", "DROP TABLE a;"),
+		"00002_b.sql": sqlFile("CREATE TABLE IF NOT EXISTS b (id UInt64) ENGINE = MergeTree ORDER BY id;", "DROP TABLE b;"),
+	}}
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- migrate.ClickHouse(ctx, db, quiet, a) }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := chTables(t, db); got != "a b" {
+		t.Fatalf("tables %q", got)
+	}
+	p, err := migrate.NewClickHouseProvider(db, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pending, err := p.HasPending(ctx); err != nil || pending {
+		t.Fatalf("pending: %v, %v", pending, err)
+	}
+}
