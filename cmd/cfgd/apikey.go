@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/schemas"
 	"github.com/cfgd/cfgd/commands/apikeys"
-	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/outbox"
@@ -96,7 +96,7 @@ func apikeyDeps(ctx context.Context, log *slog.Logger, app appSettings) (*deps, 
 		d.Close()
 		return nil, fmt.Errorf("postgres is unreachable (POSTGRES__URL): %w", err)
 	}
-	if err := migrations.Up(ctx, d.pg, log); err != nil {
+	if err := schemas.UpPostgres(ctx, d.pg, log); err != nil {
 		d.Close()
 		return nil, err
 	}

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/cfgd/cfgd/deploy/migrations"
+	"github.com/cfgd/cfgd/cmd/cfgd/schemas"
 )
 
 // migrate applies Postgres and ClickHouse migrations once and reports a
@@ -24,10 +24,10 @@ func migrate(ctx context.Context, log *slog.Logger, app appSettings, _ io.Writer
 	if err := d.pg.Ping(ctx); err != nil {
 		return fmt.Errorf("postgres is unreachable (POSTGRES__URL): %w", err)
 	}
-	if err := migrations.Up(ctx, d.pg, log); err != nil {
+	if err := schemas.UpPostgres(ctx, d.pg, log); err != nil {
 		return err
 	}
-	if err := migrations.UpClickHouse(ctx, c.ClickHouseURL); err != nil {
+	if err := schemas.UpClickHouse(ctx, c.ClickHouseURL, app.RequestLog.Sink.RetentionDays, log); err != nil {
 		return fmt.Errorf("clickhouse (CLICKHOUSE__URL): %w", err)
 	}
 	log.InfoContext(ctx, "migrations applied")

@@ -12,11 +12,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/projections/sinks"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // clickhouseReplayEnv points the commands at a private broker and a
@@ -111,7 +111,7 @@ func TestReplayClickHouseCommand(t *testing.T) {
 		}
 	}
 	var n uint64
-	if err := chConn.QueryRow(ctx, "SELECT count() FROM "+migrations.RequestLogRaw).Scan(&n); err != nil || n != 500 {
+	if err := chConn.QueryRow(ctx, "SELECT count() FROM "+requestlogview.RawTable).Scan(&n); err != nil || n != 500 {
 		t.Fatalf("rows after two replays: %d, %v", n, err)
 	}
 }

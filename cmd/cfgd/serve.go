@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cfgd/cfgd/api/rest"
-	"github.com/cfgd/cfgd/deploy/migrations"
+	"github.com/cfgd/cfgd/cmd/cfgd/schemas"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/projections/pipeline"
@@ -90,10 +90,12 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	core := modules.Module{
 		Name: "core",
 		Background: []process.Runner{{Name: "pipeline", Run: func(ctx context.Context) error {
-			if err := retry(ctx, log, "postgres", func(ctx context.Context) error { return migrations.Up(ctx, d.pg, log) }); err != nil {
+			if err := retry(ctx, log, "postgres", func(ctx context.Context) error { return schemas.UpPostgres(ctx, d.pg, log) }); err != nil {
 				return nil
 			}
-			if err := retry(ctx, log, "clickhouse", func(ctx context.Context) error { return migrations.UpClickHouse(ctx, c.ClickHouseURL) }); err != nil {
+			if err := retry(ctx, log, "clickhouse", func(ctx context.Context) error {
+				return schemas.UpClickHouse(ctx, c.ClickHouseURL, app.RequestLog.Sink.RetentionDays, log)
+			}); err != nil {
 				return nil
 			}
 			return pipe.Run(ctx)

@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/schemas"
 	"github.com/cfgd/cfgd/commands/app/signin"
 	"github.com/cfgd/cfgd/commands/user"
-	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/outbox"
 )
@@ -53,7 +53,7 @@ func createSuperuser(ctx context.Context, log *slog.Logger, app appSettings, cmd
 	if err := d.pg.Ping(ctx); err != nil {
 		return fmt.Errorf("postgres is unreachable (POSTGRES__URL): %w", err)
 	}
-	if err := migrations.Up(ctx, d.pg, log); err != nil {
+	if err := schemas.UpPostgres(ctx, d.pg, log); err != nil {
 		return err
 	}
 	core, err := signin.New(app.Signin, signin.Deps{Pool: d.pg, Events: d.events, Redis: d.redis, Log: log, Now: time.Now})

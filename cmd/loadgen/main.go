@@ -37,7 +37,6 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/cfgd/cfgd/api/rest/monitor"
-	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/sinks"
@@ -174,7 +173,7 @@ func scratch(ctx context.Context, o options, prefix string) (driver.Conn, func()
 		}
 		_ = admin.Close()
 	}
-	if err := migrations.UpRequestLog(ctx, conn, 30); err != nil {
+	if err := requestlogview.CreateTables(ctx, conn, requestlogview.LiveTables(), 30); err != nil {
 		drop()
 		return nil, nil, err
 	}
@@ -185,7 +184,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 func count(ctx context.Context, conn driver.Conn) (uint64, error) {
 	var n uint64
-	err := conn.QueryRow(ctx, "SELECT count() FROM "+migrations.RequestLogRaw).Scan(&n)
+	err := conn.QueryRow(ctx, "SELECT count() FROM "+requestlogview.RawTable).Scan(&n)
 	return n, err
 }
 
@@ -392,8 +391,8 @@ func benchQueries(ctx context.Context, o options) error {
 	loadSecs := time.Since(load).Seconds()
 	// Let the background merges of the load settle, as on a server that
 	// has been up a while.
-	_ = conn.Exec(ctx, "OPTIMIZE TABLE "+migrations.RequestLogHour+" FINAL")
-	_ = conn.Exec(ctx, "OPTIMIZE TABLE "+migrations.RequestLogMinute+" FINAL")
+	_ = conn.Exec(ctx, "OPTIMIZE TABLE "+requestlogview.HourTable+" FINAL")
+	_ = conn.Exec(ctx, "OPTIMIZE TABLE "+requestlogview.MinuteTable+" FINAL")
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -17,11 +17,11 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/projections/sinks"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // benchReplay is `make bench-replay-clickhouse`: N events produced into
@@ -247,12 +247,16 @@ func rawConsume(ctx context.Context, bc kafka.Config) (int64, error) {
 // at once), and returns the rate: what ClickHouse takes at best, whatever
 // reads the topic.
 func insertCeiling(ctx context.Context, conn driver.Conn, n int, events []requestlog.Event, from time.Time, step time.Duration) (float64, error) {
-	t := migrations.LiveRequestLogTables().Suffixed("__ceiling")
-	f, err := migrations.ServerFeatures(ctx, conn)
+	t := requestlogview.LiveTables().Suffixed("__ceiling")
+	f, err := requestlogview.ServerFeatures(ctx, conn)
 	if err != nil {
 		return 0, err
 	}
-	for _, stmt := range migrations.RequestLogTableDDL(t, f, 30) {
+	stmts, err := requestlogview.TableDDL(t, f, 30)
+	if err != nil {
+		return 0, err
+	}
+	for _, stmt := range stmts {
 		if err := conn.Exec(ctx, stmt); err != nil {
 			return 0, err
 		}

@@ -1,5 +1,7 @@
 // Package store is the Postgres event store: append with an expected stream
-// version inside the caller's transaction, and load a stream back.
+// version inside the caller's transaction, and load a stream back. Its
+// migrations (schema/) create the event store and the relay's and the
+// projections' checkpoints.
 package store
 
 import (
@@ -383,10 +385,7 @@ func LoadMany(ctx context.Context, db DB, streams ...string) (map[string][]event
 	// a sequential scan as its generic plan when the connection first
 	// prepares it on a young, small table, and keeps it while the table
 	// grows.
-	rows, err := db.Query(ctx, `
-		SELECT e.event_id, e.stream_id, e.stream_version, e.position, e.type, e.occurred_at, e.metadata, e.data
-		FROM unnest($1::text[]) AS s(id)
-		CROSS JOIN LATERAL (SELECT * FROM events WHERE stream_id = s.id ORDER BY stream_version) e`, streams)
+	rows, err := db.Query(ctx, loadStreams, streams)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", strings.Join(streams, ", "), err)
 	}
@@ -400,6 +399,12 @@ func LoadMany(ctx context.Context, db DB, streams ...string) (map[string][]event
 	}
 	return out, nil
 }
+
+// loadStreams reads the streams of $1, one index lookup per stream.
+const loadStreams = `
+	SELECT e.event_id, e.stream_id, e.stream_version, e.position, e.type, e.occurred_at, e.metadata, e.data
+	FROM unnest($1::text[]) AS s(id)
+	CROSS JOIN LATERAL (SELECT * FROM events WHERE stream_id = s.id ORDER BY stream_version) e`
 
 // Load returns every event of stream in version order.
 func Load(ctx context.Context, db DB, stream string) ([]events.Envelope, error) {

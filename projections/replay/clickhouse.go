@@ -30,8 +30,8 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // RequestLogName is the request-log tables' name for `cfgd replay`.
@@ -124,8 +124,8 @@ type ClickHouse struct {
 	codec              Codec
 	progress           Progress
 	topic              string
-	live, shadow, old  migrations.RequestLogTables
-	features           migrations.ClickHouseFeatures
+	live, shadow, old  requestlogview.Tables
+	features           requestlogview.Features
 	res                Result
 	records, events    atomic.Int64
 	poisoned, total    atomic.Int64
@@ -156,7 +156,7 @@ func NewClickHouse(cfg ClickHouseConfig, conn driver.Conn, pool *pgxpool.Pool, c
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	live := migrations.LiveRequestLogTables()
+	live := requestlogview.LiveTables()
 	return &ClickHouse{cfg: cfg, conn: conn, fence: PostgresFence{Pool: pool}, codec: codec, topic: cfg.Bus.Topic(kafka.TopicRequestLogs),
 		live: live, shadow: live.Suffixed(ShadowSuffix), old: live.Suffixed(OldSuffix)}, nil
 }
@@ -177,12 +177,12 @@ func (r *ClickHouse) Result() Result {
 func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) error {
 	r.progress = progress
 	var err error
-	if r.features, err = migrations.ServerFeatures(ctx, r.conn); err != nil {
+	if r.features, err = requestlogview.ServerFeatures(ctx, r.conn); err != nil {
 		return err
 	}
 	// The live schema exists (a replay before the first serve) with its
 	// views (a replay that died inside its swap re-creates them here).
-	if err := migrations.UpRequestLog(ctx, r.conn, r.cfg.RetentionDays); err != nil {
+	if err := requestlogview.CreateTables(ctx, r.conn, requestlogview.LiveTables(), r.cfg.RetentionDays); err != nil {
 		return err
 	}
 	// Leftovers of an interrupted replay: its shadow tables and views, and
@@ -196,7 +196,11 @@ func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) error {
 		}
 	}
 	// No views yet: the bulk load fills the raw table alone.
-	for _, stmt := range migrations.RequestLogTableDDL(r.shadow, r.features, r.cfg.RetentionDays) {
+	stmts, err := requestlogview.TableDDL(r.shadow, r.features, r.cfg.RetentionDays)
+	if err != nil {
+		return err
+	}
+	for _, stmt := range stmts {
 		if err := r.conn.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("create shadow tables: %w", err)
 		}
@@ -241,12 +245,20 @@ func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) error {
 	start = time.Now()
 	fill := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
 		"group_by_two_level_threshold": 0, "group_by_two_level_threshold_bytes": 0}))
-	for _, stmt := range migrations.RequestLogRollupFill(r.shadow) {
+	fills, err := requestlogview.RollupFill(r.shadow)
+	if err != nil {
+		return err
+	}
+	for _, stmt := range fills {
 		if err := r.conn.Exec(fill, stmt); err != nil {
 			return fmt.Errorf("fill shadow rollups: %w", err)
 		}
 	}
-	for _, stmt := range migrations.RequestLogViewDDL(r.shadow, r.features) {
+	views, err := requestlogview.ViewDDL(r.shadow, r.features)
+	if err != nil {
+		return err
+	}
+	for _, stmt := range views {
 		if err := r.conn.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("create shadow views: %w", err)
 		}
@@ -502,7 +514,7 @@ func (r *ClickHouse) catchUpAndSwap(ctx context.Context, target map[int32]int64)
 	// half-done swap is worse than a late Ctrl-C.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if _, err := migrations.DropExpiredRequestLogTables(sctx, r.conn, r.shadow, r.cfg.RetentionDays, time.Now()); err != nil {
+	if _, err := requestlogview.DropExpired(sctx, r.conn, r.shadow, r.cfg.RetentionDays, time.Now()); err != nil {
 		return err
 	}
 	// The generation first (see bump).
@@ -511,7 +523,7 @@ func (r *ClickHouse) catchUpAndSwap(ctx context.Context, target map[int32]int64)
 	}
 	if err := r.swap(sctx); err != nil {
 		// Whatever step failed, the live names get their views back.
-		if uerr := migrations.UpRequestLog(sctx, r.conn, r.cfg.RetentionDays); uerr != nil {
+		if uerr := requestlogview.CreateTables(sctx, r.conn, requestlogview.LiveTables(), r.cfg.RetentionDays); uerr != nil {
 			err = errors.Join(err, uerr)
 		}
 		return err
@@ -553,7 +565,11 @@ func (r *ClickHouse) swap(ctx context.Context) error {
 	if err := r.conn.Exec(ctx, "RENAME TABLE "+strings.Join(renames, ", ")); err != nil {
 		return fmt.Errorf("swap tables: %w", err)
 	}
-	for _, stmt := range migrations.RequestLogViewDDL(r.live, r.features) {
+	views, err := requestlogview.ViewDDL(r.live, r.features)
+	if err != nil {
+		return err
+	}
+	for _, stmt := range views {
 		if err := r.conn.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("create live views: %w", err)
 		}

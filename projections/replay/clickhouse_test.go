@@ -15,11 +15,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/kafka"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/projections/sinks"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // chEnv is a private broker, ClickHouse database with the live request-log
@@ -46,7 +46,7 @@ func newCHEnv(t *testing.T, partitions int) *chEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	if err := migrations.UpRequestLog(context.Background(), conn, 30); err != nil {
+	if err := requestlogview.CreateTables(context.Background(), conn, requestlogview.LiveTables(), 30); err != nil {
 		t.Fatal(err)
 	}
 	return &chEnv{t: t, bus: c, conn: conn, prod: p, pool: testenv.Postgres(t)}
@@ -173,7 +173,7 @@ func joined(cols []string) string {
 
 // rawSnapshot is every column of every raw row, ordered by id.
 func rawSnapshot(t *testing.T, conn driver.Conn) []string {
-	return lines(t, conn, "SELECT "+joined(strings.Split(sinks.RequestLogColumns, ", "))+" FROM "+migrations.RequestLogRaw+" ORDER BY id")
+	return lines(t, conn, "SELECT "+joined(strings.Split(sinks.RequestLogColumns, ", "))+" FROM "+requestlogview.RawTable+" ORDER BY id")
 }
 
 // finals are the rollup columns finalised, in table order.
@@ -190,7 +190,7 @@ func finals(merge bool) []string {
 			out = append(out, raw[i])
 		}
 	}
-	for _, b := range migrations.RequestLogDurationBounds {
+	for _, b := range requestlogview.DurationBounds() {
 		if merge {
 			out = append(out, fmt.Sprintf("countIfMerge(duration_le_%d)", b))
 		} else {
@@ -203,7 +203,7 @@ func finals(merge bool) []string {
 var rollups = []struct {
 	table   string
 	seconds int
-}{{migrations.RequestLogMinute, 60}, {migrations.RequestLogHour, 3600}, {migrations.RequestLogDay, 86400}}
+}{{requestlogview.MinuteTable, 60}, {requestlogview.HourTable, 3600}, {requestlogview.DayTable, 86400}}
 
 // rollupSnapshot is every rollup finalised per bucket, service and method.
 func rollupSnapshot(t *testing.T, conn driver.Conn, table string) []string {
@@ -215,7 +215,7 @@ func rollupSnapshot(t *testing.T, conn driver.Conn, table string) []string {
 func rollupFromRaw(t *testing.T, conn driver.Conn, seconds int) []string {
 	bucket := fmt.Sprintf("toDateTime(intDiv(toUInt32(created_at), %d) * %d)", seconds, seconds)
 	cols := append([]string{"b", "service_name", "method_name"}, finals(false)...)
-	return lines(t, conn, "SELECT "+joined(cols)+" FROM (SELECT *, "+bucket+" AS b FROM "+migrations.RequestLogRaw+
+	return lines(t, conn, "SELECT "+joined(cols)+" FROM (SELECT *, "+bucket+" AS b FROM "+requestlogview.RawTable+
 		") GROUP BY b, service_name, method_name ORDER BY b, service_name, method_name")
 }
 
@@ -232,7 +232,7 @@ func sameLines(t *testing.T, what string, got, want []string) {
 }
 
 func chSnapshot(t *testing.T, conn driver.Conn) map[string][]string {
-	out := map[string][]string{migrations.RequestLogRaw: rawSnapshot(t, conn)}
+	out := map[string][]string{requestlogview.RawTable: rawSnapshot(t, conn)}
 	for _, r := range rollups {
 		out[r.table] = rollupSnapshot(t, conn, r.table)
 	}
@@ -254,8 +254,8 @@ func TestReplayRebuildsTheSameRowsAndRollups(t *testing.T) {
 	e.fencedSink()
 	exact(t, e.conn, 5400)
 	before := chSnapshot(t, e.conn)
-	if len(before[migrations.RequestLogDay]) < 3*3*4 || len(before[migrations.RequestLogHour]) < 60 {
-		t.Fatalf("the data spans too little: %d day rows, %d hour rows", len(before[migrations.RequestLogDay]), len(before[migrations.RequestLogHour]))
+	if len(before[requestlogview.DayTable]) < 3*3*4 || len(before[requestlogview.HourTable]) < 60 {
+		t.Fatalf("the data spans too little: %d day rows, %d hour rows", len(before[requestlogview.DayTable]), len(before[requestlogview.HourTable]))
 	}
 	var last [2]int64
 	res, err := e.replay(context.Background(), func(done, total int64) { last = [2]int64{done, total} })

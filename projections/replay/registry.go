@@ -9,10 +9,10 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/projections"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // Kinds of Replayable.
@@ -89,7 +89,7 @@ func ForProjection(pool *pgxpool.Pool, reg *events.Registry, p *projections.Proj
 // sink's consumer group.
 func ForClickHouse(cfg ClickHouseConfig, conn driver.Conn, pool *pgxpool.Pool, codec Codec, group string) Replayable {
 	return Replayable{Name: RequestLogName, Kind: KindClickHouse, Logs: []string{cfg.Bus.Topic(kafka.TopicRequestLogs)},
-		Tables: migrations.LiveRequestLogTables().All(), Unit: "records",
+		Tables: requestlogview.LiveTables().All(), Unit: "records",
 		Target: func(Config) (Target, error) { return NewClickHouse(cfg, conn, pool, codec) },
 		Status: func(ctx context.Context) (Status, error) {
 			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -9,9 +9,9 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // ID returns the stable id of the index-th event of the record at offset
@@ -108,7 +108,7 @@ func (s *RequestLogs) handle(ctx context.Context, msgs *kafka.Batch) error {
 			// A replay swapped the tables since held was read. If it
 			// died inside its swap, the live raw table may lack its
 			// views: put back whatever is missing before writing.
-			if err := migrations.UpRequestLog(ctx, s.conn, s.cfg.RetentionDays); err != nil {
+			if err := requestlogview.CreateTables(ctx, s.conn, requestlogview.LiveTables(), s.cfg.RetentionDays); err != nil {
 				return err
 			}
 			clear(s.held)
@@ -172,7 +172,7 @@ func (s *RequestLogs) loadHeld(ctx context.Context, b *batch) error {
 		return nil
 	}
 	q := fmt.Sprintf("SELECT kafka_partition, max(kafka_offset) FROM %s WHERE kafka_partition IN (%s) GROUP BY kafka_partition",
-		migrations.RequestLogRaw, strings.Join(missing, ","))
+		requestlogview.RawTable, strings.Join(missing, ","))
 	rs, err := s.conn.Query(ctx, q)
 	if err != nil {
 		return fmt.Errorf("held offsets: %w", err)

@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/replay"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // replayEnv is env plus the Postgres database the fence lives in.
@@ -134,7 +134,7 @@ func TestSinkRestoresViewsAfterAReplayDiedInItsSwap(t *testing.T) {
 	if _, err := e.pool.Exec(context.Background(), `UPDATE requestlog_generation SET generation = generation + 1`); err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range migrations.LiveRequestLogTables().Views() {
+	for _, v := range requestlogview.LiveTables().Views() {
 		if err := e.conn.Exec(context.Background(), "DROP TABLE "+v); err != nil {
 			t.Fatal(err)
 		}

@@ -7,8 +7,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // RequestLogRows are events in column order, ready for one columnar insert (much
@@ -96,7 +96,7 @@ func (r *RequestLogRows) without(held map[int32]int64) RequestLogRows {
 // Insert writes the rows in one INSERT into the raw table of conn's
 // database.
 func (r *RequestLogRows) Insert(ctx context.Context, conn driver.Conn) error {
-	return r.InsertInto(ctx, conn, migrations.RequestLogRaw)
+	return r.InsertInto(ctx, conn, requestlogview.RawTable)
 }
 
 // InsertInto writes the rows in one INSERT into table (a raw table: the

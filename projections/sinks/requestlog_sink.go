@@ -18,9 +18,9 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // RequestLogConfig configures the sink.
@@ -149,7 +149,9 @@ func (s *RequestLogs) Stats() RequestLogStats {
 func (s *RequestLogs) Run(ctx context.Context) error {
 	if err := s.retry(ctx, "clickhouse schema", func(ctx context.Context) error {
 		// Fenced: never in the middle of a replay's swap.
-		return s.fenced(ctx, func(int64) error { return migrations.UpRequestLog(ctx, s.conn, s.cfg.RetentionDays) })
+		return s.fenced(ctx, func(int64) error {
+			return requestlogview.CreateTables(ctx, s.conn, requestlogview.LiveTables(), s.cfg.RetentionDays)
+		})
 	}); err != nil {
 		return nil
 	}
@@ -186,7 +188,7 @@ func (s *RequestLogs) retention(ctx context.Context) {
 		var n int
 		err := s.fenced(ctx, func(int64) error {
 			var err error
-			n, err = migrations.DropExpiredRequestLogs(ctx, s.conn, s.cfg.RetentionDays, s.now())
+			n, err = requestlogview.DropExpired(ctx, s.conn, requestlogview.LiveTables(), s.cfg.RetentionDays, s.now())
 			return err
 		})
 		switch {

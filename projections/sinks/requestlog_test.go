@@ -15,9 +15,9 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 type rlEnv struct {
@@ -40,7 +40,7 @@ func newRLEnv(t *testing.T, partitions int) *rlEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	if err := migrations.UpRequestLog(context.Background(), conn, 30); err != nil {
+	if err := requestlogview.CreateTables(context.Background(), conn, requestlogview.LiveTables(), 30); err != nil {
 		t.Fatal(err)
 	}
 	return &rlEnv{t: t, bus: c, opts: opts, conn: conn, prod: p}
@@ -162,7 +162,7 @@ func TestSinkIDsAreStableAcrossReplay(t *testing.T) {
 	exact(t, e.conn, 700)
 	// Rebuild into an empty database from the topic.
 	_, other := testenv.ClickHouse(t)
-	if err := migrations.UpRequestLog(context.Background(), other, 30); err != nil {
+	if err := requestlogview.CreateTables(context.Background(), other, requestlogview.LiveTables(), 30); err != nil {
 		t.Fatal(err)
 	}
 	e.sink(other, "rebuild", nil)

@@ -163,10 +163,7 @@ func (q *Keys) Stats(ctx context.Context) (Stats, error) {
 	for _, t := range apikey.Types() {
 		s.KeysByType[t] = 0
 	}
-	rows, err := q.db.Query(ctx, `
-		SELECT key_type, count(*), count(*) FILTER (WHERE is_active),
-			count(*) FILTER (WHERE expires_at IS NOT NULL AND expires_at <= $1), coalesce(sum(request_count), 0)::bigint
-		FROM api_keys GROUP BY key_type`, q.now())
+	rows, err := q.db.Query(ctx, keyStats, q.now())
 	if err != nil {
 		return s, fmt.Errorf("API key stats: %w", err)
 	}
@@ -190,6 +187,12 @@ func (q *Keys) Stats(ctx context.Context) (Stats, error) {
 	}
 	return s, nil
 }
+
+// keyStats counts keys per type; $1 is now.
+const keyStats = `
+	SELECT key_type, count(*), count(*) FILTER (WHERE is_active),
+	count(*) FILTER (WHERE expires_at IS NOT NULL AND expires_at <= $1), coalesce(sum(request_count), 0)::bigint
+	FROM api_keys GROUP BY key_type`
 
 // KeysProjection is the projection that fills api_keys
 // (projections/projectors).

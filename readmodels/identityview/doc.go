@@ -1,4 +1,5 @@
 // Package identityview answers queries about users, profiles, registration
 // sources and session revocations from the read models built by
-// projections/projectors. It never reads the event store.
+// projections/projectors. It never reads the event store. It owns those
+// tables (schema/).
 package identityview

@@ -67,11 +67,7 @@ func (r *Revocations) refresh(ctx context.Context) error {
 		return nil // another request reloaded while this one waited
 	}
 	now := r.now()
-	rows, err := r.db.Query(ctx, `
-		SELECT session_id::text, CASE WHEN kind = 'web' THEN expires_at ELSE least(expires_at, revoked_at + $2::interval) END
-		FROM session_revocations
-		WHERE (kind = 'web' AND expires_at > $1) OR (kind = 'api' AND revoked_at + $2::interval > $1)`,
-		now, r.accessTTL)
+	rows, err := r.db.Query(ctx, liveRevocations, now, r.accessTTL)
 	if err != nil {
 		return fmt.Errorf("load revocations: %w", err)
 	}
@@ -99,3 +95,10 @@ func (r *Revocations) refresh(ctx context.Context) error {
 	r.set, r.loaded = next, now
 	return nil
 }
+
+// liveRevocations are the revoked sessions whose tokens could still be
+// presented at $1, an access token living $2.
+const liveRevocations = `
+	SELECT session_id::text, CASE WHEN kind = 'web' THEN expires_at ELSE least(expires_at, revoked_at + $2::interval) END
+	FROM session_revocations
+	WHERE (kind = 'web' AND expires_at > $1) OR (kind = 'api' AND revoked_at + $2::interval > $1)`

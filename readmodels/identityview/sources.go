@@ -21,10 +21,7 @@ const TopSourcesLimit = 10
 
 // TopSources ranks sources by linked users, most first (ties by id).
 func TopSources(ctx context.Context, db DB) ([]SourceCount, error) {
-	rows, err := db.Query(ctx, `
-		SELECT s.id, s.url, s.name, count(l.user_id) AS users
-		FROM registration_sources s LEFT JOIN user_registration_sources l ON l.source_id = s.id
-		GROUP BY s.id ORDER BY users DESC, s.id LIMIT $1`, TopSourcesLimit)
+	rows, err := db.Query(ctx, topSources, TopSourcesLimit)
 	if err != nil {
 		return nil, fmt.Errorf("top sources: %w", err)
 	}
@@ -38,6 +35,12 @@ func TopSources(ctx context.Context, db DB) ([]SourceCount, error) {
 	return out, nil
 }
 
+// topSources ranks sources by linked users, at most $1.
+const topSources = `
+	SELECT s.id, s.url, s.name, count(l.user_id) AS users
+	FROM registration_sources s LEFT JOIN user_registration_sources l ON l.source_id = s.id
+	GROUP BY s.id ORDER BY users DESC, s.id LIMIT $1`
+
 // LinkCount is how many links a source URL got within a window.
 type LinkCount struct {
 	URL   string `json:"url"`
@@ -48,11 +51,7 @@ type LinkCount struct {
 // LinksSince groups the links created at or after since by source URL,
 // most first.
 func LinksSince(ctx context.Context, db DB, since time.Time) ([]LinkCount, error) {
-	rows, err := db.Query(ctx, `
-		SELECT s.url, s.name, count(*) AS links
-		FROM user_registration_sources l JOIN registration_sources s ON s.id = l.source_id
-		WHERE l.created_at >= $1
-		GROUP BY s.url, s.name ORDER BY links DESC, s.url`, since)
+	rows, err := db.Query(ctx, linksSince, since)
 	if err != nil {
 		return nil, fmt.Errorf("links by source: %w", err)
 	}
@@ -65,3 +64,10 @@ func LinksSince(ctx context.Context, db DB, since time.Time) ([]LinkCount, error
 	}
 	return out, nil
 }
+
+// linksSince counts the links made at or after $1 per source URL.
+const linksSince = `
+	SELECT s.url, s.name, count(*) AS links
+	FROM user_registration_sources l JOIN registration_sources s ON s.id = l.source_id
+	WHERE l.created_at >= $1
+	GROUP BY s.url, s.name ORDER BY links DESC, s.url`

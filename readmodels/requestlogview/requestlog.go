@@ -10,7 +10,6 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/requestlog"
 )
 
@@ -115,6 +114,10 @@ func (f *Filter) Validate() error {
 	return errors.Join(errs...)
 }
 
+// selectRequest reads the columns of a Request, in Scan's order.
+const selectRequest = `SELECT id, request_id, service_name, method_name, status, duration_ms, grpc_status_code, error_message,
+	created_at, created_ms, client_ip, user_id, username, is_authenticated, api_key_id, api_key_name`
+
 // Requests returns one page of the requests matching f, newest first, and
 // how many match in all.
 func (s *Store) Requests(ctx context.Context, f Filter) ([]Request, int64, error) {
@@ -134,7 +137,7 @@ func (s *Store) Requests(ctx context.Context, f Filter) ([]Request, int64, error
 		cond = " WHERE " + strings.Join(where, " AND ")
 	}
 	var count uint64
-	if err := s.conn.QueryRow(ctx, "SELECT count() FROM "+migrations.RequestLogRaw+cond, args...).Scan(&count); err != nil {
+	if err := s.conn.QueryRow(ctx, "SELECT count() FROM "+RawTable+cond, args...).Scan(&count); err != nil {
 		return nil, 0, fmt.Errorf("count requests: %w", err)
 	}
 	out := []Request{}
@@ -142,11 +145,8 @@ func (s *Store) Requests(ctx context.Context, f Filter) ([]Request, int64, error
 	if offset >= int64(count) {
 		return out, int64(count), nil
 	}
-	q := `SELECT id, request_id, service_name, method_name, status, duration_ms, grpc_status_code, error_message,
-	created_at, created_ms, client_ip, user_id, username, is_authenticated, api_key_id, api_key_name
-FROM ` + migrations.RequestLogRaw + cond + `
-ORDER BY created_at DESC, created_ms DESC, id DESC
-LIMIT ` + strconv.FormatInt(offset, 10) + `, ` + strconv.Itoa(f.PageSize)
+	q := selectRequest + " FROM " + RawTable + cond + " ORDER BY created_at DESC, created_ms DESC, id DESC LIMIT " +
+		strconv.FormatInt(offset, 10) + ", " + strconv.Itoa(f.PageSize)
 	rows, err := s.conn.Query(ctx, q, args...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list requests: %w", err)

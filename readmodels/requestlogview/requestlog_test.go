@@ -10,7 +10,6 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -28,7 +27,7 @@ func seed(t *testing.T, rows ...row) driver.Conn {
 	t.Helper()
 	ctx := context.Background()
 	_, conn := testenv.ClickHouse(t)
-	if err := migrations.UpRequestLog(ctx, conn, 30); err != nil {
+	if err := requestlogview.CreateTables(ctx, conn, requestlogview.LiveTables(), 30); err != nil {
 		t.Fatal(err)
 	}
 	b, err := conn.PrepareBatch(ctx, "INSERT INTO requestlog_raw (id, created_at, created_ms, request_id, service_name, method_name, status, grpc_status_code, duration_ms, client_ip, user_id, username, is_authenticated, api_key_id, api_key_name, error_message)")

@@ -6,8 +6,6 @@ import (
 	"math"
 	"strings"
 	"time"
-
-	"github.com/cfgd/cfgd/deploy/migrations"
 )
 
 // Overview is the answer of /api/grpc/monitor/overview/.
@@ -76,26 +74,26 @@ func window(now time.Time, hours int) []span {
 	}
 	hs, he := ceil(start, time.Hour), end.Truncate(time.Hour)
 	if !hs.Before(he) {
-		add(migrations.RequestLogMinute, start, end)
+		add(MinuteTable, start, end)
 		return out
 	}
 	// UTC days: the rollups bucket by whole days since the epoch.
 	ds, de := ceil(hs, 24*time.Hour), he.Truncate(24*time.Hour)
 	if ds.Before(de) {
-		add(migrations.RequestLogHour, hs, ds)
-		add(migrations.RequestLogDay, ds, de)
-		add(migrations.RequestLogHour, de, he)
+		add(HourTable, hs, ds)
+		add(DayTable, ds, de)
+		add(HourTable, de, he)
 	} else {
-		add(migrations.RequestLogHour, hs, he)
+		add(HourTable, hs, he)
 	}
-	add(migrations.RequestLogMinute, start, hs)
-	add(migrations.RequestLogMinute, he, end)
+	add(MinuteTable, start, hs)
+	add(MinuteTable, he, end)
 	return out
 }
 
 var stateCols = func() string {
 	cols := "service_name, method_name, requests, successes, errors, timeouts, cancellations, duration_sum, duration_min, duration_max"
-	for _, b := range migrations.RequestLogDurationBounds {
+	for _, b := range durationBounds {
 		cols += fmt.Sprintf(", duration_le_%d", b)
 	}
 	return cols
@@ -104,7 +102,7 @@ var stateCols = func() string {
 // histogram is the SQL of the cumulative duration counts, as one array.
 var histogram = func() string {
 	var parts []string
-	for _, b := range migrations.RequestLogDurationBounds {
+	for _, b := range durationBounds {
 		parts = append(parts, fmt.Sprintf("countIfMerge(duration_le_%d)", b))
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
@@ -128,7 +126,7 @@ func source(spans []span, service string) (string, []any) {
 }
 
 // percentile reads the p-th percentile (0..1) from cumulative counts at
-// RequestLogDurationBounds, interpolating inside the bucket and clamping to
+// durationBounds, interpolating inside the bucket and clamping to
 // the observed min and max.
 func percentile(p float64, total uint64, cum []uint64, lo, hi float64) float64 {
 	if total == 0 {
@@ -137,7 +135,7 @@ func percentile(p float64, total uint64, cum []uint64, lo, hi float64) float64 {
 	target := math.Ceil(p * float64(total))
 	prevBound, prevCount := 0.0, 0.0
 	v := hi
-	for i, b := range migrations.RequestLogDurationBounds {
+	for i, b := range durationBounds {
 		c := float64(cum[i])
 		if c >= target {
 			v = prevBound + (float64(b)-prevBound)*(target-prevCount)/(c-prevCount)
@@ -151,6 +149,9 @@ func percentile(p float64, total uint64, cum []uint64, lo, hi float64) float64 {
 const aggregates = `countMerge(requests) AS total, countIfMerge(successes) AS ok,
 	countIfMerge(errors) + countIfMerge(timeouts) + countIfMerge(cancellations) AS failed,
 	sumMerge(duration_sum) AS duration`
+
+// extremes are the shortest and the longest duration.
+const extremes = "minMerge(duration_min), maxMerge(duration_max)"
 
 type totals struct {
 	total, ok, failed, duration uint64
@@ -199,9 +200,8 @@ func (s *Store) Services(ctx context.Context, hours int) ([]Service, error) {
 		return nil, err
 	}
 	src, args := source(window(s.now(), hours), "")
-	rows, err := s.conn.Query(ctx, "SELECT service_name, "+aggregates+`, uniqExact(method_name),
-	minMerge(duration_min), maxMerge(duration_max), `+histogram+`
-FROM `+src+` GROUP BY service_name ORDER BY total DESC, service_name`, args...)
+	rows, err := s.conn.Query(ctx, "SELECT service_name, "+aggregates+", uniqExact(method_name), "+extremes+", "+histogram+
+		" FROM "+src+" GROUP BY service_name ORDER BY total DESC, service_name", args...)
 	if err != nil {
 		return nil, fmt.Errorf("services: %w", err)
 	}
@@ -234,9 +234,8 @@ func (s *Store) Methods(ctx context.Context, hours int, service string) ([]Metho
 		return nil, err
 	}
 	src, args := source(window(s.now(), hours), service)
-	rows, err := s.conn.Query(ctx, "SELECT service_name, method_name, "+aggregates+`,
-	minMerge(duration_min), maxMerge(duration_max), `+histogram+`
-FROM `+src+` GROUP BY service_name, method_name ORDER BY total DESC, service_name, method_name`, args...)
+	rows, err := s.conn.Query(ctx, "SELECT service_name, method_name, "+aggregates+", "+extremes+", "+histogram+
+		" FROM "+src+" GROUP BY service_name, method_name ORDER BY total DESC, service_name, method_name", args...)
 	if err != nil {
 		return nil, fmt.Errorf("methods: %w", err)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/cfgd/cfgd/deploy/migrations"
 )
 
 // MaxTimelineHours bounds the timeline window: up to a day it has one
@@ -51,16 +49,14 @@ func (s *Store) Timeline(ctx context.Context, hours int, service string) (Timeli
 	if _, err := parseInt("hours", fmt.Sprint(hours), 1, MaxTimelineHours); err != nil {
 		return Timeline{}, err
 	}
-	step, table := time.Minute, migrations.RequestLogMinute
+	step, table := time.Minute, MinuteTable
 	if hours > minuteTimelineHours {
-		step, table = time.Hour, migrations.RequestLogHour
+		step, table = time.Hour, HourTable
 	}
 	// The current (partial) bucket is the last point, as in window().
 	end := s.now().UTC().Truncate(step).Add(step)
 	start := end.Add(-time.Duration(hours) * time.Hour)
-	q := `SELECT toUInt32(bucket) AS t, countMerge(requests),
-	countIfMerge(errors) + countIfMerge(timeouts) + countIfMerge(cancellations)
-FROM ` + table + ` WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?)`
+	q := timelinePoint + " FROM " + table + " WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?)"
 	args := []any{start.Unix(), end.Unix()}
 	if service != "" {
 		q += " AND service_name = ?"
@@ -98,3 +94,8 @@ FROM ` + table + ` WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?)`
 	}
 	return out, nil
 }
+
+// timelinePoint is one point of a timeline: its bucket, its requests and
+// its failures.
+const timelinePoint = `SELECT toUInt32(bucket) AS t, countMerge(requests),
+	countIfMerge(errors) + countIfMerge(timeouts) + countIfMerge(cancellations)`

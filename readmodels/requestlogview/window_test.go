@@ -6,14 +6,12 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/cfgd/cfgd/deploy/migrations"
 )
 
 // The spans of every window cover exactly its minutes, in order, each
 // aligned to its rollup's bucket size.
 func TestWindowSpansTileTheWindow(t *testing.T) {
-	size := map[string]int64{migrations.RequestLogMinute: 60, migrations.RequestLogHour: 3600, migrations.RequestLogDay: 86400}
+	size := map[string]int64{MinuteTable: 60, HourTable: 3600, DayTable: 86400}
 	r := rand.New(rand.NewPCG(5, 6))
 	for range 5000 {
 		now := time.Unix(1_700_000_000+r.Int64N(400*86400), 0)
@@ -45,7 +43,7 @@ func TestWindowSpansTileTheWindow(t *testing.T) {
 func TestPercentile(t *testing.T) {
 	// Bounds 1, 2, 5, 10, 20, 50, 100, ...
 	cum := func(counts ...uint64) []uint64 {
-		out := make([]uint64, len(migrations.RequestLogDurationBounds))
+		out := make([]uint64, len(DurationBounds()))
 		for i := range out {
 			if i < len(counts) {
 				out[i] = counts[i]

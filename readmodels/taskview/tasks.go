@@ -193,12 +193,7 @@ type Statistics struct {
 // a retry); cleared tasks were removed by a queue clear before they ran.
 func (r *Reader) Stats(ctx context.Context) (Statistics, error) {
 	var s Statistics
-	err := r.db.QueryRow(ctx, `
-		SELECT count(*),
-			count(*) FILTER (WHERE state = 'succeeded'),
-			count(*) FILTER (WHERE state = 'failed'),
-			count(*) FILTER (WHERE state = 'cleared')
-		FROM task_runs`).Scan(&s.TotalTasks, &s.CompletedTasks, &s.FailedTasks, &s.ClearedTasks)
+	err := r.db.QueryRow(ctx, taskStats).Scan(&s.TotalTasks, &s.CompletedTasks, &s.FailedTasks, &s.ClearedTasks)
 	if err != nil {
 		return s, fmt.Errorf("task statistics: %w", err)
 	}
@@ -208,6 +203,14 @@ func (r *Reader) Stats(ctx context.Context) (Statistics, error) {
 	}
 	return s, nil
 }
+
+// taskStats counts every task run by its final state.
+const taskStats = `
+	SELECT count(*),
+	count(*) FILTER (WHERE state = 'succeeded'),
+	count(*) FILTER (WHERE state = 'failed'),
+	count(*) FILTER (WHERE state = 'cleared')
+	FROM task_runs`
 
 // Task is one row of the recent-tasks list.
 type Task struct {
@@ -225,9 +228,7 @@ type Task struct {
 
 // Recent lists the limit most recently changed tasks.
 func (r *Reader) Recent(ctx context.Context, limit int) ([]Task, error) {
-	rows, err := r.db.Query(ctx, `
-		SELECT task_id, queue, type, state, attempts, worker_id, error, enqueued_at, finished_at, updated_at
-		FROM task_runs ORDER BY updated_at DESC, task_id LIMIT $1`, limit)
+	rows, err := r.db.Query(ctx, recentTasks, limit)
 	if err != nil {
 		return nil, fmt.Errorf("recent tasks: %w", err)
 	}
@@ -241,6 +242,11 @@ func (r *Reader) Recent(ctx context.Context, limit int) ([]Task, error) {
 	}
 	return out, nil
 }
+
+// recentTasks are the $1 most recently changed task runs.
+const recentTasks = `
+	SELECT task_id, queue, type, state, attempts, worker_id, error, enqueued_at, finished_at, updated_at
+	FROM task_runs ORDER BY updated_at DESC, task_id LIMIT $1`
 
 // Worker is one row of the workers list.
 type Worker struct {

@@ -23,7 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cfgd/cfgd/deploy/migrations"
+	"github.com/cfgd/cfgd/cmd/cfgd/schemas"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 )
@@ -73,7 +73,7 @@ func template(ctx context.Context) (string, error) {
 }
 
 func ensureTemplate(ctx context.Context) (string, error) {
-	fp, err := migrations.Fingerprint()
+	fp, err := schemas.Fingerprint()
 	if err != nil {
 		return "", err
 	}
@@ -105,7 +105,7 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	err = migrations.Up(ctx, pool, Quiet())
+	err = schemas.UpPostgres(ctx, pool, Quiet())
 	pool.Close()
 	if err != nil {
 		return "", fmt.Errorf("testenv: migrate template: %w", err)

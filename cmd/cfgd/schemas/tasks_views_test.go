@@ -1,59 +1,21 @@
-package migrations_test
+package schemas_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
+	"github.com/cfgd/cfgd/cmd/cfgd/schemas"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/deploy/migrations"
+	"github.com/cfgd/cfgd/deploy/migrate"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/projections"
 	"github.com/cfgd/cfgd/projections/projectors"
 	"github.com/cfgd/cfgd/projections/replay"
 )
-
-// emptyDatabase creates a database with no schema for t.
-func emptyDatabase(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	ctx := context.Background()
-	admin, err := pgxpool.New(ctx, testenv.PostgresAdminURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := "cfgd_mig_" + hex.EncodeToString(b)
-	if _, err := admin.Exec(ctx, `CREATE DATABASE `+name); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresAdminURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Database = name
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		pool.Close()
-		a, err := pgxpool.New(context.Background(), testenv.PostgresAdminURL())
-		if err == nil {
-			_, _ = a.Exec(context.Background(), `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
-			a.Close()
-		}
-	})
-	return pool
-}
 
 // The task views move from the tasks.control reactor to tasks.queues: the
 // view starts at the reactor's checkpoints, and the clear counts only the
@@ -62,8 +24,12 @@ func emptyDatabase(t *testing.T) *pgxpool.Pool {
 func TestTasksViewsMigration(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := emptyDatabase(t)
-	if err := migrations.UpTo(ctx, pool, 11); err != nil {
+	pool := emptyPostgres(t)
+	owners, err := schemas.Postgres()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate.PostgresTo(ctx, pool, 11, owners...); err != nil {
 		t.Fatal(err)
 	}
 	// What the old reactor left: queue a paused and cleared twice (5 tasks
@@ -92,7 +58,7 @@ func TestTasksViewsMigration(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := migrations.Up(ctx, pool, testenv.Quiet()); err != nil {
+	if err := schemas.UpPostgres(ctx, pool, testenv.Quiet()); err != nil {
 		t.Fatal(err)
 	}
 	var cps string

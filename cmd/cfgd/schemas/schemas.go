@@ -1,0 +1,103 @@
+// Package schemas lists the packages that own cfgd's tables and hands
+// their migrations to deploy/migrate. cmd/cfgd (serve, migrate, the
+// commands that write) and the test rig all migrate through it, so a new
+// owner is added in one place.
+package schemas
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io/fs"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cfgd/cfgd/deploy/migrate"
+	"github.com/cfgd/cfgd/events/store"
+	"github.com/cfgd/cfgd/readmodels/apikeyview"
+	"github.com/cfgd/cfgd/readmodels/identityview"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
+	"github.com/cfgd/cfgd/readmodels/taskview"
+)
+
+// Postgres are the owners' Postgres migrations. Their versions are numbered
+// across owners (one goose version table).
+func Postgres() ([]migrate.Schema, error) {
+	owners := []struct {
+		name   string
+		schema func() (fs.FS, error)
+	}{
+		{"events/store", store.PostgresSchema},
+		{"readmodels/identityview", identityview.PostgresSchema},
+		{"readmodels/apikeyview", apikeyview.PostgresSchema},
+		{"readmodels/taskview", taskview.PostgresSchema},
+		{"readmodels/requestlogview", requestlogview.PostgresSchema},
+	}
+	out := make([]migrate.Schema, 0, len(owners))
+	for _, o := range owners {
+		fsys, err := o.schema()
+		if err != nil {
+			return nil, fmt.Errorf("schema of %s: %w", o.name, err)
+		}
+		out = append(out, migrate.Schema{Owner: o.name, FS: fsys})
+	}
+	return out, nil
+}
+
+// ClickHouse are the owners' ClickHouse migrations, rendered for the
+// features of db's server.
+func ClickHouse(ctx context.Context, db *sql.DB, retentionDays int) ([]migrate.Schema, error) {
+	v, err := migrate.ClickHouseServerVersion(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	f, err := requestlogview.FeaturesFor(v)
+	if err != nil {
+		return nil, err
+	}
+	return ClickHouseFor(f, retentionDays)
+}
+
+// ClickHouseFor is ClickHouse for a server with features f.
+func ClickHouseFor(f requestlogview.Features, retentionDays int) ([]migrate.Schema, error) {
+	fsys, err := requestlogview.ClickHouseSchema(f, retentionDays)
+	if err != nil {
+		return nil, err
+	}
+	return []migrate.Schema{{Owner: "readmodels/requestlogview", FS: fsys}}, nil
+}
+
+// UpPostgres applies every pending Postgres migration.
+func UpPostgres(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
+	s, err := Postgres()
+	if err != nil {
+		return err
+	}
+	return migrate.Postgres(ctx, pool, log, s...)
+}
+
+// UpClickHouse creates the database named in dsn if it is missing and
+// applies every pending ClickHouse migration to it; retentionDays is the
+// request-log tables' TTL where the server has TTL.
+func UpClickHouse(ctx context.Context, dsn string, retentionDays int, log *slog.Logger) error {
+	db, err := migrate.OpenClickHouse(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	s, err := ClickHouse(ctx, db, retentionDays)
+	if err != nil {
+		return err
+	}
+	return migrate.ClickHouse(ctx, db, log, s...)
+}
+
+// Fingerprint is a short hash of the Postgres migrations (migrate.Fingerprint).
+func Fingerprint() (string, error) {
+	s, err := Postgres()
+	if err != nil {
+		return "", err
+	}
+	return migrate.Fingerprint(s...)
+}

@@ -1,0 +1,326 @@
+package requestlogview
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"testing/fstest"
+	"text/template"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// The request-log tables in ClickHouse. The raw table holds one row per
+// request; the rollups, fed by materialized views on every insert into the
+// raw table, hold per-minute, per-hour and per-day aggregate states so
+// statistics over long windows read thousands of rows, not millions.
+const (
+	RawTable    = "requestlog_raw"
+	MinuteTable = "requestlog_minute"
+	HourTable   = "requestlog_hour"
+	DayTable    = "requestlog_day"
+)
+
+// Tables names one set of request-log tables: the live ones (LiveTables)
+// or a replay's shadow copies beside them (Suffixed). The rollups'
+// materialized views are named after their rollup with an "_mv" suffix.
+type Tables struct{ Raw, Minute, Hour, Day string }
+
+// LiveTables are the tables queries read and the sink writes.
+func LiveTables() Tables {
+	return Tables{Raw: RawTable, Minute: MinuteTable, Hour: HourTable, Day: DayTable}
+}
+
+// Suffixed returns t with suffix appended to every name.
+func (t Tables) Suffixed(suffix string) Tables {
+	return Tables{Raw: t.Raw + suffix, Minute: t.Minute + suffix, Hour: t.Hour + suffix, Day: t.Day + suffix}
+}
+
+// All are the four tables, raw first.
+func (t Tables) All() []string { return []string{t.Raw, t.Minute, t.Hour, t.Day} }
+
+// Views are the materialized views feeding the rollups from the raw table.
+func (t Tables) Views() []string {
+	return []string{t.Minute + "_mv", t.Hour + "_mv", t.Day + "_mv"}
+}
+
+// durationBounds are the upper bounds (ms) of the cumulative duration
+// histogram the rollups keep, column duration_le_<bound>: the number of
+// requests that took at most bound. Percentiles are read from it (to within
+// one bucket, interpolated). Counters merge far faster than quantile
+// sketches: over 30 days a t-digest state per row made a services query
+// take 300 ms, these columns a few.
+var durationBounds = [...]int{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000}
+
+// DurationBounds are the bounds of the rollups' duration histogram, in
+// ascending order.
+func DurationBounds() []int { return slices.Clone(durationBounds[:]) }
+
+// Features are the optional server features the schema uses when the
+// server has them. Everything else in the schema runs on 18.16.
+type Features struct {
+	// LowCardinality dictionary-encodes the repetitive name columns
+	// (experimental behind a setting before 19.3).
+	LowCardinality bool
+	// Codecs adds Delta/ZSTD column codecs (19.10 and later).
+	Codecs bool
+	// TTL lets the server expire rows itself (19.6 and later), as a backstop
+	// to the partition drops that work on every version.
+	TTL bool
+}
+
+// FeaturesFor chooses the features by server version ("18.16.1",
+// "24.3.2.23"). This is the one place the schema depends on the version.
+func FeaturesFor(version string) (Features, error) {
+	parts := strings.SplitN(version, ".", 3)
+	if len(parts) < 2 {
+		return Features{}, fmt.Errorf("clickhouse version %q: want major.minor", version)
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return Features{}, fmt.Errorf("clickhouse version %q: want major.minor", version)
+	}
+	atLeast := func(ma, mi int) bool { return major > ma || (major == ma && minor >= mi) }
+	return Features{LowCardinality: atLeast(19, 3), Codecs: atLeast(19, 10), TTL: atLeast(19, 6)}, nil
+}
+
+// ServerFeatures are the features of conn's server (FeaturesFor its
+// version).
+func ServerFeatures(ctx context.Context, conn driver.Conn) (Features, error) {
+	var version string
+	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&version); err != nil {
+		return Features{}, fmt.Errorf("clickhouse version: %w", err)
+	}
+	return FeaturesFor(version)
+}
+
+//go:embed schema/*.sql schema/clickhouse/*.sql.tmpl
+var schemaFS embed.FS
+
+// stmt is the data of one statement template in
+// schema/clickhouse/statements.sql.tmpl.
+type stmt struct {
+	Features
+	RetentionDays int
+	Bounds        []int
+	// Name is the table the statement creates or fills; a rollup's view is
+	// Name + "_mv".
+	Name string
+	// Source is the table a view or fill reads, Seconds its bucket size.
+	Source  string
+	Seconds int
+	// TimeColumn is the column a TTL counts from.
+	TimeColumn string
+}
+
+// schemaData is the data of a migration file template.
+type schemaData struct {
+	Raw     stmt
+	Rollups []stmt
+	// TTL are the tables whose TTL is (re)set, none without the feature.
+	TTL []stmt
+}
+
+func plan(t Tables, f Features, retentionDays int) schemaData {
+	base := stmt{Features: f, RetentionDays: retentionDays, Bounds: DurationBounds()}
+	d := schemaData{Raw: base}
+	d.Raw.Name, d.Raw.TimeColumn = t.Raw, "created_at"
+	for _, r := range []struct {
+		name    string
+		seconds int
+	}{{t.Minute, 60}, {t.Hour, 3600}, {t.Day, 86400}} {
+		s := base
+		s.Name, s.Source, s.Seconds, s.TimeColumn = r.name, t.Raw, r.seconds, "bucket"
+		d.Rollups = append(d.Rollups, s)
+	}
+	if f.TTL {
+		d.TTL = append([]stmt{d.Raw}, d.Rollups...)
+	}
+	return d
+}
+
+func templates() (*template.Template, error) {
+	tpl, err := template.ParseFS(schemaFS, "schema/clickhouse/*.sql.tmpl")
+	if err != nil {
+		return nil, fmt.Errorf("request-log schema templates: %w", err)
+	}
+	return tpl, nil
+}
+
+type renderer struct {
+	tpl *template.Template
+	out []string
+	err error
+}
+
+func (r *renderer) add(name string, data any) {
+	if r.err != nil {
+		return
+	}
+	var b strings.Builder
+	if r.err = r.tpl.ExecuteTemplate(&b, name, data); r.err != nil {
+		r.err = fmt.Errorf("request-log schema %s: %w", name, r.err)
+		return
+	}
+	r.out = append(r.out, b.String())
+}
+
+func render(fill func(*renderer)) ([]string, error) {
+	tpl, err := templates()
+	if err != nil {
+		return nil, err
+	}
+	r := &renderer{tpl: tpl}
+	fill(r)
+	return r.out, r.err
+}
+
+// DDL returns the statements that create the tables and views of set t,
+// each idempotent, for a server with features f and the given retention:
+// the statements of the ClickHouse migration, for any set of names.
+func DDL(t Tables, f Features, retentionDays int) ([]string, error) {
+	d := plan(t, f, retentionDays)
+	return render(func(r *renderer) {
+		r.add("create_raw", d.Raw)
+		for _, s := range d.Rollups {
+			r.add("create_rollup", s)
+			r.add("create_view", s)
+		}
+		for _, s := range d.TTL {
+			r.add("modify_ttl", s)
+		}
+	})
+}
+
+// TableDDL is DDL without the materialized views: the tables of set t.
+func TableDDL(t Tables, f Features, retentionDays int) ([]string, error) {
+	d := plan(t, f, retentionDays)
+	return render(func(r *renderer) {
+		r.add("create_raw", d.Raw)
+		for _, s := range d.Rollups {
+			r.add("create_rollup", s)
+		}
+		for _, s := range d.TTL {
+			r.add("modify_ttl", s)
+		}
+	})
+}
+
+// ViewDDL is DDL's materialized views of set t alone.
+func ViewDDL(t Tables, f Features) ([]string, error) {
+	d := plan(t, f, 1)
+	return render(func(r *renderer) {
+		for _, s := range d.Rollups {
+			r.add("create_view", s)
+		}
+	})
+}
+
+// RollupFill returns the statements that fill the rollups of t from the
+// rows t.Raw holds, in one pass each: minutes from the raw rows, hours from
+// the minutes, days from the hours. A replay runs them once after its bulk
+// load and only then creates the views: cheaper than the views folding
+// every insert block into all three rollups.
+func RollupFill(t Tables) ([]string, error) {
+	d := plan(t, Features{}, 1)
+	minute, hour, day := d.Rollups[0], d.Rollups[1], d.Rollups[2]
+	hour.Source, day.Source = t.Minute, t.Hour
+	return render(func(r *renderer) {
+		r.add("fill_from_raw", minute)
+		r.add("fill_from_rollup", hour)
+		r.add("fill_from_rollup", day)
+	})
+}
+
+// CreateTables creates the tables and views of set t in conn's database
+// if they are missing, choosing features by the server's version. The live
+// set is created by the ClickHouse migration (ClickHouseSchema); this is
+// for the sets a replay builds beside it, and for putting the live set back.
+func CreateTables(ctx context.Context, conn driver.Conn, t Tables, retentionDays int) error {
+	f, err := ServerFeatures(ctx, conn)
+	if err != nil {
+		return err
+	}
+	stmts, err := DDL(t, f, retentionDays)
+	if err != nil {
+		return err
+	}
+	for _, s := range stmts {
+		if err := conn.Exec(ctx, s); err != nil {
+			return fmt.Errorf("clickhouse request-log schema: %w", err)
+		}
+	}
+	return nil
+}
+
+// PostgresSchema are the Postgres migrations of the tables this package
+// owns, for deploy/migrate.
+func PostgresSchema() (fs.FS, error) {
+	return fs.Sub(schemaFS, "schema")
+}
+
+// ClickHouseSchema are the ClickHouse migrations of the live request-log
+// tables for a server with features f, rendered from
+// schema/clickhouse/NNNNN_*.sql.tmpl, for deploy/migrate.
+func ClickHouseSchema(f Features, retentionDays int) (fs.FS, error) {
+	tpl, err := templates()
+	if err != nil {
+		return nil, err
+	}
+	names, err := fs.Glob(schemaFS, "schema/clickhouse/[0-9]*_*.sql.tmpl")
+	if err != nil {
+		return nil, err
+	}
+	out := fstest.MapFS{}
+	for _, name := range names {
+		var b bytes.Buffer
+		if err := tpl.ExecuteTemplate(&b, path.Base(name), plan(LiveTables(), f, retentionDays)); err != nil {
+			return nil, fmt.Errorf("request-log schema %s: %w", name, err)
+		}
+		out[strings.TrimSuffix(path.Base(name), ".tmpl")] = &fstest.MapFile{Data: b.Bytes(), Mode: 0o444}
+	}
+	return out, nil
+}
+
+// DropExpired drops every day partition of the tables of set t older than
+// retentionDays before now, and returns how many it dropped. Partitions are
+// named by toYYYYMMDD, so whole days go at once.
+func DropExpired(ctx context.Context, conn driver.Conn, t Tables, retentionDays int, now time.Time) (int, error) {
+	cutoff := now.UTC().AddDate(0, 0, -retentionDays).Format("20060102")
+	rows, err := conn.Query(ctx, expiredPartitions, t.Raw, t.Minute, t.Hour, t.Day, cutoff)
+	if err != nil {
+		return 0, fmt.Errorf("list request-log partitions: %w", err)
+	}
+	type part struct{ table, id string }
+	var parts []part
+	for rows.Next() {
+		var p part
+		if err := rows.Scan(&p.table, &p.id); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("list request-log partitions: %w", err)
+		}
+		parts = append(parts, p)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("list request-log partitions: %w", err)
+	}
+	for i, p := range parts {
+		// partition_id is eight digits from system.parts, never user input.
+		if err := conn.Exec(ctx, fmt.Sprintf("ALTER TABLE %s DROP PARTITION ID '%s'", p.table, p.id)); err != nil {
+			return i, fmt.Errorf("drop partition %s of %s: %w", p.id, p.table, err)
+		}
+	}
+	return len(parts), nil
+}
+
+const expiredPartitions = `SELECT DISTINCT table, partition_id FROM system.parts
+WHERE database = currentDatabase() AND active AND table IN (?, ?, ?, ?) AND partition_id < ?`
