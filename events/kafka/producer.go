@@ -129,8 +129,6 @@ type Producer struct {
 	dialErr  error
 	done     sync.WaitGroup
 	closed   bool
-
-	acked atomic.Int64
 }
 
 // NewProducer returns a producer on c's brokers; it does not connect yet.
@@ -144,9 +142,6 @@ func NewProducer(c Config, o ProducerOptions, log *slog.Logger) (*Producer, erro
 	}
 	return p, nil
 }
-
-// Acked counts the records Kafka acknowledged.
-func (p *Producer) Acked() int64 { return p.acked.Load() }
 
 // PublishError reports a Send of which only some records were stored.
 // Records after a failed one may be stored too (they are all handed to
@@ -347,7 +342,6 @@ func (p *Producer) drainSuccesses(ap sarama.AsyncProducer) {
 	for m := range ap.Successes() {
 		pd, _ := m.Metadata.(pending)
 		p.release(pd.size)
-		p.acked.Add(1)
 		if pd.w != nil {
 			pd.w.finish(pd.i, nil)
 		}
