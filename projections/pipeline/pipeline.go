@@ -91,16 +91,14 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}
 	}()
 	// Kafka may still be starting: wait for it rather than fail the process.
-	for backoff := 250 * time.Millisecond; ; backoff = min(2*backoff, 10*time.Second) {
+	for bo := kafka.Backoff(250*time.Millisecond, 10*time.Second); ; {
 		err := kafka.EnsureTopics(ctx, p.cfg.Bus, p.log, kafka.TopicEvents)
 		if err == nil {
 			break
 		}
-		p.log.WarnContext(ctx, "dependency unavailable, retrying", "dependency", "kafka", "err", err, "retry_in", backoff.String())
-		select {
-		case <-ctx.Done():
+		p.log.WarnContext(ctx, "dependency unavailable, retrying", "dependency", "kafka", "err", err)
+		if !kafka.Wait(ctx, bo) {
 			return nil
-		case <-time.After(backoff):
 		}
 	}
 	g, gctx := errgroup.WithContext(ctx)

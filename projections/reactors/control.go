@@ -11,6 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/projections"
@@ -121,18 +122,15 @@ func Control(q Queues, w Workers, pub Publisher, db store.DB) *projections.Proje
 // attempts, dead-letter it, so the removed tasks would never be closed in
 // the statistics. Waiting for Kafka holds this reactor back instead.
 func publishRetrying(ctx context.Context, pub Publisher, recs []tasks.Lifecycle) error {
-	backoff := 100 * time.Millisecond
+	bo := kafka.Backoff(100*time.Millisecond, 5*time.Second)
 	for {
 		err := pub.PublishLifecycle(ctx, recs)
 		if err == nil {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if !kafka.Wait(ctx, bo) {
 			return errors.Join(err, ctx.Err())
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
