@@ -13,13 +13,13 @@ package commands
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/store"
 )
 
@@ -31,9 +31,9 @@ import (
 // always suffices unless the resource is genuinely flooded (ErrBusy).
 const MaxAttempts = 12
 
-// ErrBusy is returned when a command kept losing the race for its stream.
-// Callers answer it as 503: retrying later will work.
-var ErrBusy = errors.New("too much concurrent activity on this resource, try again")
+// ErrBusy is returned when a command kept losing the race for its stream:
+// retrying shortly will work (errcode.Busy, retry after a second).
+var ErrBusy = &errcode.Error{Code: errcode.Busy, Message: "too much concurrent activity, try again", RetryAfter: time.Second}
 
 // Decision is what one attempt of a command decided.
 type Decision[R any] struct {

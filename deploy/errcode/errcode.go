@@ -144,8 +144,11 @@ type Error struct {
 
 // Error is the message, then each field with its problem, in name order.
 func (e *Error) Error() string {
-	if len(e.Fields) == 0 {
+	switch {
+	case len(e.Fields) == 0:
 		return e.Message
+	case e.Message == "":
+		return e.FieldText()
 	}
 	return e.Message + ": " + e.FieldText()
 }

@@ -93,6 +93,7 @@ func TestErrorText(t *testing.T) {
 		{"message", New(NotFound, "API key not found"), "API key not found"},
 		{"fields in name order", Fields(map[string]string{"name": "is required", "key_type": "must be one of a, b"}), "invalid input: key_type: must be one of a, b; name: is required"},
 		{"one field", Field("days", "must be a whole number"), "invalid input: days: must be a whole number"},
+		{"fields alone", &Error{Code: Invalid, Fields: map[string]string{"HTTP__ADDR": "expected host:port"}}, "HTTP__ADDR: expected host:port"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
