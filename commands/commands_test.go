@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/commands"
-	"github.com/cfgd/cfgd/deploy/testenv"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/store"

@@ -1,9 +1,9 @@
 package main
 
 import (
-	"github.com/cfgd/cfgd/api/extensions"
-	"github.com/cfgd/cfgd/api/front"
-	identityapi "github.com/cfgd/cfgd/api/identity"
+	"github.com/cfgd/cfgd/api/pages"
+	"github.com/cfgd/cfgd/api/rest/extensions"
+	"github.com/cfgd/cfgd/cmd/cfgd/modules"
 	"github.com/cfgd/cfgd/cmd/settings"
 	"github.com/cfgd/cfgd/commands/signin"
 	"github.com/cfgd/cfgd/commands/tasks"
@@ -15,8 +15,8 @@ import (
 type appSettings struct {
 	Core     settings.Core
 	Signin   signin.Config
-	Identity identityapi.Config
-	Front    front.Config
+	Identity modules.IdentityConfig
+	Front    pages.FrontConfig
 	// GRPCProtoDir is where the proto files are written (GRPC__PROTO_DIR).
 	GRPCProtoDir string
 	Extensions   *extensions.Set

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cfgd/cfgd/deploy/testenv"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 )
 
 // A request in flight when the stop signal comes completes with its real

@@ -1,22 +1,20 @@
 package main
 
 import (
-	"github.com/cfgd/cfgd/api/analytics"
-	"github.com/cfgd/cfgd/api/extensions"
-	"github.com/cfgd/cfgd/api/front"
-	"github.com/cfgd/cfgd/api/module"
-	"github.com/cfgd/cfgd/api/monitor"
-	tasksapi "github.com/cfgd/cfgd/api/tasks"
+	"github.com/cfgd/cfgd/api/pages"
+	"github.com/cfgd/cfgd/api/rest/analytics"
+	"github.com/cfgd/cfgd/api/rest/extensions"
+	"github.com/cfgd/cfgd/cmd/cfgd/modules"
 )
 
 // frontModule serves / (index), /api/schema/, /api/docs/ and the embedded
 // assets under /static/.
-func frontModule(w wiring) module.Module {
-	return front.Module(w.app.Front, w.assets,
-		front.Link{Rel: "extensions", Href: extensions.ListPath, Title: "Installed extensions"},
-		front.Link{Rel: "top_sources", Href: analytics.PathTopSources, Title: "Top registration sources"},
-		front.Link{Rel: "source_links", Href: analytics.PathLinks, Title: "Registrations by source"},
-		front.Link{Rel: "grpc_dashboard", Href: monitor.PathDashboard, Title: "gRPC monitoring"},
-		front.Link{Rel: "tasks_dashboard", Href: tasksapi.PathDashboard, Title: "Task queues"},
+func frontModule(w wiring) modules.Module {
+	return modules.Front(w.app.Front, w.assets,
+		pages.Link{Rel: "extensions", Href: extensions.ListPath, Title: "Installed extensions"},
+		pages.Link{Rel: "top_sources", Href: analytics.PathTopSources, Title: "Top registration sources"},
+		pages.Link{Rel: "source_links", Href: analytics.PathLinks, Title: "Registrations by source"},
+		pages.Link{Rel: "grpc_dashboard", Href: pages.PathMonitorDashboard, Title: "gRPC monitoring"},
+		pages.Link{Rel: "tasks_dashboard", Href: pages.PathTaskDashboard, Title: "Task queues"},
 	)
 }

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cfgd/cfgd/api/auth"
-	apigrpc "github.com/cfgd/cfgd/api/grpc"
-	"github.com/cfgd/cfgd/api/module"
-	"github.com/cfgd/cfgd/api/rpc"
+	"github.com/cfgd/cfgd/cmd/cfgd/modules"
+
+	"github.com/cfgd/cfgd/api/grpcserver"
+	"github.com/cfgd/cfgd/api/rest/auth"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 	requestlogrm "github.com/cfgd/cfgd/readmodels/requestlog"
 )
@@ -17,21 +17,21 @@ import (
 // /cfg/grpc/ and /admin/api-keys/, and the proto files in GRPC__PROTO_DIR.
 // Every call it serves is reported to the request log through prod, and
 // cfgd.ingest.v1 and the cfgd.monitor.v1 statistics are served.
-func grpcModule(w wiring, a *auth.API, prod *reqlog.Producer, activeKeys requestlogrm.ActiveAPIKeys) (module.Module, error) {
-	p, err := apigrpc.NewModule(apigrpc.Config{
-		RPC:      rpc.Config{Addr: w.app.Core.GRPCAddr, ShutdownTimeout: w.app.Core.ShutdownTimeout},
+func grpcModule(w wiring, a *auth.API, prod *reqlog.Producer, activeKeys requestlogrm.ActiveAPIKeys) (modules.Module, error) {
+	p, err := modules.GRPC(modules.GRPCConfig{
+		RPC:      grpcserver.Config{Addr: w.app.Core.GRPCAddr, ShutdownTimeout: w.app.Core.ShutdownTimeout},
 		ProtoDir: w.app.GRPCProtoDir,
 		Events:   w.deps.events,
-	}, a, w.deps.pg, w.log, time.Now, apigrpc.RequestLog{
+	}, a, w.deps.pg, w.log, time.Now, modules.GRPCRequestLog{
 		Producer: prod, Queries: requestlogrm.New(w.deps.ch, time.Now, activeKeys),
 	})
 	if err != nil {
-		return module.Module{}, err
+		return modules.Module{}, err
 	}
 	if w.metrics != nil {
 		for _, c := range p.Metrics {
 			if err := w.metrics.Register(c); err != nil {
-				return module.Module{}, fmt.Errorf("grpc metrics: %w", err)
+				return modules.Module{}, fmt.Errorf("grpc metrics: %w", err)
 			}
 		}
 	}

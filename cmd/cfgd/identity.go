@@ -4,21 +4,21 @@ import (
 	"os"
 	"time"
 
-	"github.com/cfgd/cfgd/api/auth"
-	identityapi "github.com/cfgd/cfgd/api/identity"
-	"github.com/cfgd/cfgd/api/module"
+	"github.com/cfgd/cfgd/cmd/cfgd/modules"
+
+	"github.com/cfgd/cfgd/api/rest/auth"
 	"github.com/cfgd/cfgd/commands/signin"
 )
 
 // identityModule is passwordless sign-in: the sign-in core and its HTTP
 // side (api/identity). The HTTP side is returned too, for the middleware
 // other modules protect their endpoints with.
-func identityModule(w wiring) (module.Module, *auth.API, error) {
+func identityModule(w wiring) (modules.Module, *auth.API, error) {
 	app, err := signin.New(w.app.Signin, signin.Deps{
 		Pool: w.deps.pg, Events: w.deps.events, Redis: w.deps.redis, Log: w.log, Console: os.Stdout, Now: time.Now,
 	})
 	if err != nil {
-		return module.Module{}, nil, err
+		return modules.Module{}, nil, err
 	}
-	return identityapi.New(app, w.app.Identity, w.deps.pg, time.Now)
+	return modules.Identity(app, w.app.Identity, w.deps.pg, time.Now)
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cfgd/cfgd/deploy/testenv"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 )
 
 func freeAddr(t *testing.T) string {

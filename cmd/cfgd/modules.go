@@ -5,12 +5,13 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/modules"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	apikeyrm "github.com/cfgd/cfgd/readmodels/apikey"
 
-	"github.com/cfgd/cfgd/api/module"
-	"github.com/cfgd/cfgd/api/static"
+	"github.com/cfgd/cfgd/api/pages"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/bus"
@@ -29,7 +30,7 @@ type wiring struct {
 	metrics prometheus.Registerer
 	// assets are the pages' static assets, indexed once; the front
 	// module serves them.
-	assets *static.Assets
+	assets *pages.Assets
 }
 
 // eventTypes is the explicit registry of every event type cfgd stores.
@@ -43,8 +44,8 @@ func eventTypes() []events.Event {
 
 // buildModules builds every capability. A new capability is one more
 // constructor here and nothing else.
-func buildModules(ctx context.Context, w wiring) ([]module.Module, error) {
-	assets, err := static.New()
+func buildModules(ctx context.Context, w wiring) ([]modules.Module, error) {
+	assets, err := pages.NewAssets()
 	if err != nil {
 		return nil, err
 	}
@@ -81,5 +82,5 @@ func buildModules(ctx context.Context, w wiring) ([]module.Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []module.Module{id, ext, grpc, tq, rl, front}, nil
+	return []modules.Module{id, ext, grpc, tq, rl, front}, nil
 }

@@ -8,14 +8,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cfgd/cfgd/api/module"
-
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cfgd/cfgd/api"
+	"github.com/cfgd/cfgd/api/rest"
+	"github.com/cfgd/cfgd/cmd/cfgd/modules"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/config"
-	"github.com/cfgd/cfgd/deploy/testenv"
 	"github.com/cfgd/cfgd/events/bus"
 )
 
@@ -56,14 +55,14 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	defer d.Close()
 	log := testenv.Quiet()
 	busCfg := bus.Config{Brokers: []string{"127.0.0.1:1"}, Partitions: 1}
-	modules, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: busCfg})
+	mods, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: busCfg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// cfgd replay lists the projections itself (it runs without the
 	// modules' connections); it must know every one serve runs.
 	var served, replayable []string
-	for _, p := range module.Projections(modules...) {
+	for _, p := range modules.Projections(mods...) {
 		served = append(served, p.Name)
 	}
 	for _, p := range postgresProjections() {
@@ -75,11 +74,11 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 		t.Errorf("serve runs projections %v, cfgd replay knows %v", served, replayable)
 	}
 	metrics := prometheus.NewRegistry()
-	router, err := newRouter(log, metrics, d, busCfg, modules)
+	router, err := newRouter(log, metrics, d, busCfg, mods)
 	if err != nil {
 		t.Fatal(err)
 	}
-	api.MountMetrics(router, metrics, "")
+	rest.MountMetrics(router, metrics, "")
 	pattern := regexp.MustCompile(`\{([a-z_]+):[^}]*\}`)
 	seen := 0
 	err = router.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {

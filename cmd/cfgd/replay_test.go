@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cfgd/cfgd/deploy/testenv"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events/bus"
 	taskev "github.com/cfgd/cfgd/events/tasks"
 	taskproj "github.com/cfgd/cfgd/projections/tasks"

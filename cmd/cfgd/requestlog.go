@@ -4,12 +4,14 @@ import (
 	"context"
 	"time"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/modules"
+	"github.com/cfgd/cfgd/deploy/process"
+
 	"github.com/gorilla/mux"
 
-	"github.com/cfgd/cfgd/api/auth"
-	"github.com/cfgd/cfgd/api/health"
-	"github.com/cfgd/cfgd/api/module"
-	"github.com/cfgd/cfgd/api/monitor"
+	"github.com/cfgd/cfgd/api/pages"
+	"github.com/cfgd/cfgd/api/rest/auth"
+	"github.com/cfgd/cfgd/api/rest/monitor"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/apikeyusage"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
@@ -29,32 +31,32 @@ func requestLogProducer(w wiring) (*reqlog.Producer, error) {
 // the request-log topic through prod, the ClickHouse sink, and the staff
 // monitoring endpoints over the read model. activeKeys counts active API
 // keys (nil: active_api_keys is then 0).
-func requestLogModule(w wiring, a *auth.API, prod *reqlog.Producer, activeKeys requestlogrm.ActiveAPIKeys) (module.Module, error) {
+func requestLogModule(w wiring, a *auth.API, prod *reqlog.Producer, activeKeys requestlogrm.ActiveAPIKeys) (modules.Module, error) {
 	c := w.app.RequestLog
 	c.Sink.Bus = w.bus
 	// The fence lets `cfgd replay requestlog.clickhouse` swap rebuilt
 	// tables in between two of the sink's batches.
 	s, err := sink.NewFenced(c.Sink, w.deps.ch, sink.PostgresFence{Pool: w.deps.pg}, w.log)
 	if err != nil {
-		return module.Module{}, err
+		return modules.Module{}, err
 	}
 	// API-key usage (request_count, last_used_at) is a second consumer of
 	// the same topic; its settings are the defaults until cmd/settings
 	// reads them.
 	usage, err := apikeyusage.New(apikeyusage.DefaultConfig(w.bus), w.deps.pg, w.log)
 	if err != nil {
-		return module.Module{}, err
+		return modules.Module{}, err
 	}
 	h := monitor.New(prod, requestlogrm.New(w.deps.ch, time.Now, activeKeys), time.Now)
-	return module.Module{
+	return modules.Module{
 		Name: "requestlog",
 		Routes: func(r *mux.Router) error {
 			h.Mount(r, a.Staff(), a.StaffOrAPIKey())
 			// The page's assets are served by the front module.
-			return monitor.MountDashboard(r, a.Staff(), w.assets)
+			return pages.MountMonitorDashboard(r, a.Staff(), w.assets)
 		},
-		Checks: []health.Check{{Name: "requestlog-sink", Ping: s.Ready}, {Name: "apikey-usage", Ping: usage.Ready}},
-		Background: []module.Runner{s.Runner(), usage.Runner(), {Name: "requestlog-producer", Run: func(ctx context.Context) error {
+		Checks: []process.Check{{Name: "requestlog-sink", Ping: s.Ready}, {Name: "apikey-usage", Ping: usage.Ready}},
+		Background: []process.Runner{s.Runner(), usage.Runner(), {Name: "requestlog-producer", Run: func(ctx context.Context) error {
 			// Servers stop first, so nothing produces once this closes.
 			<-ctx.Done()
 			return prod.Close()

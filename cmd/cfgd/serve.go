@@ -8,13 +8,14 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/modules"
+	"github.com/cfgd/cfgd/deploy/process"
+
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/cfgd/cfgd/api"
-	"github.com/cfgd/cfgd/api/health"
-	"github.com/cfgd/cfgd/api/module"
+	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/bus"
@@ -53,7 +54,7 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	if err != nil {
 		return err
 	}
-	modules, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: busCfg, metrics: metrics})
+	mods, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: busCfg, metrics: metrics})
 	if err != nil {
 		return err
 	}
@@ -61,30 +62,30 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	if err != nil {
 		return err
 	}
-	pipe, err := pipeline.New(pipeline.Config{Bus: busCfg, Wake: d.commits.C(), Metrics: metrics, Signer: signer}, d.pg, reg, log, module.Projections(modules...)...)
+	pipe, err := pipeline.New(pipeline.Config{Bus: busCfg, Wake: d.commits.C(), Metrics: metrics, Signer: signer}, d.pg, reg, log, modules.Projections(mods...)...)
 	if err != nil {
 		return err
 	}
 
-	router, err := newRouter(log, metrics, d, busCfg, append(modules, module.Module{
-		Name: "relay", Checks: []health.Check{{Name: "relay", Ping: pipe.Ready}},
+	router, err := newRouter(log, metrics, d, busCfg, append(mods, modules.Module{
+		Name: "relay", Checks: []process.Check{{Name: "relay", Ping: pipe.Ready}},
 	}))
 	if err != nil {
 		return err
 	}
-	srv := api.NewServer(c.HTTPAddr, router, c.ShutdownTimeout, log)
-	servers := []module.Runner{{Name: "http", Run: srv.Run}}
+	srv := rest.NewServer(c.HTTPAddr, router, c.ShutdownTimeout, log)
+	servers := []process.Runner{{Name: "http", Run: srv.Run}}
 	if c.MetricsAddr == "" {
-		api.MountMetrics(router, metrics, c.MetricsToken.Reveal())
+		rest.MountMetrics(router, metrics, c.MetricsToken.Reveal())
 	} else {
 		mr := mux.NewRouter()
-		api.MountMetrics(mr, metrics, c.MetricsToken.Reveal())
-		servers = append(servers, module.Runner{Name: "metrics", Run: api.NewServer(c.MetricsAddr, mr, c.ShutdownTimeout, log).Run})
+		rest.MountMetrics(mr, metrics, c.MetricsToken.Reveal())
+		servers = append(servers, process.Runner{Name: "metrics", Run: rest.NewServer(c.MetricsAddr, mr, c.ShutdownTimeout, log).Run})
 	}
 
-	core := module.Module{
+	core := modules.Module{
 		Name: "core",
-		Background: []module.Runner{{Name: "pipeline", Run: func(ctx context.Context) error {
+		Background: []process.Runner{{Name: "pipeline", Run: func(ctx context.Context) error {
 			if err := retry(ctx, log, "postgres", func(ctx context.Context) error { return migrations.Up(ctx, d.pg, log) }); err != nil {
 				return nil
 			}
@@ -93,19 +94,19 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 			}
 			return pipe.Run(ctx)
 		}}},
-		Servers: append(servers, module.Runner{Name: "banner", Run: func(ctx context.Context) error {
+		Servers: append(servers, process.Runner{Name: "banner", Run: func(ctx context.Context) error {
 			select {
 			case addr := <-srv.Started():
 				metricsAddr := cmp.Or(c.MetricsAddr, addr)
 				fmt.Fprintf(stdout, "cfgd is up\n  API      http://%s/\n  docs     http://%s/api/docs/\n  health   http://%s/readyz\n  metrics  http://%s%s\n  kafka    %v\n",
-					addr, addr, addr, metricsAddr, api.MetricsPath, busCfg.Brokers)
+					addr, addr, addr, metricsAddr, rest.MetricsPath, busCfg.Brokers)
 			case <-ctx.Done():
 			}
 			<-ctx.Done()
 			return nil
 		}}),
 	}
-	if err := module.Run(ctx, log, append([]module.Module{core}, modules...)...); err != nil {
+	if err := modules.Run(ctx, log, append([]modules.Module{core}, mods...)...); err != nil {
 		return err
 	}
 	log.Info("cfgd stopped")
@@ -114,18 +115,18 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 
 // newRouter is the root router with health, readiness and every module's
 // routes (not /metrics, which may have a listener of its own).
-func newRouter(log *slog.Logger, metrics *prometheus.Registry, d *deps, busCfg bus.Config, modules []module.Module) (*mux.Router, error) {
-	router, err := api.NewRouter(log, metrics)
+func newRouter(log *slog.Logger, metrics *prometheus.Registry, d *deps, busCfg bus.Config, mods []modules.Module) (*mux.Router, error) {
+	router, err := rest.NewRouter(log, metrics)
 	if err != nil {
 		return nil, err
 	}
-	health.Mount(router, 2*time.Second, append([]health.Check{
+	rest.MountHealth(router, 2*time.Second, append([]process.Check{
 		{Name: "postgres", Ping: d.pg.Ping},
 		{Name: "clickhouse", Ping: d.ch.Ping},
 		{Name: "redis", Ping: func(ctx context.Context) error { return d.redis.Ping(ctx).Err() }},
 		{Name: "kafka", Ping: func(ctx context.Context) error { return bus.Ping(ctx, busCfg) }},
-	}, module.Checks(modules...)...)...)
-	if err := module.Mount(router, modules...); err != nil {
+	}, modules.Checks(mods...)...)...)
+	if err := modules.Mount(router, mods...); err != nil {
 		return nil, err
 	}
 	return router, nil

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cfgd/cfgd/deploy/testenv"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 )
 
 // syncBuffer is written by the server's goroutines and read by the test.

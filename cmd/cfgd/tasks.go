@@ -5,13 +5,15 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/modules"
+	"github.com/cfgd/cfgd/deploy/process"
+
 	"github.com/gorilla/mux"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/cfgd/cfgd/api/auth"
-	"github.com/cfgd/cfgd/api/health"
-	"github.com/cfgd/cfgd/api/module"
-	tasksapi "github.com/cfgd/cfgd/api/tasks"
+	"github.com/cfgd/cfgd/api/pages"
+	"github.com/cfgd/cfgd/api/rest/auth"
+	tasksapi "github.com/cfgd/cfgd/api/rest/taskadmin"
 	taskcmd "github.com/cfgd/cfgd/commands/tasks"
 	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/projections"
@@ -22,16 +24,16 @@ import (
 // dashboard, the tasks.control reactor and the tasks.queues views (run in
 // the shared pipeline) and the lifecycle sink that feeds the statistics.
 // The workers themselves run in `cfgd worker`.
-func tasksModule(_ context.Context, w wiring, a *auth.API) (module.Module, error) {
+func tasksModule(_ context.Context, w wiring, a *auth.API) (modules.Module, error) {
 	cfg := w.app.Tasks
 	rdb, closeRedis, err := tasksRedis(w, cfg.RedisURL)
 	if err != nil {
-		return module.Module{}, err
+		return modules.Module{}, err
 	}
 	app, err := taskcmd.New(cfg, taskcmd.Deps{Pool: w.deps.pg, Events: w.deps.events, Redis: rdb, Log: w.log, Now: time.Now})
 	if err != nil {
 		closeRedis()
-		return module.Module{}, err
+		return modules.Module{}, err
 	}
 	sink := taskproj.NewSink(w.deps.pg, w.bus, w.log)
 	pub := taskproj.NewLifecyclePublisher(w.bus, w.log)
@@ -40,19 +42,19 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (module.Module, error
 		appends = w.deps.events.Bind(w.deps.pg)
 	}
 	staff := a.Staff()
-	var checks []health.Check
+	var checks []process.Check
 	if rdb != w.deps.redis {
-		checks = append(checks, health.Check{Name: "tasks-redis", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
+		checks = append(checks, process.Check{Name: "tasks-redis", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
 	}
-	return module.Module{
+	return modules.Module{
 		Name: "tasks",
 		Routes: func(r *mux.Router) error {
 			tasksapi.Mount(r, staff, app)
-			return tasksapi.MountDashboard(r, staff, w.assets)
+			return pages.MountTaskDashboard(r, staff, w.assets)
 		},
 		Projections: []*projections.Projection{taskproj.Control(app.Inspector, app.Registry, pub, appends), taskproj.Views()},
 		Checks:      checks,
-		Background: []module.Runner{
+		Background: []process.Runner{
 			{Name: "tasks-lifecycle-sink", Run: sink.Run},
 			{Name: "tasks-close", Run: func(ctx context.Context) error {
 				<-ctx.Done()

@@ -12,8 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cfgd/cfgd/api/monitor"
-	"github.com/cfgd/cfgd/deploy/testenv"
+	"github.com/cfgd/cfgd/api/pages"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 )
 
 // serve feeds the keys' request_count and last_used_at from the request
@@ -73,10 +73,10 @@ func TestServeCountsAPIKeyUsage(t *testing.T) {
 	if body := waitStatus(t, r.base+"/readyz", 200); !strings.Contains(body, `"name":"apikey-usage","ok":true`) {
 		t.Errorf("/readyz does not report apikey-usage ok: %s", body)
 	}
-	if code, page := get(t, r.base+monitor.PathDashboard); code != http.StatusUnauthorized || !strings.Contains(page, `id="login"`) {
+	if code, page := get(t, r.base+pages.PathMonitorDashboard); code != http.StatusUnauthorized || !strings.Contains(page, `id="login"`) {
 		t.Errorf("dashboard without a session: %d %.200s", code, page)
 	}
-	src := regexp.MustCompile(`src="(/static/cfgd/login\.js\?v=[0-9a-f]+)"`).FindStringSubmatch(func() string { _, p := get(t, r.base+monitor.PathDashboard); return p }())
+	src := regexp.MustCompile(`src="(/static/cfgd/login\.js\?v=[0-9a-f]+)"`).FindStringSubmatch(func() string { _, p := get(t, r.base+pages.PathMonitorDashboard); return p }())
 	if src == nil {
 		t.Fatal("the sign-in form links no versioned login.js")
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cfgd/cfgd/deploy/testenv"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 )
 
 func TestCreateSuperuserCommand(t *testing.T) {

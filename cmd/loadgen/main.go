@@ -36,7 +36,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/gorilla/mux"
 
-	"github.com/cfgd/cfgd/api/monitor"
+	"github.com/cfgd/cfgd/api/rest/monitor"
 	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/bus"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"

@@ -1,9 +1,9 @@
 package settings
 
 import (
-	"github.com/cfgd/cfgd/api/front"
-	"github.com/cfgd/cfgd/api/media"
-	"github.com/cfgd/cfgd/api/profile"
+	"github.com/cfgd/cfgd/api/pages"
+	"github.com/cfgd/cfgd/api/rest/media"
+	"github.com/cfgd/cfgd/api/rest/profile"
 	"github.com/cfgd/cfgd/deploy/config"
 )
 
@@ -27,4 +27,4 @@ func ReadProfile(r *config.Reader) profile.Config {
 
 // ReadFront has no variables: the name is cfgd's and the version comes from
 // the build.
-func ReadFront(*config.Reader) front.Config { return front.DefaultConfig() }
+func ReadFront(*config.Reader) pages.FrontConfig { return pages.DefaultFrontConfig() }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cfgd/cfgd/api/auth"
+	"github.com/cfgd/cfgd/api/rest/auth"
 	"github.com/cfgd/cfgd/commands/mail"
 	"github.com/cfgd/cfgd/commands/signin"
 	"github.com/cfgd/cfgd/commands/token"

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/apikey"
 	"github.com/cfgd/cfgd/commands/user"
-	"github.com/cfgd/cfgd/deploy/testenv"
 	eventsapikey "github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/store"
 )

@@ -14,11 +14,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/commands/mail"
 	"github.com/cfgd/cfgd/commands/otp"
 	"github.com/cfgd/cfgd/commands/token"
 	"github.com/cfgd/cfgd/commands/user"
-	"github.com/cfgd/cfgd/deploy/testenv"
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/store"
 )

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/commands/session"
 	"github.com/cfgd/cfgd/commands/token"
 	"github.com/cfgd/cfgd/commands/user"
-	"github.com/cfgd/cfgd/deploy/testenv"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/store"

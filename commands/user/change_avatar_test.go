@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/user"
-	"github.com/cfgd/cfgd/deploy/testenv"
 )
 
 func TestNewAvatarPath(t *testing.T) {

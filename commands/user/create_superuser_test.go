@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/commands/user"
-	"github.com/cfgd/cfgd/deploy/testenv"
 	"github.com/cfgd/cfgd/events/identity"
 )
 

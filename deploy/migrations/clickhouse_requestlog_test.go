@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/migrations"
-	"github.com/cfgd/cfgd/deploy/testenv"
 )
 
 func TestFeaturesFor(t *testing.T) {

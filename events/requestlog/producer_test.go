@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cfgd/cfgd/deploy/testenv"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events/bus"
 	"github.com/cfgd/cfgd/events/requestlog"
 )

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/commands/apikey"
 	"github.com/cfgd/cfgd/commands/user"
-	"github.com/cfgd/cfgd/deploy/testenv"
 	"github.com/cfgd/cfgd/events"
 	eventsapikey "github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/store"

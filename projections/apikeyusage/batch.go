@@ -7,10 +7,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cfgd/cfgd/deploy/process"
+
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cfgd/cfgd/api/module"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 )
 
@@ -134,7 +135,7 @@ func (h *handler) flush(sess sarama.ConsumerGroupSession, b *batch, final bool) 
 		}
 		u.health.Set(fmt.Errorf("api-key usage: %w", err))
 		u.log.WarnContext(ctx, "api-key usage batch not applied, retrying", "partition", b.partition, "records", b.records, "err", err, "retry_in", backoff.String())
-		if final || !module.Sleep(ctx, backoff) {
+		if final || !process.Sleep(ctx, backoff) {
 			return nil
 		}
 		backoff = min(backoff*2, u.cfg.MaxBackoff)

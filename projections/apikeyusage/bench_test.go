@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cfgd/cfgd/deploy/testenv"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events"
 	eventsapikey "github.com/cfgd/cfgd/events/apikey"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"

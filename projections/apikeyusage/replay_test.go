@@ -12,10 +12,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cfgd/cfgd/api/auth/authtest"
-	"github.com/cfgd/cfgd/api/grpc/grpctest"
+	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
+	"github.com/cfgd/cfgd/cmd/cfgd/grpctest"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	cmdapikey "github.com/cfgd/cfgd/commands/apikey"
-	"github.com/cfgd/cfgd/deploy/testenv"
 	"github.com/cfgd/cfgd/events"
 	eventsapikey "github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/bus"

@@ -17,10 +17,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cfgd/cfgd/deploy/process"
+
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/events/bus"
 )
 
@@ -84,7 +85,7 @@ type Usage struct {
 	topic string
 
 	// health is why the consumer is not keeping up; nil when it is.
-	health module.Health
+	health process.Health
 
 	applied  atomic.Int64
 	skipped  atomic.Int64
@@ -110,7 +111,7 @@ func New(cfg Config, db DB, log *slog.Logger) (*Usage, error) {
 }
 
 // Runner is the consumer as a module runner.
-func (u *Usage) Runner() module.Runner { return module.Runner{Name: "apikey-usage", Run: u.Run} }
+func (u *Usage) Runner() process.Runner { return process.Runner{Name: "apikey-usage", Run: u.Run} }
 
 // Ready reports whether the consumer is keeping up.
 func (u *Usage) Ready(ctx context.Context) error { return u.health.Ready(ctx) }
@@ -169,7 +170,7 @@ func (u *Usage) Run(ctx context.Context) error {
 		if err != nil && ctx.Err() == nil {
 			u.health.Set(fmt.Errorf("kafka: %w", err))
 			u.log.WarnContext(ctx, "api-key usage consume", "err", err)
-			module.Sleep(ctx, backoff)
+			process.Sleep(ctx, backoff)
 			backoff = min(backoff*2, u.cfg.MaxBackoff)
 			continue
 		}

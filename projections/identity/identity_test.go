@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/commands/signin"
-	"github.com/cfgd/cfgd/deploy/testenv"
 
-	"github.com/cfgd/cfgd/api/auth/authtest"
+	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"

@@ -7,9 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cfgd/cfgd/deploy/process"
+
 	"github.com/IBM/sarama"
 
-	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/deploy/migrations"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 )
@@ -223,7 +224,7 @@ func (h *handler) flush(sess sarama.ConsumerGroupSession, b *batch, final bool) 
 		}
 		s.health.Set(fmt.Errorf("request-log sink: %w", err))
 		s.log.WarnContext(ctx, "request-log batch not written, retrying", "rows", b.rows.Len(), "err", err, "retry_in", backoff.String())
-		if final || !module.Sleep(ctx, backoff) {
+		if final || !process.Sleep(ctx, backoff) {
 			return err
 		}
 		backoff = min(backoff*2, s.cfg.MaxBackoff)

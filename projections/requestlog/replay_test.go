@@ -13,8 +13,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/migrations"
-	"github.com/cfgd/cfgd/deploy/testenv"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 )
 

@@ -17,10 +17,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cfgd/cfgd/deploy/process"
+
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/IBM/sarama"
 
-	"github.com/cfgd/cfgd/api/module"
 	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/bus"
 )
@@ -87,7 +88,7 @@ type Sink struct {
 
 	// health is the reason the sink is not keeping up (ClickHouse or
 	// Kafka down, schema not created yet); nil when it is.
-	health module.Health
+	health process.Health
 
 	dlqMu sync.Mutex
 	dlq   sarama.SyncProducer
@@ -124,7 +125,7 @@ func NewFenced(cfg Config, conn driver.Conn, fence Fence, log *slog.Logger) (*Si
 }
 
 // Runner is the sink as a module runner.
-func (s *Sink) Runner() module.Runner { return module.Runner{Name: "requestlog-sink", Run: s.Run} }
+func (s *Sink) Runner() process.Runner { return process.Runner{Name: "requestlog-sink", Run: s.Run} }
 
 // Ready reports whether the sink is keeping up: an error while ClickHouse
 // is down (consumption is paused then) or before the sink has started.
@@ -188,7 +189,7 @@ func (s *Sink) Run(ctx context.Context) error {
 		if err != nil && ctx.Err() == nil {
 			s.health.Set(fmt.Errorf("kafka: %w", err))
 			s.log.WarnContext(ctx, "request-log consume", "err", err)
-			module.Sleep(ctx, backoff)
+			process.Sleep(ctx, backoff)
 			backoff = min(backoff*2, s.cfg.MaxBackoff)
 			continue
 		}
@@ -228,7 +229,7 @@ func (s *Sink) retention(ctx context.Context) {
 		case n > 0:
 			s.log.InfoContext(ctx, "request-log partitions dropped", "partitions", n, "retention_days", s.cfg.RetentionDays)
 		}
-		if !module.Sleep(ctx, s.cfg.RetentionEvery) {
+		if !process.Sleep(ctx, s.cfg.RetentionEvery) {
 			return
 		}
 	}

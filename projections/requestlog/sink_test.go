@@ -14,8 +14,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/IBM/sarama"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/migrations"
-	"github.com/cfgd/cfgd/deploy/testenv"
 	"github.com/cfgd/cfgd/events/bus"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cfgd/cfgd/deploy/testenv"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events"
 	taskev "github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/projections/replay"

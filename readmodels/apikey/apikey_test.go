@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cfgd/cfgd/deploy/testenv"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	rmapikey "github.com/cfgd/cfgd/readmodels/apikey"
 )
 

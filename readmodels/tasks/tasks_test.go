@@ -12,7 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/cfgd/cfgd/deploy/testenv"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	taskev "github.com/cfgd/cfgd/events/tasks"
 	taskrm "github.com/cfgd/cfgd/readmodels/tasks"
 )

@@ -1,0 +1,110 @@
+package grpcserver
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
+	reqlog "github.com/cfgd/cfgd/events/requestlog"
+)
+
+// Producer takes validated events to the request-log topic; it fails with
+// an error wrapping requestlog.ErrUnavailable, within its timeout, when
+// Kafka cannot take them.
+type Producer interface {
+	Produce(ctx context.Context, events []reqlog.Event) error
+}
+
+// MaxReportedErrors bounds the field errors one Report answer lists.
+const MaxReportedErrors = 1000
+
+// Ingest serves cfgd.ingest.v1: other servers' request logs, for API key
+// holders and staff.
+type Ingest struct {
+	ingestv1.UnimplementedIngestServiceServer
+	producer Producer
+	now      func() time.Time
+	log      *slog.Logger
+}
+
+// NewIngest returns the service; with a nil producer it answers
+// Unimplemented.
+func NewIngest(p Producer, now func() time.Time, log *slog.Logger) *Ingest {
+	return &Ingest{producer: p, now: now, log: log}
+}
+
+// Report implements IngestService.Report. Each message is validated and
+// produced before the next is read, so memory is one message and Kafka's
+// pace reaches the client as flow control.
+func (s *Ingest) Report(stream grpc.ClientStreamingServer[ingestv1.ReportRequest, ingestv1.ReportResponse]) error {
+	ctx := stream.Context()
+	if s.producer == nil {
+		return status.Error(codes.Unimplemented, "the request log is not configured on this server")
+	}
+	p, ok := PrincipalFrom(ctx)
+	if !ok {
+		return status.Error(codes.Unauthenticated, "not authenticated")
+	}
+	if p.Via != ViaAPIKey && !p.Staff {
+		return status.Error(codes.PermissionDenied, "an API key (x-api-key) or a staff user is required")
+	}
+	res := &ingestv1.ReportResponse{}
+	var base int64
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return stream.SendAndClose(res)
+		}
+		if err != nil {
+			return err
+		}
+		n := len(msg.GetEvents())
+		if n > reqlog.MaxBatchEvents {
+			return status.Errorf(codes.InvalidArgument, "events: at most %d per message, got %d (events before this message were accepted: %d)", reqlog.MaxBatchEvents, n, res.Accepted)
+		}
+		batch := make([]reqlog.Event, n)
+		for i, e := range msg.GetEvents() {
+			batch[i] = fromProto(e)
+		}
+		valid, problems := reqlog.Validate(batch, s.now().UTC())
+		if err := s.producer.Produce(ctx, valid); err != nil {
+			if errors.Is(err, reqlog.ErrUnavailable) {
+				return status.Errorf(codes.Unavailable, "the request-log queue is unavailable, retry shortly (events accepted before this message: %d)", res.Accepted)
+			}
+			if ctx.Err() != nil {
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			s.log.ErrorContext(ctx, "request-log ingest", "err", err)
+			return status.Error(codes.Internal, "internal error")
+		}
+		res.Accepted += int64(len(valid))
+		res.Rejected += int64(n - len(valid))
+		for _, fe := range problems {
+			if len(res.Errors) >= MaxReportedErrors {
+				break
+			}
+			res.Errors = append(res.Errors, &ingestv1.FieldError{Index: base + int64(fe.Index), Field: fe.Field, Message: fe.Message})
+		}
+		base += int64(n)
+	}
+}
+
+func fromProto(e *ingestv1.Event) reqlog.Event {
+	out := reqlog.Event{
+		RequestID: e.GetRequestId(), ServiceName: e.GetServiceName(), MethodName: e.GetMethodName(), Status: e.GetStatus(),
+		DurationMS: e.GetDurationMs(), GRPCStatusCode: e.GetGrpcStatusCode(), ErrorMessage: e.GetErrorMessage(),
+		ClientIP: e.GetClientIp(), UserID: e.GetUserId(), Username: e.GetUsername(), IsAuthenticated: e.GetIsAuthenticated(),
+		APIKeyID: e.GetApiKeyId(), APIKeyName: e.GetApiKeyName(),
+	}
+	if ts := e.GetCreatedAt(); ts != nil {
+		out.CreatedAt = ts.AsTime()
+	}
+	return out
+}

@@ -1,0 +1,381 @@
+package grpcserver_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/cfgd/cfgd/api/grpcserver"
+	apikeysv1 "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
+	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
+	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	"github.com/cfgd/cfgd/api/reporter"
+	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
+	"github.com/cfgd/cfgd/cmd/cfgd/grpctest"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	eventsapikey "github.com/cfgd/cfgd/events/apikey"
+	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/readmodels/requestlog"
+)
+
+// waitRequests waits (a minute at most: the sink's consumer group may
+// take seconds to join on a loaded machine) until the read model lists at
+// least n requests matching f, and returns them.
+func waitRequests(t *testing.T, e *grpctest.Env, f requestlog.Filter, n int) []requestlog.Request {
+	t.Helper()
+	f.PageSize = requestlog.MaxPageSize
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		rs, _, err := e.Requests.Requests(context.Background(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rs) >= n {
+			return rs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("requests %+v: %d listed, want %d", f, len(rs), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func find(rs []requestlog.Request, match func(requestlog.Request) bool) (requestlog.Request, bool) {
+	i := slices.IndexFunc(rs, match)
+	if i < 0 {
+		return requestlog.Request{}, false
+	}
+	return rs[i], true
+}
+
+// One stack for the request log: served calls are reported with their
+// status and principal, the ingest stream takes other servers' events,
+// the reporter package delivers to it, and the monitor statistics answer
+// from what arrived.
+func TestRequestLogOverGRPC(t *testing.T) {
+	t.Parallel()
+	e := grpctest.StartWith(t, grpctest.Options{RequestLog: true})
+	admin := authtest.Email("rl-admin")
+	adminID := e.Superuser(t, admin, "admin password 1")
+	staff := e.SignIn(t, admin)
+	plain := e.SignIn(t, authtest.Email("rl-user"))
+	key := e.NewKey(t, "svc-key", eventsapikey.TypeService, admin, nil)
+	keys := apikeysv1.NewAPIKeyServiceClient(e.Conn)
+	mon := monitorv1.NewMonitorServiceClient(e.Conn)
+	ingest := ingestv1.NewIngestServiceClient(e.Conn)
+	ctx := context.Background()
+
+	t.Run("served calls are logged", func(t *testing.T) {
+		calls := []struct {
+			name string
+			ctx  context.Context
+			req  *apikeysv1.GetRequest
+			want codes.Code
+		}{
+			{"by key", metadata.AppendToOutgoingContext(withKey(key.Key), grpcserver.HeaderRequestID, "rid-key"), &apikeysv1.GetRequest{Id: key.State.ID}, codes.OK},
+			{"no credentials", metadata.AppendToOutgoingContext(ctx, grpcserver.HeaderRequestID, "rid-anon"), &apikeysv1.GetRequest{Id: key.State.ID}, codes.Unauthenticated},
+			{"not found", metadata.AppendToOutgoingContext(withBearer(staff.Access), grpcserver.HeaderRequestID, "rid-missing"), &apikeysv1.GetRequest{Id: 987654}, codes.NotFound},
+		}
+		for _, c := range calls {
+			if _, err := keys.Get(c.ctx, c.req); code(err) != c.want {
+				t.Fatalf("%s: %v, want %v", c.name, err, c.want)
+			}
+		}
+		// A streaming call: reflection.
+		rs, err := reflectionpb.NewServerReflectionClient(e.Conn).ServerReflectionInfo(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rs.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rs.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		_ = rs.CloseSend()
+		if _, err := rs.Recv(); err == nil {
+			t.Fatal("reflection stream did not end")
+		}
+
+		got := waitRequests(t, e, requestlog.Filter{Service: "cfgd.apikeys.v1.APIKeyService", Method: "Get"}, 3)
+		want := []struct {
+			rid, status, code string
+			auth              bool
+			user, keyID       int64
+			keyName, username string
+		}{
+			{"rid-key", reqlog.StatusSuccess, "OK", true, adminID, key.State.ID, "svc-key", ""},
+			{"rid-anon", reqlog.StatusError, "Unauthenticated", false, 0, 0, "", ""},
+			{"rid-missing", reqlog.StatusError, "NotFound", true, staff.UserID, 0, "", admin},
+		}
+		for _, w := range want {
+			r, ok := find(got, func(r requestlog.Request) bool { return r.RequestID == w.rid })
+			if !ok {
+				t.Fatalf("%s not logged: %+v", w.rid, got)
+			}
+			if r.Status != w.status || r.GRPCStatusCode != w.code || r.IsAuthenticated != w.auth || r.UserID != w.user ||
+				r.APIKeyID != w.keyID || r.APIKeyName != w.keyName || r.Username != w.username || r.ClientIP != "127.0.0.1" ||
+				time.Since(r.CreatedAt) > time.Minute || r.DurationMS < 0 {
+				t.Errorf("%s logged as %+v, want %+v from 127.0.0.1", w.rid, r, w)
+			}
+			if (w.code == "OK") != (r.ErrorMessage == "") {
+				t.Errorf("%s: error message %q", w.rid, r.ErrorMessage)
+			}
+		}
+		refl := waitRequests(t, e, requestlog.Filter{Service: "grpc.reflection.v1.ServerReflection"}, 1)
+		if r := refl[0]; r.MethodName != "ServerReflectionInfo" || r.Status != reqlog.StatusSuccess || r.IsAuthenticated {
+			t.Errorf("reflection stream logged as %+v", r)
+		}
+	})
+
+	t.Run("ingest stream", func(t *testing.T) {
+		at := timestamppb.New(time.Now().Add(-time.Minute))
+		ev := func(method, st string, dur int64) *ingestv1.Event {
+			return &ingestv1.Event{ServiceName: "ext.Billing", MethodName: method, GrpcStatusCode: st, DurationMs: dur, CreatedAt: at, ClientIp: "10.0.0.7"}
+		}
+		stream, err := ingest.Report(withKey(key.Key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		batches := [][]*ingestv1.Event{
+			{ev("Charge", "OK", 10), {ServiceName: "ext.Billing", MethodName: "Charge", Status: "bogus"}, ev("Charge", "Internal", 30)},
+			{{MethodName: "Refund", Status: "success", DurationMs: -1}, ev("Refund", "DeadlineExceeded", 50)},
+		}
+		for _, b := range batches {
+			if err := stream.Send(&ingestv1.ReportRequest{Events: b}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := stream.CloseAndRecv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var problems []string
+		for _, fe := range res.Errors {
+			problems = append(problems, fmt.Sprintf("%d.%s", fe.Index, fe.Field))
+		}
+		if res.Accepted != 3 || res.Rejected != 2 || !slices.Equal(problems, []string{"1.status", "3.service_name", "3.duration_ms"}) {
+			t.Fatalf("ingest answered %+v (problems %v)", res, problems)
+		}
+		got := waitRequests(t, e, requestlog.Filter{Service: "ext.Billing"}, 3)
+		statuses := map[string]int{}
+		for _, r := range got {
+			statuses[r.Status]++
+		}
+		if len(got) != 3 || statuses[reqlog.StatusSuccess] != 1 || statuses[reqlog.StatusError] != 1 || statuses[reqlog.StatusTimeout] != 1 {
+			t.Errorf("ingested %+v", got)
+		}
+		// The ingest service's own calls are not logged (recursion).
+		if rs, n, err := e.Requests.Requests(ctx, requestlog.Filter{Service: ingestv1.IngestService_ServiceDesc.ServiceName}); err != nil || n != 0 {
+			t.Errorf("ingest calls logged: %d %+v %v", n, rs, err)
+		}
+	})
+
+	t.Run("ingest refuses", func(t *testing.T) {
+		big := make([]*ingestv1.Event, reqlog.MaxBatchEvents+1)
+		for i := range big {
+			big[i] = &ingestv1.Event{ServiceName: "a", MethodName: "b", Status: "success"}
+		}
+		cases := []struct {
+			name string
+			ctx  context.Context
+			msg  *ingestv1.ReportRequest
+			want codes.Code
+		}{
+			{"no key", ctx, &ingestv1.ReportRequest{}, codes.Unauthenticated},
+			{"bad key", withKey(apikey_(t)), &ingestv1.ReportRequest{}, codes.Unauthenticated},
+			{"plain user", withBearer(plain.Access), &ingestv1.ReportRequest{}, codes.PermissionDenied},
+			{"too many events", withKey(key.Key), &ingestv1.ReportRequest{Events: big}, codes.InvalidArgument},
+		}
+		for _, c := range cases {
+			stream, err := ingest.Report(c.ctx)
+			if err == nil {
+				_ = stream.Send(c.msg)
+				_, err = stream.CloseAndRecv()
+			}
+			if code(err) != c.want {
+				t.Errorf("%s: %v, want %v", c.name, err, c.want)
+			}
+		}
+	})
+
+	t.Run("reporter package delivers", func(t *testing.T) {
+		rep, err := reporter.New(e.Conn, reporter.Config{APIKey: key.Key, Batch: reqlog.BatcherConfig{
+			QueueSize: 100, BatchSize: 10, FlushInterval: 20 * time.Millisecond, SendTimeout: 5 * time.Second,
+		}}, testenv.Quiet())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- rep.Run(rctx) }()
+		now := time.Now().UTC()
+		rep.Report(ctx, []reqlog.Event{
+			reqlog.FromCall(reqlog.Call{FullMethod: "/ext.Shop/Buy", Start: now.Add(-15 * time.Millisecond), End: now, Peer: "10.1.1.1:4000"}),
+			reqlog.FromCall(reqlog.Call{FullMethod: "/ext.Shop/Buy", Code: uint32(codes.Canceled), Message: "gone", Start: now, End: now}),
+		})
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if rep.Sent() != 2 || rep.Dropped() != 0 {
+			t.Fatalf("sent %d dropped %d", rep.Sent(), rep.Dropped())
+		}
+		got := waitRequests(t, e, requestlog.Filter{Service: "ext.Shop"}, 2)
+		if _, ok := find(got, func(r requestlog.Request) bool {
+			return r.Status == reqlog.StatusCancelled && r.GRPCStatusCode == "Canceled" && r.ErrorMessage == "gone"
+		}); !ok {
+			t.Errorf("cancelled call missing: %+v", got)
+		}
+		if _, ok := find(got, func(r requestlog.Request) bool {
+			return r.Status == reqlog.StatusSuccess && r.DurationMS == 15 && r.ClientIP == "10.1.1.1"
+		}); !ok {
+			t.Errorf("successful call missing: %+v", got)
+		}
+	})
+
+	t.Run("monitor statistics", func(t *testing.T) {
+		st := withBearer(staff.Access)
+		// The rollups trail the raw table by a moment: wait for the
+		// last events delivered to be counted.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			m, err := e.Requests.Methods(ctx, 1, "ext.Shop")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(m) == 1 && m[0].TotalRequests == 2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("ext.Shop statistics: %+v", m)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		// What the REST endpoints answer comes from the same store: compare.
+		want, err := e.Requests.Overview(ctx, 24)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := mon.Overview(st, &monitorv1.OverviewRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.TotalRequests != want.TotalRequests || o.TotalRequests != 9 || o.SuccessRate != want.SuccessRate ||
+			o.AvgDurationMs != want.AvgDurationMS || o.TotalServices != want.TotalServices || o.FailedRequests != want.FailedRequests {
+			t.Errorf("overview %+v, read model %+v", o, want)
+		}
+		ms, err := mon.Methods(st, &monitorv1.MethodsRequest{Hours: 1, Service: "ext.Billing"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms.Methods) != 2 {
+			t.Fatalf("methods %+v", ms.Methods)
+		}
+		for _, m := range ms.Methods {
+			switch m.MethodName {
+			case "Charge":
+				if m.TotalRequests != 2 || m.SuccessfulRequests != 1 || m.FailedRequests != 1 || m.SuccessRate != 50 ||
+					m.AvgDurationMs != 20 || m.MinDurationMs != 10 || m.MaxDurationMs != 30 {
+					t.Errorf("Charge %+v", m)
+				}
+			case "Refund":
+				if m.TotalRequests != 1 || m.FailedRequests != 1 || m.SuccessRate != 0 || m.MaxDurationMs != 50 {
+					t.Errorf("Refund %+v", m)
+				}
+			default:
+				t.Errorf("unexpected method %+v", m)
+			}
+		}
+		ss, err := mon.Services(st, &monitorv1.ServicesRequest{Hours: 8760})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc := map[string]*monitorv1.ServiceStats{}
+		for _, s := range ss.Services {
+			svc[s.ServiceName] = s
+		}
+		if b := svc["ext.Billing"]; b == nil || b.TotalRequests != 3 || b.MethodsCount != 2 || b.AvgDurationMs != 30 || b.P95DurationMs <= 0 {
+			t.Errorf("services %+v", ss.Services)
+		}
+		rq, err := mon.Requests(st, &monitorv1.RequestsRequest{Service: "ext.Billing", Status: "timeout"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rq.Count != 1 || len(rq.Results) != 1 || rq.Results[0].MethodName != "Refund" || rq.Results[0].GrpcStatusCode != "DeadlineExceeded" ||
+			rq.Results[0].ClientIp != "10.0.0.7" || rq.Results[0].CreatedAt == "" {
+			t.Errorf("requests %+v", rq)
+		}
+
+		refused := []struct {
+			name string
+			call func() error
+			want codes.Code
+		}{
+			{"key holder", func() error { _, err := mon.Overview(withKey(key.Key), &monitorv1.OverviewRequest{}); return err }, codes.PermissionDenied},
+			{"plain user", func() error {
+				_, err := mon.Services(withBearer(plain.Access), &monitorv1.ServicesRequest{})
+				return err
+			}, codes.PermissionDenied},
+			{"no credentials", func() error { _, err := mon.Methods(ctx, &monitorv1.MethodsRequest{}); return err }, codes.Unauthenticated},
+			{"hours too many", func() error { _, err := mon.Overview(st, &monitorv1.OverviewRequest{Hours: 8761}); return err }, codes.InvalidArgument},
+			{"hours negative", func() error { _, err := mon.Methods(st, &monitorv1.MethodsRequest{Hours: -1}); return err }, codes.InvalidArgument},
+			{"page size", func() error { _, err := mon.Requests(st, &monitorv1.RequestsRequest{PageSize: 1001}); return err }, codes.InvalidArgument},
+			{"status", func() error { _, err := mon.Requests(st, &monitorv1.RequestsRequest{Status: "fine"}); return err }, codes.InvalidArgument},
+		}
+		for _, c := range refused {
+			if err := c.call(); code(err) != c.want {
+				t.Errorf("%s: %v, want %v", c.name, err, c.want)
+			}
+		}
+	})
+}
+
+// With Kafka down, ingest answers Unavailable within about a second, and
+// the served calls still succeed (their events are dropped and counted).
+func TestRequestLogKafkaDown(t *testing.T) {
+	t.Parallel()
+	e := grpctest.StartWith(t, grpctest.Options{RequestLog: true, KafkaDown: true})
+	admin := authtest.Email("rl-down")
+	e.Superuser(t, admin, "admin password 1")
+	key := e.NewKey(t, "down-key", eventsapikey.TypeService, admin, nil)
+	ingest := ingestv1.NewIngestServiceClient(e.Conn)
+	for i := range 3 {
+		start := time.Now()
+		stream, err := ingest.Report(withKey(key.Key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = stream.Send(&ingestv1.ReportRequest{Events: []*ingestv1.Event{{ServiceName: "a", MethodName: "b", Status: "success"}}})
+		_, err = stream.CloseAndRecv()
+		took := time.Since(start)
+		if code(err) != codes.Unavailable || took > 1500*time.Millisecond {
+			t.Fatalf("attempt %d: %v after %s, want Unavailable within 1.5s", i, err, took)
+		}
+		t.Logf("attempt %d: Unavailable after %s", i, took.Round(time.Millisecond))
+	}
+	keys := apikeysv1.NewAPIKeyServiceClient(e.Conn)
+	for range 5 {
+		start := time.Now()
+		if _, err := keys.Get(withKey(key.Key), &apikeysv1.GetRequest{Id: key.State.ID}); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("served call took %s with Kafka down", took)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Reporter.Dropped() < 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("dropped %d, sent %d: want the 5 calls dropped", e.Reporter.Dropped(), e.Reporter.Sent())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

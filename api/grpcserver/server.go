@@ -1,0 +1,204 @@
+// Package rpc is cfgd's gRPC server: the standard health service, server
+// reflection, and cfgd's own services (api/protos), behind interceptors
+// for recovery (a panic becomes Internal and the server keeps serving),
+// logging (slog) and authentication (an API key in x-api-key or a Bearer
+// access token in authorization; health and reflection need neither).
+package grpcserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	authv1 "github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	grpcauth "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+)
+
+// Config of the server.
+type Config struct {
+	// Addr is the listen address (GRPC__ADDR); port 0 picks a free one.
+	Addr string
+	// ShutdownTimeout bounds the graceful stop; calls still running then
+	// are cancelled. Default 15s.
+	ShutdownTimeout time.Duration
+}
+
+// Validate joins every problem of c.
+func (c Config) Validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		errs = append(errs, fmt.Errorf("rpc: listen address %q: expected host:port", c.Addr))
+	}
+	if c.ShutdownTimeout < 0 {
+		errs = append(errs, errors.New("rpc: shutdown timeout must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// Server is the gRPC server with its lifecycle.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	srv     *grpc.Server
+	health  *health.Server
+	started chan string
+
+	mu        sync.Mutex
+	running   bool
+	startedAt time.Time
+}
+
+// New builds the server; register services with Register, then Run.
+func New(cfg Config, log *slog.Logger, authn Authenticator, opts ...Option) (*Server, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = 15 * time.Second
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if authn == nil {
+		return nil, errors.New("rpc: an authenticator is required")
+	}
+	s := &Server{cfg: cfg, log: log, health: health.NewServer(), started: make(chan string, 1)}
+	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
+	recoverOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+		log.ErrorContext(ctx, "grpc handler panic", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		return status.Error(codes.Internal, "internal error")
+	})
+	needsAuth := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool { return !Public(c.Service) })
+	authFn := authFunc(authn, log)
+	unary := []grpc.UnaryServerInterceptor{
+		logging.UnaryServerInterceptor(slogger(log), logOpts...),
+		recovery.UnaryServerInterceptor(recoverOpt),
+		selector.UnaryServerInterceptor(grpcauth.UnaryServerInterceptor(authFn), needsAuth),
+	}
+	stream := []grpc.StreamServerInterceptor{
+		logging.StreamServerInterceptor(slogger(log), logOpts...),
+		recovery.StreamServerInterceptor(recoverOpt),
+		selector.StreamServerInterceptor(grpcauth.StreamServerInterceptor(authFn), needsAuth),
+	}
+	if o.reporter != nil {
+		// Outermost, so it sees the status recovery and auth give.
+		unary = append([]grpc.UnaryServerInterceptor{unaryReport(o.reporter)}, unary...)
+		stream = append([]grpc.StreamServerInterceptor{streamReport(o.reporter)}, stream...)
+	}
+	s.srv = grpc.NewServer(grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
+	healthpb.RegisterHealthServer(s.srv, s.health)
+	reflection.Register(s.srv)
+	return s, nil
+}
+
+// Public tells whether a service is open without credentials: the health
+// service and reflection, which tools and load balancers call, and sign-in
+// (cfgd.auth.v1), which is how a caller gets credentials.
+func Public(service string) bool {
+	return service == healthpb.Health_ServiceDesc.ServiceName || strings.HasPrefix(service, "grpc.reflection.") ||
+		service == authv1.AuthService_ServiceDesc.ServiceName
+}
+
+func slogger(l *slog.Logger) logging.Logger {
+	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		l.Log(ctx, slog.Level(lvl), msg, fields...)
+	})
+}
+
+// Register adds a service and marks it SERVING in the health service.
+func (s *Server) Register(desc *grpc.ServiceDesc, impl any) {
+	s.srv.RegisterService(desc, impl)
+	s.health.SetServingStatus(desc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+}
+
+// Started yields the bound address once the server listens.
+func (s *Server) Started() <-chan string { return s.started }
+
+// Run serves until ctx ends, then stops gracefully: health turns
+// NOT_SERVING, new calls are refused, and running ones get
+// ShutdownTimeout to finish.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("grpc listen on %s (GRPC__ADDR): %w", s.cfg.Addr, err)
+	}
+	s.mu.Lock()
+	s.running, s.startedAt = true, time.Now()
+	s.mu.Unlock()
+	s.log.Info("grpc server listening", "addr", ln.Addr().String())
+	s.started <- ln.Addr().String()
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		s.setStopped()
+		return fmt.Errorf("grpc serve: %w", err)
+	case <-ctx.Done():
+	}
+	s.setStopped()
+	s.health.Shutdown()
+	done := make(chan struct{})
+	go func() { s.srv.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(s.cfg.ShutdownTimeout):
+		s.log.Warn("grpc graceful stop timed out; cancelling the calls still running")
+		s.srv.Stop()
+		<-done
+	}
+	<-errc
+	s.log.Info("grpc server stopped")
+	return nil
+}
+
+func (s *Server) setStopped() {
+	s.mu.Lock()
+	s.running = false
+	s.mu.Unlock()
+}
+
+// Status is the live server's state.
+type Status struct {
+	Running  bool
+	Uptime   time.Duration
+	Services int // registered services, health and reflection included
+}
+
+// Status reports the server's state.
+func (s *Server) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Status{Running: s.running, Services: len(s.srv.GetServiceInfo())}
+	if s.running {
+		st.Uptime = time.Since(s.startedAt)
+	}
+	return st
+}
+
+// Services lists the registered service names.
+func (s *Server) Services() []string {
+	info := s.srv.GetServiceInfo()
+	out := make([]string, 0, len(info))
+	for name := range info {
+		out = append(out, name)
+	}
+	return out
+}

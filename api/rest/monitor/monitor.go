@@ -1,0 +1,262 @@
+// Package monitor is the HTTP side of the request log: the ingest endpoint
+// (POST /api/grpc/monitor/ingest/) over the request-log producer, and the
+// staff query endpoints of SPEC.md 4.3 over the request-log read model.
+package monitor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/cfgd/cfgd/api/rest"
+	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/readmodels/requestlog"
+)
+
+// Limits of one ingest call.
+const (
+	MaxIngestBytes  = 8 << 20
+	MaxIngestEvents = 10_000
+)
+
+// Producer takes validated events to the request-log topic; it fails with
+// an error wrapping reqlog.ErrUnavailable when Kafka is down.
+type Producer interface {
+	Produce(ctx context.Context, events []reqlog.Event) error
+}
+
+// Queries are the read-model questions the endpoints ask.
+type Queries interface {
+	Requests(ctx context.Context, f requestlog.Filter) ([]requestlog.Request, int64, error)
+	Overview(ctx context.Context, hours int) (requestlog.Overview, error)
+	Services(ctx context.Context, hours int) ([]requestlog.Service, error)
+	Methods(ctx context.Context, hours int, service string) ([]requestlog.Method, error)
+	Timeline(ctx context.Context, hours int, service string) (requestlog.Timeline, error)
+}
+
+// Handlers serve the endpoints.
+type Handlers struct {
+	producer Producer
+	queries  Queries
+	now      func() time.Time
+}
+
+// New returns the handlers.
+func New(p Producer, q Queries, now func() time.Time) *Handlers {
+	return &Handlers{producer: p, queries: q, now: now}
+}
+
+// Mount adds the endpoints: ingest behind ingestAuth (staff or API key),
+// the queries behind staff.
+func (h *Handlers) Mount(r *mux.Router, staff, ingestAuth mux.MiddlewareFunc) {
+	r.Handle("/api/grpc/monitor/ingest/", ingestAuth(http.HandlerFunc(h.ingest))).Methods(http.MethodPost)
+	r.Handle("/api/grpc/monitor/requests/", staff(http.HandlerFunc(h.requests))).Methods(http.MethodGet)
+	r.Handle("/api/grpc/monitor/overview/", staff(http.HandlerFunc(h.overview))).Methods(http.MethodGet)
+	r.Handle("/api/grpc/monitor/services/", staff(http.HandlerFunc(h.services))).Methods(http.MethodGet)
+	r.Handle("/api/grpc/monitor/methods/", staff(http.HandlerFunc(h.methods))).Methods(http.MethodGet)
+	r.Handle("/api/grpc/monitor/timeline/", staff(http.HandlerFunc(h.timeline))).Methods(http.MethodGet)
+}
+
+// IngestResult is the answer of the ingest endpoint.
+type IngestResult struct {
+	Success  bool                `json:"success"`
+	Accepted int                 `json:"accepted"`
+	Rejected int                 `json:"rejected"`
+	Error    string              `json:"error,omitempty"`
+	Code     string              `json:"code,omitempty"`
+	Errors   []reqlog.FieldError `json:"errors,omitempty"`
+}
+
+// ingest takes a JSON array of events. Valid events are produced even when
+// others are not; then the answer is 400 naming each rejected event's
+// index and field, with the accepted count.
+func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
+		rest.Error(w, http.StatusBadRequest, "bad_request", "Content-Type must be application/json")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxIngestBytes))
+	if err != nil {
+		var big *http.MaxBytesError
+		if errors.As(err, &big) {
+			rest.Error(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body is larger than %d bytes", big.Limit))
+			return
+		}
+		rest.Fail(w, r, err)
+		return
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(body, &items); err != nil || items == nil {
+		rest.Error(w, http.StatusBadRequest, "bad_request", "request body must be a JSON array of request-log events")
+		return
+	}
+	if len(items) == 0 || len(items) > MaxIngestEvents {
+		rest.Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("send 1 to %d events per request", MaxIngestEvents))
+		return
+	}
+	events := make([]reqlog.Event, 0, len(items))
+	var problems []reqlog.FieldError
+	now := h.now().UTC()
+	for i, raw := range items {
+		e, err := decodeEvent(raw)
+		if err != nil {
+			problems = append(problems, reqlog.FieldError{Index: i, Field: err.field, Message: err.msg})
+			continue
+		}
+		e = reqlog.Normalize(e, now)
+		if errs := reqlog.Check(i, e); len(errs) > 0 {
+			problems = append(problems, errs...)
+			continue
+		}
+		events = append(events, e)
+	}
+	if err := h.producer.Produce(r.Context(), events); err != nil {
+		if errors.Is(err, reqlog.ErrUnavailable) {
+			w.Header().Set("Retry-After", "1")
+			rest.Unavailable(w, r, "the request-log queue", err)
+			return
+		}
+		rest.Fail(w, r, err)
+		return
+	}
+	res := IngestResult{Success: len(problems) == 0, Accepted: len(events), Rejected: len(items) - len(events)}
+	if len(problems) > 0 {
+		res.Errors, res.Code = problems, "invalid"
+		res.Error = fmt.Sprintf("%d of %d events rejected: %s", res.Rejected, len(items), problems[0].Error())
+		rest.JSON(w, http.StatusBadRequest, res)
+		return
+	}
+	rest.JSON(w, http.StatusAccepted, res)
+}
+
+type decodeError struct{ field, msg string }
+
+// decodeEvent reads one array element strictly: unknown fields and wrong
+// types are problems of that element only.
+func decodeEvent(raw json.RawMessage) (reqlog.Event, *decodeError) {
+	var e reqlog.Event
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		var typ *json.UnmarshalTypeError
+		var tm *time.ParseError
+		switch {
+		case errors.As(err, &typ) && typ.Field != "":
+			return e, &decodeError{typ.Field, "must be of type " + typ.Type.String()}
+		case errors.As(err, &typ):
+			return e, &decodeError{"", "must be a JSON object"}
+		case errors.As(err, &tm):
+			return e, &decodeError{"created_at", "must be an RFC 3339 date-time"}
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			return e, &decodeError{strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`), "unknown field"}
+		default:
+			return e, &decodeError{"", "is not a valid event"}
+		}
+	}
+	return e, nil
+}
+
+func (h *Handlers) requests(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	page, size, err := requestlog.ParsePage(q.Get("page"), q.Get("page_size"))
+	if err != nil {
+		invalid(w, r, err)
+		return
+	}
+	results, count, err := h.queries.Requests(r.Context(), requestlog.Filter{
+		Service: q.Get("service"), Method: q.Get("method"), Status: q.Get("status"), Page: page, PageSize: size,
+	})
+	if err != nil {
+		invalid(w, r, err)
+		return
+	}
+	rest.JSON(w, http.StatusOK, map[string]any{"results": results, "count": count})
+}
+
+func (h *Handlers) overview(w http.ResponseWriter, r *http.Request) {
+	hours, err := requestlog.ParseHours(r.URL.Query().Get("hours"))
+	if err != nil {
+		invalid(w, r, err)
+		return
+	}
+	o, err := h.queries.Overview(r.Context(), hours)
+	if err != nil {
+		invalid(w, r, err)
+		return
+	}
+	rest.JSON(w, http.StatusOK, o)
+}
+
+func (h *Handlers) services(w http.ResponseWriter, r *http.Request) {
+	hours, err := requestlog.ParseHours(r.URL.Query().Get("hours"))
+	if err != nil {
+		invalid(w, r, err)
+		return
+	}
+	s, err := h.queries.Services(r.Context(), hours)
+	if err != nil {
+		invalid(w, r, err)
+		return
+	}
+	rest.JSON(w, http.StatusOK, map[string]any{"services": s})
+}
+
+func (h *Handlers) methods(w http.ResponseWriter, r *http.Request) {
+	hours, err := requestlog.ParseHours(r.URL.Query().Get("hours"))
+	if err != nil {
+		invalid(w, r, err)
+		return
+	}
+	m, err := h.queries.Methods(r.Context(), hours, r.URL.Query().Get("service"))
+	if err != nil {
+		invalid(w, r, err)
+		return
+	}
+	rest.JSON(w, http.StatusOK, map[string]any{"methods": m})
+}
+
+// timeline is the per-minute series the monitoring page charts.
+func (h *Handlers) timeline(w http.ResponseWriter, r *http.Request) {
+	hours, err := requestlog.ParseTimelineHours(r.URL.Query().Get("hours"))
+	if err != nil {
+		invalid(w, r, err)
+		return
+	}
+	tl, err := h.queries.Timeline(r.Context(), hours, r.URL.Query().Get("service"))
+	if err != nil {
+		invalid(w, r, err)
+		return
+	}
+	rest.JSON(w, http.StatusOK, tl)
+}
+
+// invalid answers 400 naming every bad parameter in err, or hands any
+// other error to rest.Fail.
+func invalid(w http.ResponseWriter, r *http.Request, err error) {
+	fields := map[string]string{}
+	collect(err, fields)
+	if len(fields) == 0 {
+		rest.Fail(w, r, err)
+		return
+	}
+	rest.FieldErrors(w, fields)
+}
+
+func collect(err error, into map[string]string) {
+	var inv *requestlog.InvalidError
+	if errors.As(err, &inv) {
+		into[inv.Field] = inv.Message
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			collect(e, into)
+		}
+	}
+}

@@ -1,0 +1,120 @@
+// Package api is cfgd's HTTP front: the router every endpoint package mounts
+// on, and the server that drains in-flight requests on shutdown. Each
+// sub-package (health, auth, extensions, ...) owns its endpoints and calls
+// into commands (writes) and readmodels (reads).
+package rest
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// NewRouter returns the root router with JSON 404/405 answers, request
+// logging and latency metrics. /metrics is mounted by the caller
+// (MountMetrics), on this router or on a listener of its own.
+func NewRouter(log *slog.Logger, reg *prometheus.Registry) (*mux.Router, error) {
+	m, err := NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	// No path cleaning: gorilla/mux would answer a path with "." or ".."
+	// segments with a redirect to the cleaned one; every route gets the
+	// path as sent instead, so a traversal attempt is refused by the
+	// handler that owns the prefix (a 400 or 404), never redirected.
+	r := mux.NewRouter().SkipClean(true)
+	r.NotFoundHandler = Observe(log, m)(NotFound())
+	r.MethodNotAllowedHandler = Observe(log, m)(MethodNotAllowed())
+	r.Use(Observe(log, m))
+	return r, nil
+}
+
+// MetricsPath is where Prometheus scrapes.
+const MetricsPath = "/metrics"
+
+// MountMetrics serves reg's metrics at /metrics on r. A non-empty token
+// must come as "Authorization: Bearer <token>" (compared in constant time):
+// metrics name routes, dependencies and volumes, which is more than a
+// stranger should see.
+func MountMetrics(r *mux.Router, reg *prometheus.Registry, token string) {
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	if token != "" {
+		want := []byte("Bearer " + token)
+		next := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if subtle.ConstantTimeCompare([]byte(req.Header.Get("Authorization")), want) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="cfgd metrics"`)
+				Error(w, http.StatusUnauthorized, "not_authenticated", "metrics need the METRICS__TOKEN bearer token")
+				return
+			}
+			next.ServeHTTP(w, req)
+		})
+	}
+	r.Handle(MetricsPath, h).Methods(http.MethodGet)
+}
+
+// Server is an http.Server with cfgd's timeouts and graceful shutdown.
+type Server struct {
+	srv     *http.Server
+	log     *slog.Logger
+	drain   time.Duration
+	started chan string
+}
+
+// NewServer serves h on addr; drain bounds how long shutdown waits for
+// in-flight requests.
+func NewServer(addr string, h http.Handler, drain time.Duration, log *slog.Logger) *Server {
+	return &Server{
+		srv: &http.Server{
+			Addr:              addr,
+			Handler:           h,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			WriteTimeout:      60 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		},
+		log:     log,
+		drain:   drain,
+		started: make(chan string, 1),
+	}
+}
+
+// Started yields the bound address once the listener is open.
+func (s *Server) Started() <-chan string { return s.started }
+
+// Run serves until ctx ends, then stops accepting and waits up to the drain
+// time for in-flight requests.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.srv.Addr)
+	if err != nil {
+		return fmt.Errorf("http listen %s: %w", s.srv.Addr, err)
+	}
+	s.started <- ln.Addr().String()
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http serve: %w", err)
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), s.drain)
+	defer cancel()
+	s.log.Info("http draining", "timeout", s.drain)
+	if err := s.srv.Shutdown(shutdown); err != nil {
+		return fmt.Errorf("http shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http serve: %w", err)
+	}
+	return nil
+}

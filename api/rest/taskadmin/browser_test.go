@@ -1,0 +1,142 @@
+package taskadmin_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/cfgd/cfgd/api/pages"
+	taskcmd "github.com/cfgd/cfgd/commands/tasks"
+)
+
+// artifactDir keeps the screenshots (testdata/artifacts, or
+// CFGD_TEST_ARTIFACTS).
+func artifactDir(t *testing.T) string {
+	dir := os.Getenv("CFGD_TEST_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join("testdata", "artifacts")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// browser starts headless Debian chromium for t.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium is not installed (apt-get install -y chromium; make test installs it): %v", err)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	}
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelB := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelB(); cancelA() })
+	// The first run starts the browser and binds it to ctx.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return ctx
+}
+
+func TestDashboardInChromium(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, func(c *taskcmd.Config) { c.SnapshotTTL = 5 * time.Second })
+	s.startWorker(t, "w-"+randomHex(3))
+	q := s.Q["default"]
+	for range 3 {
+		s.enqueue(t, s.Q["low"], taskcmd.TypeEcho, `{"from": "browser test"}`)
+	}
+	s.eventually(t, 10*time.Second, "tasks ran", func() bool { return num(s.stats(t)["completed_tasks"]) == 3 })
+
+	ctx := browser(t)
+	row := fmt.Sprintf(`tr[data-queue=%q]`, q)
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	step := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	// Not signed in: the page is the sign-in form; it reloads into the
+	// dashboard once the session cookie is set.
+	step("sign in", chromedp.Do(ctx,
+		chromedp.Navigate(s.URL+pages.PathTaskDashboard),
+		chromedp.WaitVisible(css(`#login`)),
+		chromedp.SendKeys(css(`#email`), s.Email),
+		chromedp.SendKeys(css(`#password`), s.Pass),
+		chromedp.Click(css(`#signin`)),
+		chromedp.WaitVisible(css(`#tab-overview`)),
+	))
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("stat-completed").textContent === "3"`, chromedp.WithPollingTimeout(20*time.Second)))
+	step("statistics shown", err)
+	rate, err := chromedp.Run(ctx, chromedp.Text(css(`#stat-rate`)))
+	step("success rate", err)
+	step("pause", chromedp.Do(ctx,
+		chromedp.Click(css(`nav button[data-tab="queues"]`)),
+		chromedp.WaitVisible(css(row+` button[data-action="pause"]`)),
+		chromedp.Click(css(row+` button[data-action="pause"]`)),
+		// The next refresh shows the queue paused (and offers resume).
+		chromedp.WaitVisible(css(row+` button[data-action="resume"]`)),
+	))
+	badge, err := chromedp.Run(ctx, chromedp.Text(css(row+` td.state .badge`)))
+	step("badge", err)
+	desktop, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	step("screenshot", err)
+	// Phone width: no sideways scrolling, the buttons still there.
+	step("phone width", chromedp.Do(ctx, chromedp.EmulateViewport(390, 844), chromedp.Sleep(300*time.Millisecond),
+		chromedp.WaitVisible(css(row+` button[data-action="resume"]`))))
+	overflow, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth`))
+	step("overflow", err)
+	phone, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	step("phone screenshot", err)
+	// A refused command is shown, not swallowed: with a forged CSRF token
+	// the resume is refused (403) and the banner says so.
+	step("forged token", chromedp.Do(ctx,
+		chromedp.Evaluate[chromedp.Void](`document.cookie = "csrftoken=forged; path=/"`),
+		chromedp.Click(css(row+` button[data-action="resume"]`)),
+		chromedp.WaitVisible(css(`#error`)),
+	))
+	banner, err := chromedp.Run(ctx, chromedp.Text(css(`#error`)))
+	step("banner", err)
+	dir := artifactDir(t)
+	for name, b := range map[string][]byte{"tasks-dashboard.png": desktop, "tasks-dashboard-phone.png": phone} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("screenshots in %s", dir)
+	if badge != "paused" {
+		t.Fatalf("queue badge %q after pause", badge)
+	}
+	if rate != "100.0 %" {
+		t.Fatalf("success rate shown %q", rate)
+	}
+	if !strings.Contains(banner, "403") {
+		t.Fatalf("error banner %q, want the 403", banner)
+	}
+	if overflow {
+		t.Fatal("the dashboard scrolls sideways at phone width")
+	}
+	// The browser's POST carried the CSRF token: the pause is stored.
+	if got := s.queue(t, q); got["is_paused"] != true {
+		t.Fatalf("queue-status after the click: %v", got)
+	}
+}

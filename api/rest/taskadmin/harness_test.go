@@ -1,0 +1,219 @@
+package taskadmin_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/hibiken/asynq"
+
+	"github.com/cfgd/cfgd/api/pages"
+	tasksapi "github.com/cfgd/cfgd/api/rest/taskadmin"
+	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	taskcmd "github.com/cfgd/cfgd/commands/tasks"
+	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/identity"
+	taskev "github.com/cfgd/cfgd/events/tasks"
+	identityproj "github.com/cfgd/cfgd/projections/identity"
+	taskproj "github.com/cfgd/cfgd/projections/tasks"
+)
+
+// stack is the task capability for one test: the sign-in stack with the
+// real pipeline (relay, identity projections, tasks.control reactor,
+// tasks.queues views) on a private broker, the lifecycle sink, the task
+// endpoints and dashboard, and the local Redis. Queue names and cfgd's Redis keys carry a random
+// prefix, and everything the test put in Redis is deleted at the end.
+type stack struct {
+	*authtest.Env
+	Cfg   taskcmd.Config
+	App   *taskcmd.App
+	Bus   bus.Config
+	Emit  *taskcmd.Emitter
+	Admin []string // Authorization header pair of a staff superuser
+	Email string
+	Pass  string
+	Q     map[string]string // short name (default, high, low) -> queue name
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func startStack(t *testing.T, tune func(*taskcmd.Config)) *stack {
+	t.Helper()
+	env := authtest.Start(t, authtest.Options{NoPipeline: true})
+	prefix := "t" + randomHex(4) + "-"
+	cfg := taskcmd.DefaultConfig()
+	cfg.RedisURL = authtest.RedisURL()
+	cfg.Queues = []taskcmd.Queue{{Name: prefix + "default", Priority: 3}, {Name: prefix + "high", Priority: 6}, {Name: prefix + "low", Priority: 1}}
+	cfg.KeyPrefix = "cfgd-test:" + prefix
+	cfg.Heartbeat = 200 * time.Millisecond
+	cfg.CommandPoll = 50 * time.Millisecond
+	cfg.ShutdownTimeout = 2 * time.Second
+	cfg.SnapshotTTL = 100 * time.Millisecond
+	cfg.ApplyWait = 20 * time.Second
+	cfg.RetryDelay = 100 * time.Millisecond
+	cfg.MaxRetries = 1
+	if tune != nil {
+		tune(&cfg)
+	}
+	app, err := taskcmd.New(cfg, taskcmd.Deps{Pool: env.Pool, Redis: env.Redis, Log: testenv.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = app.Close() })
+	t.Cleanup(func() { cleanRedis(t, env, cfg) })
+
+	busCfg := testenv.Kafka(t, 3)
+	reg, err := events.NewRegistry(append(identity.Events(), taskev.Events()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := taskproj.NewLifecyclePublisher(busCfg, testenv.Quiet())
+	t.Cleanup(func() { _ = pub.Close() })
+	ps := append(identityproj.All(), taskproj.Control(app.Inspector, app.Registry, pub, env.Pool), taskproj.Views())
+	testenv.Pipeline(t, env.Pool, nil, busCfg, reg, ps...)
+
+	sink := taskproj.NewSink(env.Pool, busCfg, testenv.Quiet())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := sink.Run(ctx); err != nil {
+			t.Errorf("sink: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+
+	em, err := taskcmd.NewEmitter(context.Background(), busCfg, testenv.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = em.Close() })
+	// The enqueuer the tests use records what it enqueues, as the CLI does.
+	app.Enqueuer = taskcmd.NewEnqueuer(cfg, env.Redis, em)
+
+	staff := env.API.Staff()
+	// The authtest router serves the shared assets already (front module).
+	assets, err := pages.NewAssets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := env.WithRoutes(t, func(r *mux.Router) {
+		tasksapi.Mount(r, staff, app)
+		if err := pages.MountTaskDashboard(r, staff, assets); err != nil {
+			t.Fatal(err)
+		}
+	})
+	email, pass := authtest.Email("staff"), "s3cret-passw0rd"
+	served.Superuser(t, email, pass)
+	return &stack{
+		Env: served, Cfg: cfg, App: app, Bus: busCfg, Emit: em, Email: email, Pass: pass,
+		Admin: []string{"Authorization", "Basic " + base64.StdEncoding.EncodeToString([]byte(email+":"+pass))},
+		Q:     map[string]string{"default": prefix + "default", "high": prefix + "high", "low": prefix + "low"},
+	}
+}
+
+// cleanRedis deletes the test's queues and keys.
+func cleanRedis(t *testing.T, env *authtest.Env, cfg taskcmd.Config) {
+	insp := asynq.NewInspectorFromRedisClient(env.Redis)
+	for _, q := range cfg.QueueNames() {
+		_ = insp.UnpauseQueue(q)
+		_ = insp.DeleteQueue(q, true)
+	}
+	ctx := context.Background()
+	iter := env.Redis.Scan(ctx, 0, cfg.KeyPrefix+"*", 100).Iterator()
+	for iter.Next(ctx) {
+		_ = env.Redis.Del(ctx, iter.Val()).Err()
+	}
+}
+
+// startWorker runs a worker process in-process until the test ends.
+func (s *stack) startWorker(t *testing.T, id string) *taskcmd.Worker {
+	t.Helper()
+	return s.startWorkerWith(t, id, taskcmd.Handlers(testenv.Quiet()))
+}
+
+func (s *stack) startWorkerWith(t *testing.T, id string, h asynq.Handler) *taskcmd.Worker {
+	t.Helper()
+	cfg := s.Cfg
+	cfg.WorkerID = id
+	w, err := taskcmd.NewWorker(cfg, s.Redis, s.Emit, testenv.Quiet(), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := w.Run(ctx); err != nil {
+			t.Errorf("worker %s: %v", id, err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	s.eventually(t, 10*time.Second, "worker "+id+" is live", func() bool {
+		st, err := s.App.Registry.Get(context.Background(), id)
+		return err == nil && st != nil && st.State == taskev.WorkerRunning
+	})
+	return w
+}
+
+func (s *stack) enqueue(t *testing.T, queue, typ, payload string) string {
+	t.Helper()
+	id, err := s.App.Enqueuer.Enqueue(context.Background(), queue, typ, []byte(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func (s *stack) eventually(t *testing.T, timeout time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting until %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// queue returns one row of queue-status.
+func (s *stack) queue(t *testing.T, name string) map[string]any {
+	t.Helper()
+	res := s.Do(t, "GET", tasksapi.PathQueueStatus, nil, s.Admin...)
+	if res.Status != 200 {
+		t.Fatalf("queue-status: %d %s", res.Status, res.Raw)
+	}
+	qs, _ := res.Body["queues"].([]any)
+	for _, q := range qs {
+		m := q.(map[string]any)
+		if m["name"] == name {
+			return m
+		}
+	}
+	t.Fatalf("queue %s not in queue-status: %s", name, res.Raw)
+	return nil
+}
+
+func (s *stack) stats(t *testing.T) map[string]any {
+	t.Helper()
+	res := s.Do(t, "GET", tasksapi.PathTaskStatistics, nil, s.Admin...)
+	if res.Status != 200 {
+		t.Fatalf("task-statistics: %d %s", res.Status, res.Raw)
+	}
+	return res.Body
+}
+
+func num(v any) int {
+	f, _ := v.(float64)
+	return int(f)
+}

@@ -1,0 +1,246 @@
+// Package tasks serves the task-queue endpoints (SPEC 4.4) over the task
+// core (commands/tasks): queue status, statistics, workers and recent
+// tasks for the dashboard, and the staff's queue and worker commands.
+package taskadmin
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/gorilla/mux"
+
+	"github.com/cfgd/cfgd/api/rest"
+	"github.com/cfgd/cfgd/api/rest/auth"
+	taskcmd "github.com/cfgd/cfgd/commands/tasks"
+	"github.com/cfgd/cfgd/events"
+	taskev "github.com/cfgd/cfgd/events/tasks"
+	taskrm "github.com/cfgd/cfgd/readmodels/tasks"
+)
+
+// Paths.
+const (
+	PathQueueStatus    = "/api/tasks/queue-status/"
+	PathTaskStatistics = "/api/tasks/task-statistics/"
+	PathWorkers        = "/api/tasks/workers/"
+	PathRecent         = "/api/tasks/recent/"
+	PathQueueManage    = "/api/tasks/queue-manage/"
+	PathWorkerManage   = "/api/tasks/worker-manage/"
+)
+
+// RecentLimit bounds the recent-tasks list (?limit=, default 50).
+const RecentLimit = 200
+
+// Mount adds the endpoints behind staff.
+func Mount(r *mux.Router, staff mux.MiddlewareFunc, app *taskcmd.App) {
+	h := &handler{app: app}
+	get := []string{http.MethodGet, http.MethodHead}
+	r.Handle(PathQueueStatus, staff(http.HandlerFunc(h.queueStatus))).Methods(get...).Name("tasks:queue-status")
+	r.Handle(PathTaskStatistics, staff(http.HandlerFunc(h.statistics))).Methods(get...).Name("tasks:task-statistics")
+	r.Handle(PathWorkers, staff(http.HandlerFunc(h.workers))).Methods(get...).Name("tasks:workers")
+	r.Handle(PathRecent, staff(http.HandlerFunc(h.recent))).Methods(get...).Name("tasks:recent")
+	r.Handle(PathQueueManage, staff(http.HandlerFunc(h.queueManage))).Methods(http.MethodPost).Name("tasks:queue-manage")
+	r.Handle(PathWorkerManage, staff(http.HandlerFunc(h.workerManage))).Methods(http.MethodPost).Name("tasks:worker-manage")
+}
+
+type handler struct {
+	app *taskcmd.App
+}
+
+// QueueStatusResponse is SPEC 4.4's queue-status.
+type QueueStatusResponse struct {
+	Success bool           `json:"success"`
+	Queues  []taskrm.Queue `json:"queues"`
+}
+
+func (h *handler) queueStatus(w http.ResponseWriter, r *http.Request) {
+	qs, err := h.app.Reader.QueueStatus(r.Context())
+	if err != nil {
+		rest.Fail(w, r, err)
+		return
+	}
+	rest.JSON(w, http.StatusOK, QueueStatusResponse{Success: true, Queues: qs})
+}
+
+// StatisticsResponse is SPEC 4.4's task-statistics.
+type StatisticsResponse struct {
+	Success bool `json:"success"`
+	taskrm.Statistics
+}
+
+func (h *handler) statistics(w http.ResponseWriter, r *http.Request) {
+	s, err := h.app.Reader.Stats(r.Context())
+	if err != nil {
+		rest.Fail(w, r, err)
+		return
+	}
+	rest.JSON(w, http.StatusOK, StatisticsResponse{Success: true, Statistics: s})
+}
+
+// WorkersResponse lists the live workers.
+type WorkersResponse struct {
+	Success bool            `json:"success"`
+	Workers []taskrm.Worker `json:"workers"`
+}
+
+func (h *handler) workers(w http.ResponseWriter, r *http.Request) {
+	ws, err := h.app.Reader.Workers(r.Context())
+	if err != nil {
+		rest.Fail(w, r, err)
+		return
+	}
+	rest.JSON(w, http.StatusOK, WorkersResponse{Success: true, Workers: ws})
+}
+
+// RecentResponse lists recently changed tasks.
+type RecentResponse struct {
+	Success bool          `json:"success"`
+	Tasks   []taskrm.Task `json:"tasks"`
+}
+
+func (h *handler) recent(w http.ResponseWriter, r *http.Request) {
+	limit := 50
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > RecentLimit {
+			rest.FieldErrors(w, map[string]string{"limit": "must be an integer from 1 to " + strconv.Itoa(RecentLimit)})
+			return
+		}
+		limit = n
+	}
+	ts, err := h.app.Reader.Recent(r.Context(), limit)
+	if err != nil {
+		rest.Fail(w, r, err)
+		return
+	}
+	rest.JSON(w, http.StatusOK, RecentResponse{Success: true, Tasks: ts})
+}
+
+type queueManageBody struct {
+	Action    *string `json:"action"`
+	QueueName *string `json:"queue_name"`
+}
+
+type workerManageBody struct {
+	Action   *string `json:"action"`
+	WorkerID *string `json:"worker_id"`
+}
+
+// QueueManageResponse is the queue's state once the command was applied.
+type QueueManageResponse struct {
+	Success bool         `json:"success"`
+	Action  string       `json:"action"`
+	Queue   taskrm.Queue `json:"queue"`
+}
+
+// WorkerManageResponse is the worker's state once it carried out the
+// command.
+type WorkerManageResponse struct {
+	Success bool               `json:"success"`
+	Action  string             `json:"action"`
+	Worker  taskev.WorkerState `json:"worker"`
+}
+
+// AcceptedResponse is a stored command whose effect did not show in time;
+// Location (also the header) is where it will.
+type AcceptedResponse struct {
+	Success  bool   `json:"success"`
+	Status   string `json:"status"`
+	Action   string `json:"action"`
+	Stream   string `json:"stream"`
+	Version  int64  `json:"version"`
+	Location string `json:"location"`
+}
+
+// required answers 400 naming each missing string field.
+func required(w http.ResponseWriter, fields map[string]*string) bool {
+	missing := map[string]string{}
+	first := ""
+	for _, name := range []string{"action", "queue_name", "worker_id"} {
+		v, ok := fields[name]
+		if !ok {
+			continue
+		}
+		if v == nil || *v == "" {
+			missing[name] = "this field is required"
+			if first == "" {
+				first = name
+			}
+		}
+	}
+	if len(missing) == 0 {
+		return true
+	}
+	rest.JSON(w, http.StatusBadRequest, rest.ErrorBody{Error: first + " is required", Code: "invalid", Fields: missing})
+	return false
+}
+
+func (h *handler) queueManage(w http.ResponseWriter, r *http.Request) {
+	var body queueManageBody
+	if !rest.DecodeOr400(w, r, &body) {
+		return
+	}
+	if !required(w, map[string]*string{"action": body.Action, "queue_name": body.QueueName}) {
+		return
+	}
+	action, queue := *body.Action, *body.QueueName
+	q, ap, err := h.app.ManageQueue(r.Context(), action, queue, meta(r))
+	switch {
+	case err == nil:
+		rest.JSON(w, http.StatusOK, QueueManageResponse{Success: true, Action: action, Queue: q})
+	case errors.Is(err, taskcmd.ErrInvalidAction):
+		rest.Error(w, http.StatusBadRequest, "invalid_action", "Invalid action")
+	case errors.Is(err, taskcmd.ErrUnknownQueue):
+		rest.Error(w, http.StatusNotFound, "not_found", unknown("queue", queue))
+	case errors.Is(err, taskcmd.ErrNotYetApplied):
+		accepted(w, action, ap, PathQueueStatus)
+	default:
+		rest.Fail(w, r, err)
+	}
+}
+
+func (h *handler) workerManage(w http.ResponseWriter, r *http.Request) {
+	var body workerManageBody
+	if !rest.DecodeOr400(w, r, &body) {
+		return
+	}
+	if !required(w, map[string]*string{"action": body.Action, "worker_id": body.WorkerID}) {
+		return
+	}
+	action, id := *body.Action, *body.WorkerID
+	s, ap, err := h.app.ManageWorker(r.Context(), action, id, meta(r))
+	switch {
+	case err == nil:
+		rest.JSON(w, http.StatusOK, WorkerManageResponse{Success: true, Action: action, Worker: s})
+	case errors.Is(err, taskcmd.ErrInvalidAction):
+		rest.Error(w, http.StatusBadRequest, "invalid_action", "Invalid action")
+	case errors.Is(err, taskcmd.ErrUnknownWorker):
+		rest.Error(w, http.StatusNotFound, "not_found", unknown("worker", id))
+	case errors.Is(err, taskcmd.ErrNotYetApplied):
+		accepted(w, action, ap, PathWorkers)
+	default:
+		rest.Fail(w, r, err)
+	}
+}
+
+// unknown names what was not found when it is a possible name, and never
+// echoes arbitrary input.
+func unknown(what, name string) string {
+	if taskcmd.ValidName(name) {
+		return "Unknown " + what + ": " + name
+	}
+	return "Unknown " + what
+}
+
+func accepted(w http.ResponseWriter, action string, ap taskcmd.Appended, where string) {
+	w.Header().Set("Location", where)
+	rest.JSON(w, http.StatusAccepted, AcceptedResponse{Success: true, Status: "accepted", Action: action, Stream: ap.Stream, Version: ap.Version, Location: where})
+}
+
+func meta(r *http.Request) events.Metadata {
+	md := events.Metadata{CorrelationID: rest.RequestID(r.Context())}
+	if p, ok := auth.PrincipalFrom(r.Context()); ok && p != nil {
+		md.Actor = "user:" + strconv.FormatInt(p.UserID, 10)
+	}
+	return md
+}

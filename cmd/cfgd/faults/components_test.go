@@ -1,0 +1,346 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/emersion/go-smtp"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/events/bus"
+)
+
+// localClickHouse is a fresh database on the local stack's ClickHouse.
+func localClickHouse(t testing.TB) string {
+	t.Helper()
+	opts, _ := testenv.ClickHouse(t)
+	return fmt.Sprintf("clickhouse://%s/%s", opts.Addr[0], opts.Auth.Database)
+}
+
+// waitTCP waits until something accepts connections on addr.
+func waitTCP(t testing.TB, what, addr string, timeout time.Duration, exited <-chan struct{}) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return
+		}
+		select {
+		case <-exited:
+			t.Fatalf("%s exited at start", what)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatalf("%s is not listening on %s after %v", what, addr, timeout)
+}
+
+// server is a private, stoppable instance of a dependency: the same data
+// and address on every start.
+type server struct {
+	t     testing.TB
+	name  string
+	addr  string
+	cmd   func() *exec.Cmd
+	stopS syscall.Signal
+	up    func()
+	logs  *logBuf
+	p     *proc
+}
+
+func newServer(t testing.TB, name, addr string, stop syscall.Signal, cmd func() *exec.Cmd) *server {
+	s := &server{t: t, name: name, addr: addr, cmd: cmd, stopS: stop, logs: &logBuf{}}
+	s.logs.dumpOnFailure(t, name)
+	t.Cleanup(func() {
+		if s.p != nil {
+			s.p.signal(t, syscall.SIGKILL, 10*time.Second)
+		}
+	})
+	return s
+}
+
+func (s *server) start() {
+	s.t.Helper()
+	cmd := s.cmd()
+	cmd.Stdout, cmd.Stderr = s.logs, s.logs
+	s.logs.mark("start")
+	s.p = startProc(s.t, cmd)
+	waitTCP(s.t, s.name, s.addr, 60*time.Second, s.p.exited)
+	if s.up != nil {
+		s.up()
+	}
+}
+
+// stop shuts the server down the ordinary way and waits for it.
+func (s *server) stop() {
+	s.t.Helper()
+	s.logs.mark("stop")
+	s.p.signal(s.t, s.stopS, 30*time.Second)
+}
+
+// startRedis starts a private redis-server with an append-only file, so a
+// stop and start keeps what it held (as a production Redis would).
+func startRedis(t testing.TB) (*server, string) {
+	t.Helper()
+	dir := t.TempDir()
+	port := freePort(t)
+	s := newServer(t, "redis", fmt.Sprintf("127.0.0.1:%d", port), syscall.SIGTERM, func() *exec.Cmd {
+		return exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+			"--save", "", "--appendonly", "yes", "--appendfsync", "always", "--protected-mode", "no")
+	})
+	s.start()
+	return s, fmt.Sprintf("redis://127.0.0.1:%d/0", port)
+}
+
+// startPostgres makes a private cluster with initdb and starts it on a
+// free port with its socket in its own directory. Postgres refuses to run
+// as root, so then it runs as the postgres user (as deploy/local/stack.sh
+// does). It returns the URL of a database cfgd, created empty.
+func startPostgres(t testing.TB) (*server, string) {
+	t.Helper()
+	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	if len(bins) == 0 {
+		t.Fatal("no /usr/lib/postgresql/*/bin/initdb (run deploy/local/stack.sh up)")
+	}
+	pgbin := filepath.Dir(bins[len(bins)-1])
+	dir, err := os.MkdirTemp("", "cfgd-faults-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Fatalf("running as root and there is no postgres user: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	as := func(cmd *exec.Cmd) *exec.Cmd {
+		if cred != nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		}
+		return cmd
+	}
+	data := filepath.Join(dir, "data")
+	initdb := as(exec.Command(filepath.Join(pgbin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"))
+	if out, err := initdb.CombinedOutput(); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	port := freePort(t)
+	s := newServer(t, "postgres", fmt.Sprintf("127.0.0.1:%d", port), syscall.SIGINT, func() *exec.Cmd {
+		cmd := exec.Command(filepath.Join(pgbin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", dir,
+			"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200", "-c", "shared_buffers=32MB")
+		if cred != nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		}
+		return cmd
+	})
+	s.start()
+	admin := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var conn *pgx.Conn
+	for {
+		if conn, err = pgx.Connect(ctx, admin); err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("private postgres: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE cfgd"); err != nil {
+		t.Fatal(err)
+	}
+	return s, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/cfgd?sslmode=disable", port)
+}
+
+// startClickHouse runs a private clickhouse-server with a minimal config
+// (the shape deploy/local/stack.sh writes) on free ports.
+func startClickHouse(t testing.TB) (*server, string) {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{"data", "tmp", "user_files", "format_schemas"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tcp, httpPort := freePort(t), freePort(t)
+	config := fmt.Sprintf(`<?xml version="1.0"?>
+<yandex>
+    <logger><level>warning</level><console>1</console></logger>
+    <http_port>%d</http_port>
+    <tcp_port>%d</tcp_port>
+    <listen_host>127.0.0.1</listen_host>
+    <path>%[3]s/data/</path>
+    <tmp_path>%[3]s/tmp/</tmp_path>
+    <user_files_path>%[3]s/user_files/</user_files_path>
+    <format_schema_path>%[3]s/format_schemas/</format_schema_path>
+    <users_config>%[3]s/users.xml</users_config>
+    <default_profile>default</default_profile>
+    <default_database>default</default_database>
+    <mark_cache_size>67108864</mark_cache_size>
+    <timezone>UTC</timezone>
+</yandex>
+`, httpPort, tcp, dir)
+	users := `<?xml version="1.0"?>
+<yandex>
+    <profiles><default></default></profiles>
+    <users><default><password></password><networks><ip>127.0.0.1</ip><ip>::1</ip></networks><profile>default</profile><quota>default</quota></default></users>
+    <quotas><default></default></quotas>
+</yandex>
+`
+	if err := os.WriteFile(filepath.Join(dir, "config.xml"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "users.xml"), []byte(users), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := exec.LookPath("clickhouse-server")
+	if err != nil {
+		bin = "/usr/sbin/clickhouse-server"
+	}
+	s := newServer(t, "clickhouse", fmt.Sprintf("127.0.0.1:%d", tcp), syscall.SIGTERM, func() *exec.Cmd {
+		return exec.Command(bin, "--config-file="+filepath.Join(dir, "config.xml"))
+	})
+	s.start()
+	return s, fmt.Sprintf("clickhouse://127.0.0.1:%d/default", tcp)
+}
+
+// startBroker runs `cfgd broker` (the embedded Kafka broker alone) on a
+// fixed port and returns the settings that make serve use it as an
+// external cluster: KAFKA__BROKERS and the login from its client.properties.
+func startBroker(t testing.TB) (*server, map[string]string) {
+	t.Helper()
+	dir := t.TempDir()
+	data := filepath.Join(dir, "kafka")
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	bin := cfgdBinary(t)
+	env := append(os.Environ(), "CFGD_ENV_FILE="+filepath.Join(dir, "no.env"), "KAFKA__DATA_DIR="+data, "KAFKA__EMBEDDED_ADDR="+addr)
+	s := newServer(t, "broker", addr, syscall.SIGTERM, func() *exec.Cmd {
+		cmd := exec.Command(bin, "broker")
+		cmd.Env = env
+		return cmd
+	})
+	s.start()
+	login, err := bus.ReadEmbeddedLogin(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, map[string]string{
+		"KAFKA__BROKERS": addr, "KAFKA__SASL_MECHANISM": login.Mechanism,
+		"KAFKA__SASL_USERNAME": login.User, "KAFKA__SASL_PASSWORD": login.Password,
+		// The event signing key file is kept beside it.
+		"KAFKA__DATA_DIR": data,
+	}
+}
+
+// mailbox is an in-process SMTP server that keeps the last OTP code sent
+// to each address.
+type mailbox struct {
+	mu    sync.Mutex
+	codes map[string]string
+	wake  chan struct{}
+	host  string
+	port  int
+}
+
+var otpCode = regexp.MustCompile(`verification code is (\d{6})`)
+
+type mailSession struct {
+	m  *mailbox
+	to []string
+}
+
+func (s *mailSession) Reset()                                    { s.to = nil }
+func (s *mailSession) Logout() error                             { return nil }
+func (s *mailSession) Mail(string, *smtp.MailOptions) error      { return nil }
+func (s *mailSession) Rcpt(to string, _ *smtp.RcptOptions) error { s.to = append(s.to, to); return nil }
+func (s *mailSession) Data(r io.Reader) error {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	// The text part is quoted-printable; a six-digit code survives it.
+	m := otpCode.FindSubmatch(b)
+	if m == nil {
+		return nil
+	}
+	s.m.mu.Lock()
+	for _, to := range s.to {
+		s.m.codes[strings.ToLower(to)] = string(m[1])
+	}
+	close(s.m.wake)
+	s.m.wake = make(chan struct{})
+	s.m.mu.Unlock()
+	return nil
+}
+
+func startMailbox(t testing.TB) *mailbox {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &mailbox{codes: map[string]string{}, wake: make(chan struct{}), host: "127.0.0.1", port: ln.Addr().(*net.TCPAddr).Port}
+	srv := smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) { return &mailSession{m: m}, nil }))
+	srv.Domain = "localhost"
+	srv.AllowInsecureAuth = true
+	// A killed cfgd resets its connections; that is the test, not news.
+	srv.ErrorLog = log.New(io.Discard, "", 0)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return m
+}
+
+// env is the mail settings that send cfgd's e-mail here.
+func (m *mailbox) env() map[string]string {
+	return map[string]string{
+		"EMAIL__BACKEND": "smtp", "EMAIL__SMTP_HOST": m.host, "EMAIL__SMTP_PORT": strconv.Itoa(m.port),
+		"EMAIL__SMTP_SECURITY": "none", "EMAIL__FROM": "cfgd@example.com",
+	}
+}
+
+// code takes the code sent to email, waiting for it until ctx ends.
+func (m *mailbox) code(ctx context.Context, email string) (string, error) {
+	for {
+		m.mu.Lock()
+		c, ok := m.codes[email]
+		if ok {
+			delete(m.codes, email)
+		}
+		wake := m.wake
+		m.mu.Unlock()
+		if ok {
+			return c, nil
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return "", fmt.Errorf("no code for %s: %w", email, ctx.Err())
+		}
+	}
+}

@@ -1,0 +1,69 @@
+// Package identity assembles the sign-in capability's module: the HTTP side
+// of the sign-in core (api/auth), the profile and avatar endpoints, the
+// uploaded media, the registration-source analytics, and the identity
+// projections. cfgd serve and the component tests (api/auth/authtest) both
+// build it with New, so a test runs exactly the routes serve mounts.
+// Imported as identityapi (README, Import aliases).
+package modules
+
+import (
+	"errors"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cfgd/cfgd/api/rest/analytics"
+	"github.com/cfgd/cfgd/api/rest/auth"
+	"github.com/cfgd/cfgd/api/rest/media"
+	"github.com/cfgd/cfgd/api/rest/profile"
+	"github.com/cfgd/cfgd/commands/signin"
+	identityproj "github.com/cfgd/cfgd/projections/identity"
+)
+
+// IdentityConfig of the module's HTTP side (the core has signin.Config).
+type IdentityConfig struct {
+	HTTP    auth.Config
+	Media   media.Config
+	Profile profile.Config
+}
+
+// DefaultIdentityConfig has every default of the README.
+func DefaultIdentityConfig() IdentityConfig {
+	return IdentityConfig{Media: media.DefaultConfig(), Profile: profile.DefaultConfig()}
+}
+
+// Validate joins every problem of c.
+func (c IdentityConfig) Validate() error {
+	return errors.Join(c.Media.Validate(), c.Profile.Validate())
+}
+
+// New returns the module over app, and its HTTP side, whose middleware
+// (Staff, RequireUser, StaffOrAPIKey) other modules protect their
+// endpoints with.
+func Identity(app *signin.App, cfg IdentityConfig, pool *pgxpool.Pool, now func() time.Time) (Module, *auth.API, error) {
+	if err := cfg.Validate(); err != nil {
+		return Module{}, nil, err
+	}
+	store, err := media.Open(cfg.Media)
+	if err != nil {
+		return Module{}, nil, err
+	}
+	a := auth.New(app, cfg.HTTP)
+	return Module{
+		Name: "identity",
+		Routes: func(r *mux.Router) error {
+			a.Mount(r)
+			store.Mount(r)
+			if err := profile.Mount(r, cfg.Profile, profile.Deps{
+				RequireUser: a.RequireUser(), Reader: app.Users, Updater: app.UpdateProfile,
+				Avatars: app.ChangeAvatar, Media: store,
+			}); err != nil {
+				return err
+			}
+			analytics.Mount(r, a.Staff(), pool, now)
+			return nil
+		},
+		Projections: identityproj.All(),
+	}, a, nil
+}

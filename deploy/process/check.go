@@ -1,0 +1,9 @@
+package process
+
+import "context"
+
+// Check pings one dependency.
+type Check struct {
+	Name string
+	Ping func(ctx context.Context) error
+}
