@@ -164,7 +164,7 @@ func newIndex(cfg FrontConfig, assets *Assets, admin []Link) (*index, error) {
 		}
 	}
 	html, err := render("index", indexHTML, map[string]any{
-		"Name": cfg.Name, "Version": cfg.Version, "CSS": assets.URL("cfgd/css"), "Links": links, "Admin": admin,
+		"Name": cfg.Name, "Version": cfg.Version, "CSS": assets.URL("cfgd/front.css"), "Links": links, "Admin": admin,
 	})
 	if err != nil {
 		return nil, err
