@@ -8,6 +8,7 @@ import (
 	"github.com/cfgd/cfgd/commands/otp"
 	"github.com/cfgd/cfgd/commands/signin"
 	"github.com/cfgd/cfgd/commands/user"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/identity"
 )
 
@@ -37,7 +38,7 @@ func (a *API) handleOTPRequest(w http.ResponseWriter, r *http.Request) {
 	}
 	checkSourceURL(fields, body.SourceURL)
 	if len(fields) > 0 {
-		rest.FieldErrors(w, fields)
+		rest.WriteError(w, errcode.Fields(fields))
 		return
 	}
 	err := a.app.RequestCode(r.Context(), otp.Request{Email: body.Identifier, SourceURL: body.SourceURL, Meta: meta(r, "")},
@@ -50,11 +51,11 @@ func (a *API) handleOTPRequest(w http.ResponseWriter, r *http.Request) {
 		// an account exists.
 		rest.JSON(w, http.StatusOK, otpRequestResponse{Success: true, Message: "A verification code has been sent to the e-mail address."})
 	case errors.As(err, &limited):
-		rest.TooManyRequests(w, limited.RetryAfter, "Too many requests")
+		rest.WriteError(w, errcode.RetryLater("Too many requests", limited.RetryAfter))
 	case errors.As(err, &throttled):
-		rest.TooManyRequests(w, throttled.RetryAfter, "Too many requests")
+		rest.WriteError(w, errcode.RetryLater("Too many requests", throttled.RetryAfter))
 	case errors.Is(err, otp.ErrDeliveryFailed):
-		rest.Error(w, http.StatusServiceUnavailable, "delivery_failed", "The verification code could not be sent. Try again shortly.")
+		rest.WriteError(w, errcode.New(errcode.DeliveryFailed, "The verification code could not be sent. Try again shortly."))
 	default:
 		rest.Fail(w, r, err)
 	}
@@ -103,7 +104,7 @@ func (a *API) handleOTPVerify(w http.ResponseWriter, r *http.Request) {
 	}
 	checkSourceURL(fields, body.SourceURL)
 	if len(fields) > 0 {
-		rest.FieldErrors(w, fields)
+		rest.WriteError(w, errcode.Fields(fields))
 		return
 	}
 	res, err := a.app.VerifyCode(r.Context(), otp.Verify{Email: body.Identifier, Code: body.OTPCode, SourceURL: body.SourceURL, Meta: meta(r, "")},
@@ -117,9 +118,9 @@ func (a *API) handleOTPVerify(w http.ResponseWriter, r *http.Request) {
 			User:    verifiedUser{ID: res.User.ID, Email: res.User.Email, FirstName: res.User.FirstName, LastName: res.User.LastName},
 		})
 	case errors.As(err, &throttled):
-		rest.TooManyRequests(w, throttled.RetryAfter, "Too many requests")
+		rest.WriteError(w, errcode.RetryLater("Too many requests", throttled.RetryAfter))
 	case errors.Is(err, otp.ErrInvalidCode):
-		rest.Error(w, http.StatusBadRequest, "invalid_otp", "Invalid or expired code")
+		rest.WriteError(w, errcode.New(errcode.InvalidOTP, "Invalid or expired code"))
 	default:
 		rest.Fail(w, r, err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/deploy/config"
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 // ListPath is where staff list the installed extensions.
@@ -349,7 +350,7 @@ func notFound(router *mux.Router) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		rest.Error(w, http.StatusNotFound, "not_found", "not found")
+		rest.WriteError(w, errcode.New(errcode.NotFound, "not found"))
 	})
 }
 
@@ -364,6 +365,6 @@ func methodNotAllowed(router *mux.Router, allow []string) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		rest.Error(w, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed")
+		rest.WriteError(w, errcode.New(errcode.MethodNotAllowed, "method not allowed"))
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/cfgd/cfgd/api/rest/auth"
 	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/apikey"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events"
 	eventsapikey "github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/projections"
@@ -60,10 +61,10 @@ func (h *handler) createKey(w http.ResponseWriter, r *http.Request) {
 	var verr *commands.ValidationError
 	switch {
 	case errors.As(err, &verr):
-		rest.FieldErrors(w, verr.Fields)
+		rest.WriteError(w, errcode.Fields(verr.Fields))
 		return
 	case errors.Is(err, apikey.ErrUnknownUser):
-		rest.FieldErrors(w, map[string]string{"user_email": err.Error()})
+		rest.WriteError(w, errcode.Fields(map[string]string{"user_email": err.Error()}))
 		return
 	case err != nil:
 		rest.Fail(w, r, err)
@@ -105,7 +106,7 @@ func (h *handler) revokeKey(w http.ResponseWriter, r *http.Request) {
 		ID: id, RevokedBy: by, Meta: events.Metadata{CorrelationID: rest.RequestID(r.Context()), Actor: by},
 	})
 	if errors.Is(err, apikey.ErrNotFound) {
-		rest.Error(w, http.StatusNotFound, "not_found", "API key not found")
+		rest.WriteError(w, errcode.New(errcode.NotFound, "API key not found"))
 		return
 	}
 	if err != nil {

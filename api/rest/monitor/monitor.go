@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/cfgd/cfgd/api/rest"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	reqlog "github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/readmodels/requestlog"
 )
@@ -79,14 +80,14 @@ type IngestResult struct {
 // index and field, with the accepted count.
 func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
-		rest.Error(w, http.StatusBadRequest, "bad_request", "Content-Type must be application/json")
+		rest.WriteError(w, errcode.New(errcode.BadRequest, "Content-Type must be application/json"))
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxIngestBytes))
 	if err != nil {
 		var big *http.MaxBytesError
 		if errors.As(err, &big) {
-			rest.Error(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body is larger than %d bytes", big.Limit))
+			rest.WriteError(w, errcode.New(errcode.TooLarge, fmt.Sprintf("request body is larger than %d bytes", big.Limit)))
 			return
 		}
 		rest.Fail(w, r, err)
@@ -94,11 +95,11 @@ func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(body, &items); err != nil || items == nil {
-		rest.Error(w, http.StatusBadRequest, "bad_request", "request body must be a JSON array of request-log events")
+		rest.WriteError(w, errcode.New(errcode.BadRequest, "request body must be a JSON array of request-log events"))
 		return
 	}
 	if len(items) == 0 || len(items) > MaxIngestEvents {
-		rest.Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("send 1 to %d events per request", MaxIngestEvents))
+		rest.WriteError(w, errcode.New(errcode.BadRequest, fmt.Sprintf("send 1 to %d events per request", MaxIngestEvents)))
 		return
 	}
 	events := make([]reqlog.Event, 0, len(items))
@@ -119,8 +120,7 @@ func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := h.producer.Produce(r.Context(), events); err != nil {
 		if errors.Is(err, reqlog.ErrUnavailable) {
-			w.Header().Set("Retry-After", "1")
-			rest.Unavailable(w, r, "the request-log queue", err)
+			rest.Fail(w, r, &errcode.Error{Code: errcode.Unavailable, Message: "the request-log queue is unavailable, try again shortly", RetryAfter: time.Second, Err: err})
 			return
 		}
 		rest.Fail(w, r, err)
@@ -246,7 +246,7 @@ func invalid(w http.ResponseWriter, r *http.Request, err error) {
 		rest.Fail(w, r, err)
 		return
 	}
-	rest.FieldErrors(w, fields)
+	rest.WriteError(w, errcode.Fields(fields))
 }
 
 func collect(err error, into map[string]string) {
