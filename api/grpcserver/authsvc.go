@@ -5,9 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"strconv"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -17,6 +15,7 @@ import (
 	"github.com/cfgd/cfgd/commands/session"
 	"github.com/cfgd/cfgd/commands/signin"
 	"github.com/cfgd/cfgd/commands/user"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
 )
@@ -43,7 +42,7 @@ func (s *Auth) RequestOTP(ctx context.Context, req *authv1.RequestOTPRequest) (*
 	}
 	err := s.app.RequestCode(ctx, otp.Request{Email: req.GetIdentifier(), SourceURL: req.GetSourceUrl(), Meta: callMeta(ctx)}, peerIP(ctx))
 	if err != nil {
-		return nil, s.fail(ctx, err)
+		return nil, s.fail(err)
 	}
 	// The same answer for every address: it says nothing about accounts.
 	return &authv1.RequestOTPResponse{Success: true, Message: "A verification code has been sent to the e-mail address."}, nil
@@ -59,7 +58,7 @@ func (s *Auth) VerifyOTP(ctx context.Context, req *authv1.VerifyOTPRequest) (*au
 	}
 	res, err := s.app.VerifyCode(ctx, otp.Verify{Email: req.GetIdentifier(), Code: req.GetOtpCode(), SourceURL: req.GetSourceUrl(), Meta: callMeta(ctx)}, peerIP(ctx))
 	if err != nil {
-		return nil, s.fail(ctx, err)
+		return nil, s.fail(err)
 	}
 	u := res.User
 	return &authv1.VerifyOTPResponse{
@@ -78,7 +77,7 @@ func (s *Auth) RefreshToken(ctx context.Context, req *authv1.RefreshTokenRequest
 		if errors.Is(err, session.ErrReused) {
 			s.log.WarnContext(ctx, "rotated refresh token reused; session revoked")
 		}
-		return nil, s.fail(ctx, err)
+		return nil, s.fail(err)
 	}
 	out := &authv1.RefreshTokenResponse{Access: res.Access.Token}
 	if res.Refresh != nil {
@@ -93,42 +92,36 @@ func (s *Auth) Logout(ctx context.Context, req *authv1.LogoutRequest) (*authv1.L
 		return nil, invalidField("refresh", "this field is required")
 	}
 	if err := s.app.EndSession(ctx, req.GetRefresh(), callMeta(ctx)); err != nil {
-		return nil, s.fail(ctx, err)
+		return nil, s.fail(err)
 	}
 	return &authv1.LogoutResponse{Success: true, Message: "Logged out"}, nil
 }
 
-// fail maps an outcome of the sign-in core to its status, as the REST
-// handlers map it to theirs.
-func (s *Auth) fail(ctx context.Context, err error) error {
+// fail gives an outcome of the sign-in core its errcode, as the REST
+// handlers do; anything else goes to errcode.From (a dependency down is
+// Unavailable, an event too large InvalidArgument, the rest Internal).
+func (s *Auth) fail(err error) error {
 	var limited *otp.RateLimitedError
 	var throttled *signin.ThrottledError
 	switch {
 	case errors.As(err, &limited):
-		return retryLater(limited.RetryAfter.Seconds())
+		return errcode.RetryLater("Too many requests", limited.RetryAfter)
 	case errors.As(err, &throttled):
-		return retryLater(throttled.RetryAfter.Seconds())
+		return errcode.RetryLater("Too many requests", throttled.RetryAfter)
 	case errors.Is(err, otp.ErrInvalidCode):
-		return status.Error(codes.InvalidArgument, "invalid_otp: Invalid or expired code")
+		return errcode.Wrap(errcode.InvalidOTP, "Invalid or expired code", err)
 	case errors.Is(err, otp.ErrDeliveryFailed):
-		return status.Error(codes.Unavailable, "delivery_failed: the verification code could not be sent, try again shortly")
+		return errcode.Wrap(errcode.DeliveryFailed, "the verification code could not be sent, try again shortly", err)
 	case errors.Is(err, session.ErrInvalidToken), errors.Is(err, signin.ErrInvalidToken):
-		return status.Error(codes.Unauthenticated, "token_not_valid: Token is invalid or expired")
+		return errcode.Wrap(errcode.TokenNotValid, "Token is invalid or expired", err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
 	default:
-		s.log.ErrorContext(ctx, "sign-in call failed", "err", err)
-		return status.Error(codes.Unavailable, "a backing service is unavailable, try again shortly")
+		return err
 	}
 }
 
-func retryLater(seconds float64) error {
-	return status.Error(codes.ResourceExhausted, "rate_limited: Too many requests; retry in "+strconv.Itoa(int(seconds+0.999))+"s")
-}
-
-func invalidField(field, msg string) error {
-	return status.Error(codes.InvalidArgument, field+": "+msg)
-}
+func invalidField(field, msg string) error { return errcode.Field(field, msg) }
 
 // checkIdentity checks the shape of an address and an optional source URL;
 // the answer depends on the input alone.

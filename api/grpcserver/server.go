@@ -17,6 +17,7 @@ import (
 	"time"
 
 	authv1 "github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
+	"github.com/cfgd/cfgd/deploy/errcode"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	grpcauth "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
@@ -24,11 +25,9 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
 )
 
 // Config of the server.
@@ -84,17 +83,20 @@ func New(cfg Config, log *slog.Logger, authn Authenticator, opts ...Option) (*Se
 	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
 	recoverOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		log.ErrorContext(ctx, "grpc handler panic", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-		return status.Error(codes.Internal, "internal error")
+		return errcode.New(errcode.Internal, errcode.MessageInternal)
 	})
 	needsAuth := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool { return !Public(c.Service) })
 	authFn := authFunc(authn, log)
+	// Inside logging, so the log shows the status the caller gets.
 	unary := []grpc.UnaryServerInterceptor{
 		logging.UnaryServerInterceptor(slogger(log), logOpts...),
+		unaryAnswer(log),
 		recovery.UnaryServerInterceptor(recoverOpt),
 		selector.UnaryServerInterceptor(grpcauth.UnaryServerInterceptor(authFn), needsAuth),
 	}
 	stream := []grpc.StreamServerInterceptor{
 		logging.StreamServerInterceptor(slogger(log), logOpts...),
+		streamAnswer(log),
 		recovery.StreamServerInterceptor(recoverOpt),
 		selector.StreamServerInterceptor(grpcauth.StreamServerInterceptor(authFn), needsAuth),
 	}
