@@ -14,13 +14,13 @@ build:
 
 ## stack-up: install (apt) and start Postgres, ClickHouse and Redis on loopback, data under ./data
 stack-up:
-	deploy/local/stack.sh up
+	deploy/scripts/local/stack.sh up
 
 stack-down:
-	deploy/local/stack.sh down
+	deploy/scripts/local/stack.sh down
 
 stack-status:
-	deploy/local/stack.sh status
+	deploy/scripts/local/stack.sh status
 
 migrate: stack-up build
 	$(BIN) migrate
@@ -40,15 +40,15 @@ test-short: stack-up
 
 ## bench: benchmarks with their same-run baselines (see README, Performance)
 bench: stack-up
-	@if [ -x deploy/bench/run.sh ]; then deploy/bench/run.sh; else $(GO) test -run '^$$' -bench . -benchtime 3s ./...; fi
+	@if [ -x deploy/scripts/bench/run.sh ]; then deploy/scripts/bench/run.sh; else $(GO) test -run '^$$' -bench . -benchtime 3s ./...; fi
 
-## mutate: mutation testing of events/, projections/, commands/ (gremlins); fails on a survivor not in deploy/mutate/accepted.txt
+## mutate: mutation testing of events/, projections/, commands/ (gremlins); fails on a survivor not in deploy/scripts/mutate/accepted.txt
 mutate: stack-up
-	deploy/mutate/run.sh
+	deploy/scripts/mutate/run.sh
 
 ## proto: regenerate the Go code of api/protos with protoc (Debian protobuf-compiler) and the pinned plugins
 proto:
-	@command -v protoc >/dev/null || deploy/local/stack.sh up
+	@command -v protoc >/dev/null || deploy/scripts/local/stack.sh up
 	api/protos/generate.sh
 
 lint:

@@ -12,10 +12,10 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 )
 
-// TopicDeadLetters (before bus.Config.TopicPrefix) receives every event a
+// TopicDeadLetters (before kafka.Config.TopicPrefix) receives every event a
 // projection gave up on, with the original key, body and headers.
 //
 // Giving up on version N of a stream moves the projection's checkpoint past
@@ -126,7 +126,7 @@ type DeadLetter struct {
 
 // ReadDeadLetters reads the whole dead-letter topic as it is now, oldest
 // first.
-func ReadDeadLetters(ctx context.Context, c bus.Config) ([]DeadLetter, error) {
+func ReadDeadLetters(ctx context.Context, c kafka.Config) ([]DeadLetter, error) {
 	client, err := sarama.NewClient(c.Brokers, c.ConsumerSarama())
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
@@ -217,7 +217,7 @@ func toDeadLetter(m *sarama.ConsumerMessage) DeadLetter {
 // projection, stream, version, type, reason and where the original was
 // read (topic/partition@offset), separated by tabs. It backs
 // `cfgd deadletters list`.
-func ListDeadLetters(ctx context.Context, c bus.Config, w io.Writer) error {
+func ListDeadLetters(ctx context.Context, c kafka.Config, w io.Writer) error {
 	dls, err := ReadDeadLetters(ctx, c)
 	if err != nil {
 		return err

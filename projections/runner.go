@@ -18,12 +18,12 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 )
 
 // Config of a Runner.
 type Config struct {
-	Bus      bus.Config
+	Bus      kafka.Config
 	Registry *events.Registry
 	// Signer verifies every message body; a message whose signature is
 	// missing or wrong is dead-lettered, never applied.
@@ -176,7 +176,7 @@ func (r *Runner) Run(ctx context.Context, groups ...Group) error {
 	if len(groups) == 0 {
 		return nil
 	}
-	if err := bus.EnsureTopics(ctx, r.cfg.Bus, r.log, TopicDeadLetters); err != nil {
+	if err := kafka.EnsureTopics(ctx, r.cfg.Bus, r.log, TopicDeadLetters); err != nil {
 		return err
 	}
 	dlq, err := sarama.NewSyncProducer(r.cfg.Bus.Brokers, r.cfg.Bus.ProducerSarama())
@@ -233,7 +233,7 @@ func (r *Runner) consume(ctx context.Context, h *groupHandler) error {
 			h.log.Warn("kafka consumer", "err", err)
 		}
 	}()
-	topics := []string{r.cfg.Bus.Topic(bus.TopicEvents)}
+	topics := []string{r.cfg.Bus.Topic(kafka.TopicEvents)}
 	for ctx.Err() == nil {
 		// Consume returns at every rebalance; the loop rejoins.
 		if err := cg.Consume(ctx, topics, h); err != nil {

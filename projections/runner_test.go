@@ -17,10 +17,11 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/bus"
-	"github.com/cfgd/cfgd/events/relay"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/outbox"
 	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/projections"
+	"github.com/cfgd/cfgd/readmodels/checkpoints"
 )
 
 type deposited struct {
@@ -64,14 +65,14 @@ func failCalls(n int32) func(int32, *deposited) error {
 	}
 }
 
-func setup(t *testing.T, partitions int) (*pgxpool.Pool, bus.Config, *events.Registry) {
+func setup(t *testing.T, partitions int) (*pgxpool.Pool, kafka.Config, *events.Registry) {
 	t.Helper()
 	pool := testenv.Postgres(t)
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE balances (account text PRIMARY KEY, total int NOT NULL, history text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
 	c := testenv.Kafka(t, partitions)
-	if err := bus.EnsureTopics(context.Background(), c, testenv.Quiet(), bus.TopicEvents); err != nil {
+	if err := kafka.EnsureTopics(context.Background(), c, testenv.Quiet(), kafka.TopicEvents); err != nil {
 		t.Fatal(err)
 	}
 	reg, err := events.NewRegistry(deposited{}, unrelated{})
@@ -111,9 +112,9 @@ func envelope(t *testing.T, stream string, version int64, e events.Event) events
 }
 
 // publisher produces to the events topic, signing with s.
-func publisher(t *testing.T, c bus.Config, s *events.Signer) relay.Publisher {
+func publisher(t *testing.T, c kafka.Config, s *events.Signer) outbox.Publisher {
 	t.Helper()
-	pub, err := bus.NewPublisher(c)
+	pub, err := kafka.NewPublisher(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,14 +122,14 @@ func publisher(t *testing.T, c bus.Config, s *events.Signer) relay.Publisher {
 	return testenv.SigningPublisher(pub, s)
 }
 
-func produce(t *testing.T, pub relay.Publisher, c bus.Config, envs ...events.Envelope) {
+func produce(t *testing.T, pub outbox.Publisher, c kafka.Config, envs ...events.Envelope) {
 	t.Helper()
 	for _, env := range envs {
-		m, err := relay.ToMessage(env)
+		m, err := outbox.ToMessage(env)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := pub.Publish(c.Topic(bus.TopicEvents), m); err != nil {
+		if err := pub.Publish(c.Topic(kafka.TopicEvents), m); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -179,7 +180,7 @@ func wait(t *testing.T, pool *pgxpool.Pool, projection, stream string, version i
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := projections.Wait(ctx, pool, projection, stream, version); err != nil {
+	if err := checkpoints.Wait(ctx, pool, projection, stream, version); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -239,7 +240,7 @@ func TestRunnerDeliveredTwiceChangesNothing(t *testing.T) {
 		last[envs[1].Stream] = envs[1].Version
 	}
 	pub := publisher(t, c, signer)
-	rl, err := relay.New(relay.Config{Topic: c.Topic(bus.TopicEvents), Signer: signer}, pool, pub, quiet())
+	rl, err := outbox.New(outbox.Config{Topic: c.Topic(kafka.TopicEvents), Signer: signer}, pool, pub, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +408,7 @@ func TestRunnerDeadLettersPoisonEvents(t *testing.T) {
 	var got []row
 	for _, d := range dls {
 		got = append(got, row{d.Projection, d.Stream, d.Version, d.Reason})
-		if d.Topic != c.Topic(bus.TopicEvents) || len(d.Body) == 0 {
+		if d.Topic != c.Topic(kafka.TopicEvents) || len(d.Body) == 0 {
 			t.Fatalf("dead letter lacks its origin or body: %+v", d)
 		}
 	}
@@ -474,8 +475,8 @@ func TestRunnerConfigValidate(t *testing.T) {
 		want []string
 	}{
 		{"empty", projections.Config{}, []string{"no brokers", "no event registry", "no event signer"}},
-		{"no signer", projections.Config{Bus: bus.Config{Brokers: []string{"x:1"}, Partitions: 1}, Registry: reg}, []string{"no event signer"}},
-		{"negative backoff", projections.Config{Bus: bus.Config{Brokers: []string{"x:1"}, Partitions: 1}, Registry: reg, Signer: testenv.Signer(t), Backoff: -1}, []string{"backoff"}},
+		{"no signer", projections.Config{Bus: kafka.Config{Brokers: []string{"x:1"}, Partitions: 1}, Registry: reg}, []string{"no event signer"}},
+		{"negative backoff", projections.Config{Bus: kafka.Config{Brokers: []string{"x:1"}, Partitions: 1}, Registry: reg, Signer: testenv.Signer(t), Backoff: -1}, []string{"backoff"}},
 	}
 	for _, tc := range tests {
 		_, err := projections.NewRunner(tc.cfg, nil, quiet())

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/cfgd/cfgd/commands/signin"
+	"github.com/cfgd/cfgd/commands/app/signin"
 )
 
 // SigninAuthenticator adapts the shared, transport-free authenticator

@@ -10,10 +10,10 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	authv1 "github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
+	"github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
+	"github.com/cfgd/cfgd/commands/app/signin"
 	"github.com/cfgd/cfgd/commands/otp"
 	"github.com/cfgd/cfgd/commands/session"
-	"github.com/cfgd/cfgd/commands/signin"
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events"

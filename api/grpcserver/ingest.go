@@ -11,16 +11,16 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
-	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
+	"github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
 	"github.com/cfgd/cfgd/deploy/errcode"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog"
 )
 
 // Producer takes validated events to the request-log topic; it fails with
 // an error wrapping requestlog.ErrUnavailable, within its timeout, when
 // Kafka cannot take them.
 type Producer interface {
-	Produce(ctx context.Context, events []reqlog.Event) error
+	Produce(ctx context.Context, events []requestlog.Event) error
 }
 
 // MaxReportedErrors bounds the field errors one Report answer lists.
@@ -67,16 +67,16 @@ func (s *Ingest) Report(stream grpc.ClientStreamingServer[ingestv1.ReportRequest
 			return err
 		}
 		n := len(msg.GetEvents())
-		if n > reqlog.MaxBatchEvents {
-			return errcode.New(errcode.BadRequest, fmt.Sprintf("events: at most %d per message, got %d (events before this message were accepted: %d)", reqlog.MaxBatchEvents, n, res.Accepted))
+		if n > requestlog.MaxBatchEvents {
+			return errcode.New(errcode.BadRequest, fmt.Sprintf("events: at most %d per message, got %d (events before this message were accepted: %d)", requestlog.MaxBatchEvents, n, res.Accepted))
 		}
-		batch := make([]reqlog.Event, n)
+		batch := make([]requestlog.Event, n)
 		for i, e := range msg.GetEvents() {
 			batch[i] = fromProto(e)
 		}
-		valid, problems := reqlog.Validate(batch, s.now().UTC())
+		valid, problems := requestlog.Validate(batch, s.now().UTC())
 		if err := s.producer.Produce(ctx, valid); err != nil {
-			if errors.Is(err, reqlog.ErrUnavailable) {
+			if errors.Is(err, requestlog.ErrUnavailable) {
 				return &errcode.Error{Code: errcode.Unavailable, Message: fmt.Sprintf("the request-log queue is unavailable, retry shortly (events accepted before this message: %d)", res.Accepted), Err: err}
 			}
 			if ctx.Err() != nil {
@@ -96,8 +96,8 @@ func (s *Ingest) Report(stream grpc.ClientStreamingServer[ingestv1.ReportRequest
 	}
 }
 
-func fromProto(e *ingestv1.Event) reqlog.Event {
-	out := reqlog.Event{
+func fromProto(e *ingestv1.Event) requestlog.Event {
+	out := requestlog.Event{
 		RequestID: e.GetRequestId(), ServiceName: e.GetServiceName(), MethodName: e.GetMethodName(), Status: e.GetStatus(),
 		DurationMS: e.GetDurationMs(), GRPCStatusCode: e.GetGrpcStatusCode(), ErrorMessage: e.GetErrorMessage(),
 		ClientIP: e.GetClientIp(), UserID: e.GetUserId(), Username: e.GetUsername(), IsAuthenticated: e.GetIsAuthenticated(),

@@ -10,17 +10,17 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
-	"github.com/cfgd/cfgd/readmodels/requestlog"
+	"github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // RequestLogQueries are the request-log read-model questions the monitor
-// service asks (readmodels/requestlog.Store).
+// service asks (readmodels/requestlogview.Store).
 type RequestLogQueries interface {
-	Requests(ctx context.Context, f requestlog.Filter) ([]requestlog.Request, int64, error)
-	Overview(ctx context.Context, hours int) (requestlog.Overview, error)
-	Services(ctx context.Context, hours int) ([]requestlog.Service, error)
-	Methods(ctx context.Context, hours int, service string) ([]requestlog.Method, error)
+	Requests(ctx context.Context, f requestlogview.Filter) ([]requestlogview.Request, int64, error)
+	Overview(ctx context.Context, hours int) (requestlogview.Overview, error)
+	Services(ctx context.Context, hours int) ([]requestlogview.Service, error)
+	Methods(ctx context.Context, hours int, service string) ([]requestlogview.Method, error)
 }
 
 // WithQueries adds the request-log statistics to m; without them those
@@ -48,7 +48,7 @@ func (m *Monitor) ready(ctx context.Context) error {
 // checks the bounds.
 func hours(h int32) int {
 	if h == 0 {
-		return requestlog.DefaultHours
+		return requestlogview.DefaultHours
 	}
 	return int(h)
 }
@@ -73,7 +73,7 @@ func (m *Monitor) fail(ctx context.Context, err error) error {
 }
 
 func collectInvalid(err error, into *[]*errdetails.BadRequest_FieldViolation) {
-	var inv *requestlog.InvalidError
+	var inv *requestlogview.InvalidError
 	if errors.As(err, &inv) {
 		*into = append(*into, &errdetails.BadRequest_FieldViolation{Field: inv.Field, Description: inv.Message})
 	}
@@ -89,7 +89,7 @@ func (m *Monitor) Requests(ctx context.Context, req *monitorv1.RequestsRequest) 
 	if err := m.ready(ctx); err != nil {
 		return nil, err
 	}
-	rs, count, err := m.queries.Requests(ctx, requestlog.Filter{
+	rs, count, err := m.queries.Requests(ctx, requestlogview.Filter{
 		Service: req.GetService(), Method: req.GetMethod(), Status: req.GetStatus(), Page: int(req.GetPage()), PageSize: int(req.GetPageSize()),
 	})
 	if err != nil {

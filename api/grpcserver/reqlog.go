@@ -9,15 +9,15 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
+	"github.com/cfgd/cfgd/events/requestlog"
 )
 
 // Reporter takes the request-log events of served calls. Report must not
 // block: the call has finished and its caller is waiting
 // (requestlog.Batcher drops instead).
 type Reporter interface {
-	Report(ctx context.Context, events []reqlog.Event)
+	Report(ctx context.Context, events []requestlog.Event)
 }
 
 // Option changes how New builds the server.
@@ -55,13 +55,13 @@ func notePrincipal(ctx context.Context, p Principal) {
 }
 
 func reported(fullMethod string) bool {
-	svc, _ := reqlog.SplitMethod(fullMethod)
+	svc, _ := requestlog.SplitMethod(fullMethod)
 	return svc != ingestv1.IngestService_ServiceDesc.ServiceName
 }
 
 func report(ctx context.Context, r Reporter, rec *callRecord, fullMethod string, start time.Time, err error) {
 	st := status.Convert(err)
-	c := reqlog.Call{FullMethod: fullMethod, Code: uint32(st.Code()), Message: st.Message(), Start: start, End: time.Now()}
+	c := requestlog.Call{FullMethod: fullMethod, Code: uint32(st.Code()), Message: st.Message(), Start: start, End: time.Now()}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		c.Peer = p.Addr.String()
 	}
@@ -70,17 +70,17 @@ func report(ctx context.Context, r Reporter, rec *callRecord, fullMethod string,
 			c.RequestID = ids[0]
 		}
 	}
-	e := reqlog.FromCall(c)
+	e := requestlog.FromCall(c)
 	if rec.ok {
 		e.IsAuthenticated = true
 		e.UserID, e.APIKeyID, e.APIKeyName = rec.principal.UserID, rec.principal.KeyID, rec.principal.KeyName
-		if len(rec.principal.Username) <= reqlog.MaxUsername {
+		if len(rec.principal.Username) <= requestlog.MaxUsername {
 			e.Username = rec.principal.Username
 		}
 	}
 	// The call's own context may be cancelled already; the report is not
 	// part of the call.
-	r.Report(context.WithoutCancel(ctx), []reqlog.Event{e})
+	r.Report(context.WithoutCancel(ctx), []requestlog.Event{e})
 }
 
 func unaryReport(r Reporter) grpc.UnaryServerInterceptor {

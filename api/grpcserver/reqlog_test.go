@@ -13,24 +13,24 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cfgd/cfgd/api/grpcserver"
-	apikeysv1 "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
-	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
-	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	"github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
+	"github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
+	"github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 	"github.com/cfgd/cfgd/api/reporter"
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
 	"github.com/cfgd/cfgd/cmd/cfgd/grpctest"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	eventsapikey "github.com/cfgd/cfgd/events/apikey"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
-	"github.com/cfgd/cfgd/readmodels/requestlog"
+	"github.com/cfgd/cfgd/events/apikey"
+	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // waitRequests waits (a minute at most: the sink's consumer group may
 // take seconds to join on a loaded machine) until the read model lists at
 // least n requests matching f, and returns them.
-func waitRequests(t *testing.T, e *grpctest.Env, f requestlog.Filter, n int) []requestlog.Request {
+func waitRequests(t *testing.T, e *grpctest.Env, f requestlogview.Filter, n int) []requestlogview.Request {
 	t.Helper()
-	f.PageSize = requestlog.MaxPageSize
+	f.PageSize = requestlogview.MaxPageSize
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		rs, _, err := e.Requests.Requests(context.Background(), f)
@@ -47,10 +47,10 @@ func waitRequests(t *testing.T, e *grpctest.Env, f requestlog.Filter, n int) []r
 	}
 }
 
-func find(rs []requestlog.Request, match func(requestlog.Request) bool) (requestlog.Request, bool) {
+func find(rs []requestlogview.Request, match func(requestlogview.Request) bool) (requestlogview.Request, bool) {
 	i := slices.IndexFunc(rs, match)
 	if i < 0 {
-		return requestlog.Request{}, false
+		return requestlogview.Request{}, false
 	}
 	return rs[i], true
 }
@@ -66,7 +66,7 @@ func TestRequestLogOverGRPC(t *testing.T) {
 	adminID := e.Superuser(t, admin, "admin password 1")
 	staff := e.SignIn(t, admin)
 	plain := e.SignIn(t, authtest.Email("rl-user"))
-	key := e.NewKey(t, "svc-key", eventsapikey.TypeService, admin, nil)
+	key := e.NewKey(t, "svc-key", apikey.TypeService, admin, nil)
 	keys := apikeysv1.NewAPIKeyServiceClient(e.Conn)
 	mon := monitorv1.NewMonitorServiceClient(e.Conn)
 	ingest := ingestv1.NewIngestServiceClient(e.Conn)
@@ -104,19 +104,19 @@ func TestRequestLogOverGRPC(t *testing.T) {
 			t.Fatal("reflection stream did not end")
 		}
 
-		got := waitRequests(t, e, requestlog.Filter{Service: "cfgd.apikeys.v1.APIKeyService", Method: "Get"}, 3)
+		got := waitRequests(t, e, requestlogview.Filter{Service: "cfgd.apikeys.v1.APIKeyService", Method: "Get"}, 3)
 		want := []struct {
 			rid, status, code string
 			auth              bool
 			user, keyID       int64
 			keyName, username string
 		}{
-			{"rid-key", reqlog.StatusSuccess, "OK", true, adminID, key.State.ID, "svc-key", ""},
-			{"rid-anon", reqlog.StatusError, "Unauthenticated", false, 0, 0, "", ""},
-			{"rid-missing", reqlog.StatusError, "NotFound", true, staff.UserID, 0, "", admin},
+			{"rid-key", requestlog.StatusSuccess, "OK", true, adminID, key.State.ID, "svc-key", ""},
+			{"rid-anon", requestlog.StatusError, "Unauthenticated", false, 0, 0, "", ""},
+			{"rid-missing", requestlog.StatusError, "NotFound", true, staff.UserID, 0, "", admin},
 		}
 		for _, w := range want {
-			r, ok := find(got, func(r requestlog.Request) bool { return r.RequestID == w.rid })
+			r, ok := find(got, func(r requestlogview.Request) bool { return r.RequestID == w.rid })
 			if !ok {
 				t.Fatalf("%s not logged: %+v", w.rid, got)
 			}
@@ -129,8 +129,8 @@ func TestRequestLogOverGRPC(t *testing.T) {
 				t.Errorf("%s: error message %q", w.rid, r.ErrorMessage)
 			}
 		}
-		refl := waitRequests(t, e, requestlog.Filter{Service: "grpc.reflection.v1.ServerReflection"}, 1)
-		if r := refl[0]; r.MethodName != "ServerReflectionInfo" || r.Status != reqlog.StatusSuccess || r.IsAuthenticated {
+		refl := waitRequests(t, e, requestlogview.Filter{Service: "grpc.reflection.v1.ServerReflection"}, 1)
+		if r := refl[0]; r.MethodName != "ServerReflectionInfo" || r.Status != requestlog.StatusSuccess || r.IsAuthenticated {
 			t.Errorf("reflection stream logged as %+v", r)
 		}
 	})
@@ -164,22 +164,22 @@ func TestRequestLogOverGRPC(t *testing.T) {
 		if res.Accepted != 3 || res.Rejected != 2 || !slices.Equal(problems, []string{"1.status", "3.service_name", "3.duration_ms"}) {
 			t.Fatalf("ingest answered %+v (problems %v)", res, problems)
 		}
-		got := waitRequests(t, e, requestlog.Filter{Service: "ext.Billing"}, 3)
+		got := waitRequests(t, e, requestlogview.Filter{Service: "ext.Billing"}, 3)
 		statuses := map[string]int{}
 		for _, r := range got {
 			statuses[r.Status]++
 		}
-		if len(got) != 3 || statuses[reqlog.StatusSuccess] != 1 || statuses[reqlog.StatusError] != 1 || statuses[reqlog.StatusTimeout] != 1 {
+		if len(got) != 3 || statuses[requestlog.StatusSuccess] != 1 || statuses[requestlog.StatusError] != 1 || statuses[requestlog.StatusTimeout] != 1 {
 			t.Errorf("ingested %+v", got)
 		}
 		// The ingest service's own calls are not logged (recursion).
-		if rs, n, err := e.Requests.Requests(ctx, requestlog.Filter{Service: ingestv1.IngestService_ServiceDesc.ServiceName}); err != nil || n != 0 {
+		if rs, n, err := e.Requests.Requests(ctx, requestlogview.Filter{Service: ingestv1.IngestService_ServiceDesc.ServiceName}); err != nil || n != 0 {
 			t.Errorf("ingest calls logged: %d %+v %v", n, rs, err)
 		}
 	})
 
 	t.Run("ingest refuses", func(t *testing.T) {
-		big := make([]*ingestv1.Event, reqlog.MaxBatchEvents+1)
+		big := make([]*ingestv1.Event, requestlog.MaxBatchEvents+1)
 		for i := range big {
 			big[i] = &ingestv1.Event{ServiceName: "a", MethodName: "b", Status: "success"}
 		}
@@ -207,7 +207,7 @@ func TestRequestLogOverGRPC(t *testing.T) {
 	})
 
 	t.Run("reporter package delivers", func(t *testing.T) {
-		rep, err := reporter.New(e.Conn, reporter.Config{APIKey: key.Key, Batch: reqlog.BatcherConfig{
+		rep, err := reporter.New(e.Conn, reporter.Config{APIKey: key.Key, Batch: requestlog.BatcherConfig{
 			QueueSize: 100, BatchSize: 10, FlushInterval: 20 * time.Millisecond, SendTimeout: 5 * time.Second,
 		}}, testenv.Quiet())
 		if err != nil {
@@ -217,9 +217,9 @@ func TestRequestLogOverGRPC(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- rep.Run(rctx) }()
 		now := time.Now().UTC()
-		rep.Report(ctx, []reqlog.Event{
-			reqlog.FromCall(reqlog.Call{FullMethod: "/ext.Shop/Buy", Start: now.Add(-15 * time.Millisecond), End: now, Peer: "10.1.1.1:4000"}),
-			reqlog.FromCall(reqlog.Call{FullMethod: "/ext.Shop/Buy", Code: uint32(codes.Canceled), Message: "gone", Start: now, End: now}),
+		rep.Report(ctx, []requestlog.Event{
+			requestlog.FromCall(requestlog.Call{FullMethod: "/ext.Shop/Buy", Start: now.Add(-15 * time.Millisecond), End: now, Peer: "10.1.1.1:4000"}),
+			requestlog.FromCall(requestlog.Call{FullMethod: "/ext.Shop/Buy", Code: uint32(codes.Canceled), Message: "gone", Start: now, End: now}),
 		})
 		cancel()
 		if err := <-done; err != nil {
@@ -228,14 +228,14 @@ func TestRequestLogOverGRPC(t *testing.T) {
 		if rep.Sent() != 2 || rep.Dropped() != 0 {
 			t.Fatalf("sent %d dropped %d", rep.Sent(), rep.Dropped())
 		}
-		got := waitRequests(t, e, requestlog.Filter{Service: "ext.Shop"}, 2)
-		if _, ok := find(got, func(r requestlog.Request) bool {
-			return r.Status == reqlog.StatusCancelled && r.GRPCStatusCode == "Canceled" && r.ErrorMessage == "gone"
+		got := waitRequests(t, e, requestlogview.Filter{Service: "ext.Shop"}, 2)
+		if _, ok := find(got, func(r requestlogview.Request) bool {
+			return r.Status == requestlog.StatusCancelled && r.GRPCStatusCode == "Canceled" && r.ErrorMessage == "gone"
 		}); !ok {
 			t.Errorf("cancelled call missing: %+v", got)
 		}
-		if _, ok := find(got, func(r requestlog.Request) bool {
-			return r.Status == reqlog.StatusSuccess && r.DurationMS == 15 && r.ClientIP == "10.1.1.1"
+		if _, ok := find(got, func(r requestlogview.Request) bool {
+			return r.Status == requestlog.StatusSuccess && r.DurationMS == 15 && r.ClientIP == "10.1.1.1"
 		}); !ok {
 			t.Errorf("successful call missing: %+v", got)
 		}
@@ -345,7 +345,7 @@ func TestRequestLogKafkaDown(t *testing.T) {
 	e := grpctest.StartWith(t, grpctest.Options{RequestLog: true, KafkaDown: true})
 	admin := authtest.Email("rl-down")
 	e.Superuser(t, admin, "admin password 1")
-	key := e.NewKey(t, "down-key", eventsapikey.TypeService, admin, nil)
+	key := e.NewKey(t, "down-key", apikey.TypeService, admin, nil)
 	ingest := ingestv1.NewIngestServiceClient(e.Conn)
 	for i := range 3 {
 		start := time.Now()

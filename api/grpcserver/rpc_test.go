@@ -2,6 +2,7 @@ package grpcserver_test
 
 import (
 	"context"
+	"github.com/cfgd/cfgd/projections/projectors"
 	"net/http"
 	"slices"
 	"sort"
@@ -19,13 +20,12 @@ import (
 
 	"github.com/cfgd/cfgd/api/grpcserver"
 	"github.com/cfgd/cfgd/api/protos"
-	apikeysv1 "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
-	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	"github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
+	"github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
 	"github.com/cfgd/cfgd/cmd/cfgd/grpctest"
-	"github.com/cfgd/cfgd/commands/apikey"
-	eventsapikey "github.com/cfgd/cfgd/events/apikey"
-	projapikey "github.com/cfgd/cfgd/projections/apikey"
+	"github.com/cfgd/cfgd/commands/apikeys"
+	"github.com/cfgd/cfgd/events/apikey"
 )
 
 func withKey(key string) context.Context {
@@ -59,13 +59,13 @@ func TestCallersAuthenticate(t *testing.T) {
 	staff := e.SignIn(t, admin)
 	plain := e.SignIn(t, authtest.Email("rpc-user"))
 	exp := e.Clock.Now().Add(time.Hour)
-	valid := e.NewKey(t, "svc", eventsapikey.TypeService, admin, nil)
-	expiring := e.NewKey(t, "soon", eventsapikey.TypeCLI, admin, &exp)
-	revoked := e.NewKey(t, "gone", eventsapikey.TypeWebhook, admin, nil)
-	if _, err := e.Revoke.Handle(ctx, apikey.Revoke{ID: revoked.State.ID, RevokedBy: "test"}); err != nil {
+	valid := e.NewKey(t, "svc", apikey.TypeService, admin, nil)
+	expiring := e.NewKey(t, "soon", apikey.TypeCLI, admin, &exp)
+	revoked := e.NewKey(t, "gone", apikey.TypeWebhook, admin, nil)
+	if _, err := e.Revoke.Handle(ctx, apikeys.Revoke{ID: revoked.State.ID, RevokedBy: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	e.WaitProjected(t, projapikey.Name, eventsapikey.Stream(revoked.State.ID))
+	e.WaitProjected(t, projectors.KeysName, apikey.Stream(revoked.State.ID))
 	keys := apikeysv1.NewAPIKeyServiceClient(e.Conn)
 	mon := monitorv1.NewMonitorServiceClient(e.Conn)
 
@@ -109,7 +109,7 @@ func TestCallersAuthenticate(t *testing.T) {
 	if _, err := keys.Get(withKey(valid.Key), &apikeysv1.GetRequest{Id: valid.State.ID}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Revoke.Handle(ctx, apikey.Revoke{ID: valid.State.ID, RevokedBy: "test"}); err != nil {
+	if _, err := e.Revoke.Handle(ctx, apikeys.Revoke{ID: valid.State.ID, RevokedBy: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -135,7 +135,7 @@ func flip(c byte) string {
 }
 
 func apikey_(t *testing.T) string {
-	k, err := apikey.Generate()
+	k, err := apikeys.Generate()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,8 +147,8 @@ func TestAPIKeyServiceAnswers(t *testing.T) {
 	e := grpctest.Start(t)
 	admin := authtest.Email("rpc-list")
 	e.Superuser(t, admin, "admin password 1")
-	k := e.NewKey(t, "first", eventsapikey.TypeInternal, admin, nil)
-	e.NewKey(t, "second", eventsapikey.TypeCLI, admin, nil)
+	k := e.NewKey(t, "first", apikey.TypeInternal, admin, nil)
+	e.NewKey(t, "second", apikey.TypeCLI, admin, nil)
 	c := apikeysv1.NewAPIKeyServiceClient(e.Conn)
 	ctx := withKey(k.Key)
 
@@ -159,7 +159,7 @@ func TestAPIKeyServiceAnswers(t *testing.T) {
 	if _, err := c.Get(ctx, &apikeysv1.GetRequest{Id: 999999}); code(err) != codes.NotFound {
 		t.Fatalf("get unknown: %v", err)
 	}
-	only := eventsapikey.TypeCLI
+	only := apikey.TypeCLI
 	list, err := c.List(ctx, &apikeysv1.ListRequest{KeyType: only})
 	if err != nil || list.Count != 1 || len(list.Results) != 1 || list.Results[0].Name != "second" {
 		t.Fatalf("list cli: %v %v", list, err)
@@ -240,7 +240,7 @@ func adminKey(t *testing.T, e *grpctest.Env) string {
 	t.Helper()
 	admin := authtest.Email("reflect")
 	e.Superuser(t, admin, "admin password 1")
-	return e.NewKey(t, "reflection", eventsapikey.TypeDevelopment, admin, nil).Key
+	return e.NewKey(t, "reflection", apikey.TypeDevelopment, admin, nil).Key
 }
 
 // serviceNames picks "service X {" declarations out of proto source.

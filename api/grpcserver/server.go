@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	authv1 "github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
+	"github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
 	"github.com/cfgd/cfgd/deploy/errcode"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"

@@ -9,23 +9,23 @@ import (
 
 	"google.golang.org/grpc/status"
 
-	apikeysv1 "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
-	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	"github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
+	"github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 	"github.com/cfgd/cfgd/deploy/errcode"
-	eventsapikey "github.com/cfgd/cfgd/events/apikey"
-	rmapikey "github.com/cfgd/cfgd/readmodels/apikey"
+	"github.com/cfgd/cfgd/events/apikey"
+	"github.com/cfgd/cfgd/readmodels/apikeyview"
 )
 
 // APIKeys serves cfgd.apikeys.v1 from the read model; callers must be
 // staff or hold an API key.
 type APIKeys struct {
 	apikeysv1.UnimplementedAPIKeyServiceServer
-	keys *rmapikey.Keys
+	keys *apikeyview.Keys
 	log  *slog.Logger
 }
 
 // NewAPIKeys returns the service.
-func NewAPIKeys(keys *rmapikey.Keys, log *slog.Logger) *APIKeys {
+func NewAPIKeys(keys *apikeyview.Keys, log *slog.Logger) *APIKeys {
 	return &APIKeys{keys: keys, log: log}
 }
 
@@ -39,16 +39,16 @@ func (s *APIKeys) List(ctx context.Context, req *apikeysv1.ListRequest) (*apikey
 		page = 1
 	}
 	if size == 0 {
-		size = rmapikey.DefaultPageSize
+		size = apikeyview.DefaultPageSize
 	}
-	if page < 1 || size < 1 || size > rmapikey.MaxPageSize {
-		return nil, errcode.New(errcode.BadRequest, fmt.Sprintf("page must be at least 1 and page_size from 1 to %d", rmapikey.MaxPageSize))
+	if page < 1 || size < 1 || size > apikeyview.MaxPageSize {
+		return nil, errcode.New(errcode.BadRequest, fmt.Sprintf("page must be at least 1 and page_size from 1 to %d", apikeyview.MaxPageSize))
 	}
-	f := rmapikey.Filter{IsActive: req.IsActive, UserID: req.UserId, KeyType: req.GetKeyType()}
-	if f.KeyType != "" && !eventsapikey.ValidType(f.KeyType) {
+	f := apikeyview.Filter{IsActive: req.IsActive, UserID: req.UserId, KeyType: req.GetKeyType()}
+	if f.KeyType != "" && !apikey.ValidType(f.KeyType) {
 		return nil, errcode.Field("key_type", "must be one of service, cli, webhook, internal, development")
 	}
-	keys, count, err := s.keys.List(ctx, f, rmapikey.Page{Number: page, Size: size})
+	keys, count, err := s.keys.List(ctx, f, apikeyview.Page{Number: page, Size: size})
 	if err != nil {
 		return nil, s.unavailable(ctx, err)
 	}
@@ -65,7 +65,7 @@ func (s *APIKeys) Get(ctx context.Context, req *apikeysv1.GetRequest) (*apikeysv
 		return nil, err
 	}
 	k, err := s.keys.Get(ctx, req.GetId())
-	if errors.Is(err, rmapikey.ErrNotFound) {
+	if errors.Is(err, apikeyview.ErrNotFound) {
 		return nil, errcode.New(errcode.NotFound, "API key not found")
 	}
 	if err != nil {
@@ -89,7 +89,7 @@ func (s *APIKeys) Stats(ctx context.Context, _ *apikeysv1.StatsRequest) (*apikey
 	}, nil
 }
 
-func toProto(k rmapikey.Key) *apikeysv1.APIKey {
+func toProto(k apikeyview.Key) *apikeysv1.APIKey {
 	ts := func(t *time.Time) string {
 		if t == nil {
 			return ""

@@ -7,7 +7,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 PROTOC_GEN_GO_VERSION=v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
 BIN="${PROTO_BIN:-$(go env GOPATH)/bin}"
-command -v protoc >/dev/null || { echo "protoc missing: apt-get install protobuf-compiler (deploy/local/stack.sh up installs it)" >&2; exit 1; }
+command -v protoc >/dev/null || { echo "protoc missing: apt-get install protobuf-compiler (deploy/scripts/local/stack.sh up installs it)" >&2; exit 1; }
 GOBIN="$BIN" go install "google.golang.org/protobuf/cmd/protoc-gen-go@$PROTOC_GEN_GO_VERSION"
 GOBIN="$BIN" go install "google.golang.org/grpc/cmd/protoc-gen-go-grpc@$PROTOC_GEN_GO_GRPC_VERSION"
 OUT="${PROTO_OUT:-.}"

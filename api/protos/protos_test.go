@@ -23,7 +23,7 @@ import (
 // regenerating and this fails.
 func TestGeneratedCodeIsCurrent(t *testing.T) {
 	if _, err := exec.LookPath("protoc"); err != nil {
-		t.Fatal("protoc is required (Debian protobuf-compiler; deploy/local/stack.sh up installs it)")
+		t.Fatal("protoc is required (Debian protobuf-compiler; deploy/scripts/local/stack.sh up installs it)")
 	}
 	out := t.TempDir()
 	cmd := exec.Command("bash", "generate.sh")

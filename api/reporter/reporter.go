@@ -24,8 +24,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
+	"github.com/cfgd/cfgd/events/requestlog"
 )
 
 // Config of a Reporter.
@@ -34,13 +34,13 @@ type Config struct {
 	APIKey string
 	// Batch bounds the queue, the batch size and the time one send may
 	// take (requestlog.DefaultBatcherConfig when zero).
-	Batch reqlog.BatcherConfig
+	Batch requestlog.BatcherConfig
 	// Skip, when set, leaves out the calls whose full method
 	// ("/pkg.Service/Method") it accepts, such as health checks.
 	Skip func(fullMethod string) bool
 	// Enrich, when set, adds what only the server knows to each event:
 	// the user (UserID, Username, IsAuthenticated) or an API key.
-	Enrich func(ctx context.Context, e *reqlog.Event)
+	Enrich func(ctx context.Context, e *requestlog.Event)
 }
 
 // Validate joins every problem of c.
@@ -57,20 +57,20 @@ func (c Config) Validate() error {
 type Reporter struct {
 	cfg     Config
 	client  ingestv1.IngestServiceClient
-	batcher *reqlog.Batcher
+	batcher *requestlog.Batcher
 }
 
 // New returns a reporter sending over conn (a connection to cfgd's gRPC
 // address); start Run.
 func New(conn grpc.ClientConnInterface, cfg Config, log *slog.Logger) (*Reporter, error) {
-	if cfg.Batch == (reqlog.BatcherConfig{}) {
-		cfg.Batch = reqlog.DefaultBatcherConfig()
+	if cfg.Batch == (requestlog.BatcherConfig{}) {
+		cfg.Batch = requestlog.DefaultBatcherConfig()
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	r := &Reporter{cfg: cfg, client: ingestv1.NewIngestServiceClient(conn)}
-	b, err := reqlog.NewBatcher(cfg.Batch, r.send, log)
+	b, err := requestlog.NewBatcher(cfg.Batch, r.send, log)
 	if err != nil {
 		return nil, err
 	}
@@ -89,9 +89,11 @@ func (r *Reporter) Sent() int64 { return r.batcher.Sent() }
 func (r *Reporter) Dropped() int64 { return r.batcher.Dropped() }
 
 // Report queues events built elsewhere (never blocks).
-func (r *Reporter) Report(ctx context.Context, events []reqlog.Event) { r.batcher.Report(ctx, events) }
+func (r *Reporter) Report(ctx context.Context, events []requestlog.Event) {
+	r.batcher.Report(ctx, events)
+}
 
-func (r *Reporter) send(ctx context.Context, events []reqlog.Event) error {
+func (r *Reporter) send(ctx context.Context, events []requestlog.Event) error {
 	ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", r.cfg.APIKey)
 	// WaitForReady(false) is the default: a down cfgd fails the send at
 	// once rather than waiting for the connection.
@@ -114,7 +116,7 @@ func (r *Reporter) send(ctx context.Context, events []reqlog.Event) error {
 }
 
 // ToProto is the wire form of e.
-func ToProto(e reqlog.Event) *ingestv1.Event {
+func ToProto(e requestlog.Event) *ingestv1.Event {
 	out := &ingestv1.Event{
 		RequestId: e.RequestID, ServiceName: e.ServiceName, MethodName: e.MethodName, Status: e.Status,
 		DurationMs: e.DurationMS, GrpcStatusCode: e.GRPCStatusCode, ErrorMessage: e.ErrorMessage,
@@ -129,7 +131,7 @@ func ToProto(e reqlog.Event) *ingestv1.Event {
 
 func (r *Reporter) record(ctx context.Context, fullMethod string, start time.Time, err error) {
 	st := status.Convert(err)
-	c := reqlog.Call{FullMethod: fullMethod, Code: uint32(st.Code()), Message: st.Message(), Start: start, End: time.Now()}
+	c := requestlog.Call{FullMethod: fullMethod, Code: uint32(st.Code()), Message: st.Message(), Start: start, End: time.Now()}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		c.Peer = p.Addr.String()
 	}
@@ -138,11 +140,11 @@ func (r *Reporter) record(ctx context.Context, fullMethod string, start time.Tim
 			c.RequestID = ids[0]
 		}
 	}
-	e := reqlog.FromCall(c)
+	e := requestlog.FromCall(c)
 	if r.cfg.Enrich != nil {
 		r.cfg.Enrich(ctx, &e)
 	}
-	r.batcher.Report(ctx, []reqlog.Event{e})
+	r.batcher.Report(ctx, []requestlog.Event{e})
 }
 
 // UnaryServerInterceptor reports each unary call once it has finished.

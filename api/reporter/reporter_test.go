@@ -14,7 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/cfgd/cfgd/api/reporter"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -91,7 +91,7 @@ func TestUnreachableCfgdDropsInsteadOfBlocking(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = conn.Close() })
 			const calls, queue = 300, 50
-			rep, err := reporter.New(conn, reporter.Config{APIKey: "k", Batch: reqlog.BatcherConfig{
+			rep, err := reporter.New(conn, reporter.Config{APIKey: "k", Batch: requestlog.BatcherConfig{
 				QueueSize: queue, BatchSize: 10, FlushInterval: 10 * time.Millisecond, SendTimeout: 200 * time.Millisecond,
 			}}, quiet())
 			if err != nil {
@@ -147,7 +147,7 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"defaults", reporter.Config{APIKey: "k"}, true},
 		{"no key", reporter.Config{}, false},
-		{"bad batch", reporter.Config{APIKey: "k", Batch: reqlog.BatcherConfig{QueueSize: 1}}, false},
+		{"bad batch", reporter.Config{APIKey: "k", Batch: requestlog.BatcherConfig{QueueSize: 1}}, false},
 	} {
 		if _, err := reporter.New(conn, tc.cfg, quiet()); (err == nil) != tc.ok {
 			t.Errorf("%s: %v", tc.name, err)

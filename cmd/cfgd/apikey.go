@@ -10,11 +10,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cfgd/cfgd/commands/apikey"
+	"github.com/cfgd/cfgd/commands/apikeys"
 	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events"
-	eventsapikey "github.com/cfgd/cfgd/events/apikey"
-	"github.com/cfgd/cfgd/events/relay"
+	"github.com/cfgd/cfgd/events/apikey"
+	"github.com/cfgd/cfgd/events/outbox"
 )
 
 const apikeyUsage = `usage: cfgd apikey create --name N --type service|cli|webhook|internal|development --user EMAIL [--expires 720h]
@@ -65,7 +65,7 @@ func parseAPIKeyCommand(args []string, stdout, stderr io.Writer) (action, error)
 		if *id < 1 {
 			return nil, &exitError{code: 2, err: errors.New("--id: a positive key id is required")}
 		}
-		cmd := apikey.Revoke{ID: *id, RevokedBy: "cli", Meta: events.Metadata{Actor: "cli"}}
+		cmd := apikeys.Revoke{ID: *id, RevokedBy: "cli", Meta: events.Metadata{Actor: "cli"}}
 		return func(ctx context.Context, log *slog.Logger, app appSettings) error {
 			return revokeAPIKey(ctx, log, app, cmd, stdout)
 		}, nil
@@ -76,7 +76,7 @@ func parseAPIKeyCommand(args []string, stdout, stderr io.Writer) (action, error)
 	if set["expires"] && *expires <= 0 {
 		return nil, &exitError{code: 2, err: fmt.Errorf("--expires: a positive duration such as 720h is required, got %s", *expires)}
 	}
-	cmd := apikey.Create{Name: *name, KeyType: *typ, UserEmail: *owner, CreatedBy: "cli", Meta: events.Metadata{Actor: "cli"}}
+	cmd := apikeys.Create{Name: *name, KeyType: *typ, UserEmail: *owner, CreatedBy: "cli", Meta: events.Metadata{Actor: "cli"}}
 	// Check the input before any connection is made; the expiry is fixed
 	// when the command runs.
 	if _, err := cmd.Check(time.Now()); err != nil {
@@ -117,7 +117,7 @@ func apikeyDeps(ctx context.Context, log *slog.Logger, app appSettings) (*deps, 
 	return d, nil
 }
 
-func createAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd apikey.Create, stdout io.Writer) error {
+func createAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd apikeys.Create, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	d, err := apikeyDeps(ctx, log, app)
@@ -125,9 +125,9 @@ func createAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd ap
 		return err
 	}
 	defer d.Close()
-	c, err := apikey.NewCreateHandler(d.events.Bind(d.pg), time.Now).Handle(ctx, cmd)
+	c, err := apikeys.NewCreateHandler(d.events.Bind(d.pg), time.Now).Handle(ctx, cmd)
 	if err != nil {
-		if apikey.IsInputError(err) {
+		if apikeys.IsInputError(err) {
 			return &exitError{code: 1, err: cliFields(err)}
 		}
 		return err
@@ -144,7 +144,7 @@ func createAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd ap
 	return nil
 }
 
-func revokeAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd apikey.Revoke, stdout io.Writer) error {
+func revokeAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd apikeys.Revoke, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	d, err := apikeyDeps(ctx, log, app)
@@ -152,22 +152,22 @@ func revokeAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd ap
 		return err
 	}
 	defer d.Close()
-	s, err := apikey.NewRevokeHandler(d.events.Bind(d.pg), time.Now).Handle(ctx, cmd)
+	s, err := apikeys.NewRevokeHandler(d.events.Bind(d.pg), time.Now).Handle(ctx, cmd)
 	if err != nil {
-		if apikey.IsInputError(err) {
+		if apikeys.IsInputError(err) {
 			return &exitError{code: 1, err: fmt.Errorf("API key %d: %w", cmd.ID, err)}
 		}
 		return err
 	}
 	wakeRelay(ctx, log, d)
-	fmt.Fprintf(stdout, "API key revoked: id=%d name=%q (%s)\n", s.ID, s.Name, eventsapikey.Stream(s.ID))
+	fmt.Fprintf(stdout, "API key revoked: id=%d name=%q (%s)\n", s.ID, s.Name, apikey.Stream(s.ID))
 	return nil
 }
 
 // wakeRelay tells a running server's relay about the new event; no relay
 // runs in this process.
 func wakeRelay(ctx context.Context, log *slog.Logger, d *deps) {
-	if err := relay.Notify(ctx, d.pg); err != nil {
+	if err := outbox.Notify(ctx, d.pg); err != nil {
 		log.WarnContext(ctx, "the running server's relay was not woken; it will find the event on its next poll", "err", err)
 	}
 }

@@ -5,8 +5,8 @@ import (
 	"github.com/cfgd/cfgd/api/rest/extensions"
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
 	"github.com/cfgd/cfgd/cmd/settings"
-	"github.com/cfgd/cfgd/commands/signin"
-	"github.com/cfgd/cfgd/commands/tasks"
+	"github.com/cfgd/cfgd/commands/app/signin"
+	"github.com/cfgd/cfgd/commands/app/taskqueues"
 	"github.com/cfgd/cfgd/deploy/config"
 )
 
@@ -20,7 +20,7 @@ type appSettings struct {
 	// GRPCProtoDir is where the proto files are written (GRPC__PROTO_DIR).
 	GRPCProtoDir string
 	Extensions   *extensions.Set
-	Tasks        tasks.Config
+	Tasks        taskqueues.Config
 	RequestLog   settings.RequestLog
 }
 

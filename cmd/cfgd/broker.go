@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 )
 
 // broker runs the embedded Kafka-protocol broker alone, on
@@ -18,12 +18,12 @@ import (
 // settings file can serve the broker and its clients.
 func broker(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Writer) error {
 	c := app.Core
-	emb, err := bus.StartEmbedded(c.KafkaDataDir, c.KafkaEmbeddedAddr)
+	emb, err := kafka.StartEmbedded(c.KafkaDataDir, c.KafkaEmbeddedAddr)
 	if err != nil {
 		return fmt.Errorf("embedded kafka (KAFKA__EMBEDDED_ADDR, KAFKA__DATA_DIR): %w", err)
 	}
 	login := emb.SASL()
-	props := filepath.Join(c.KafkaDataDir, bus.ClientPropertiesFile)
+	props := filepath.Join(c.KafkaDataDir, kafka.ClientPropertiesFile)
 	log.Info("embedded kafka started", "addr", emb.Addr(), "data_dir", c.KafkaDataDir)
 	// The password stays in the file (mode 0600); it is never printed.
 	fmt.Fprintf(stdout, "cfgd broker is up\n  kafka    %s\n  login    %s\n  clients  KAFKA__BROKERS=%s KAFKA__SASL_MECHANISM=%s KAFKA__SASL_USERNAME=%s KAFKA__SASL_PASSWORD=<sasl.password of the login file>\n",

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 )
 
 // cfgd broker serves the embedded broker alone: a client with the login
@@ -37,7 +37,7 @@ func TestBrokerCommand(t *testing.T) {
 	if addr == "" {
 		t.Fatalf("no address printed; stdout %q stderr %q", stdout.String(), stderr.String())
 	}
-	login, err := bus.ReadEmbeddedLogin(dir + "/kafka")
+	login, err := kafka.ReadEmbeddedLogin(dir + "/kafka")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,12 +46,12 @@ func TestBrokerCommand(t *testing.T) {
 	}
 	pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer pcancel()
-	if err := bus.Ping(pctx, bus.Config{Brokers: []string{addr}, SASL: login}); err != nil {
+	if err := kafka.Ping(pctx, kafka.Config{Brokers: []string{addr}, SASL: login}); err != nil {
 		t.Fatalf("a client with the login of client.properties: %v", err)
 	}
 	bad := login
 	bad.Password = "wrong"
-	if err := bus.Ping(pctx, bus.Config{Brokers: []string{addr}, SASL: bad}); err == nil {
+	if err := kafka.Ping(pctx, kafka.Config{Brokers: []string{addr}, SASL: bad}); err == nil {
 		t.Error("the broker let in a wrong password")
 	}
 	cancel()

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/cmd/settings"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/projections"
 )
 
@@ -18,7 +18,7 @@ func deadletters(ctx context.Context, c settings.Core, stdout io.Writer) error {
 	busCfg := clientBus(c)
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := bus.Ping(ctx, busCfg); err != nil {
+	if err := kafka.Ping(ctx, busCfg); err != nil {
 		return fmt.Errorf("kafka at %v is unreachable (KAFKA__BROKERS; the embedded broker runs inside cfgd serve): %w", busCfg.Brokers, err)
 	}
 	return projections.ListDeadLetters(ctx, busCfg, stdout)

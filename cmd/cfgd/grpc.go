@@ -8,8 +8,8 @@ import (
 
 	"github.com/cfgd/cfgd/api/grpcserver"
 	"github.com/cfgd/cfgd/api/rest/auth"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
-	requestlogrm "github.com/cfgd/cfgd/readmodels/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // grpcModule is gRPC monitoring: the gRPC server on GRPC__ADDR, API keys
@@ -17,13 +17,13 @@ import (
 // /cfg/grpc/ and /admin/api-keys/, and the proto files in GRPC__PROTO_DIR.
 // Every call it serves is reported to the request log through prod, and
 // cfgd.ingest.v1 and the cfgd.monitor.v1 statistics are served.
-func grpcModule(w wiring, a *auth.API, prod *reqlog.Producer, activeKeys requestlogrm.ActiveAPIKeys) (modules.Module, error) {
+func grpcModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKeys requestlogview.ActiveAPIKeys) (modules.Module, error) {
 	p, err := modules.GRPC(modules.GRPCConfig{
 		RPC:      grpcserver.Config{Addr: w.app.Core.GRPCAddr, ShutdownTimeout: w.app.Core.ShutdownTimeout},
 		ProtoDir: w.app.GRPCProtoDir,
 		Events:   w.deps.events,
 	}, a, w.deps.pg, w.log, time.Now, modules.GRPCRequestLog{
-		Producer: prod, Queries: requestlogrm.New(w.deps.ch, time.Now, activeKeys),
+		Producer: prod, Queries: requestlogview.New(w.deps.ch, time.Now, activeKeys),
 	})
 	if err != nil {
 		return modules.Module{}, err

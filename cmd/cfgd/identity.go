@@ -7,7 +7,7 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
 
 	"github.com/cfgd/cfgd/api/rest/auth"
-	"github.com/cfgd/cfgd/commands/signin"
+	"github.com/cfgd/cfgd/commands/app/signin"
 )
 
 // identityModule is passwordless sign-in: the sign-in core and its HTTP

@@ -69,7 +69,7 @@ func commandList() []command {
 	return []command{
 		{"serve", "serve     run HTTP, gRPC, the event relay, the projections and every module's runners", noArgs("serve", serve)},
 		{"migrate", "migrate   apply database migrations and exit", noArgs("migrate", migrate)},
-		{"worker", "worker    run a task worker process (TASKS__* settings)", noArgs("worker", worker)},
+		{"worker", "worker    run a task worker process (TASKS__* settings)", noArgs("worker", runWorker)},
 		{"broker", "broker    run the embedded Kafka broker alone (KAFKA__EMBEDDED_ADDR, KAFKA__DATA_DIR) for serve, workers and the CLI to share", noArgs("broker", broker)},
 		{"task", "task enqueue --queue Q --type T [--payload JSON]\n          put a task on a queue", parseTaskCommand},
 		{"user", "user create-superuser --email E [--password P]\n          create a staff superuser (without --password: OTP sign-in only)", parseUserCommand},

@@ -9,14 +9,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	apikeyrm "github.com/cfgd/cfgd/readmodels/apikey"
+	"github.com/cfgd/cfgd/readmodels/apikeyview"
 
 	"github.com/cfgd/cfgd/api/pages"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/apikey"
-	"github.com/cfgd/cfgd/events/bus"
 	"github.com/cfgd/cfgd/events/identity"
-	taskev "github.com/cfgd/cfgd/events/tasks"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/tasks"
 )
 
 // wiring is what each module is built from.
@@ -24,7 +24,7 @@ type wiring struct {
 	log  *slog.Logger
 	app  appSettings
 	deps *deps
-	bus  bus.Config
+	bus  kafka.Config
 	// metrics is where modules register their collectors (nil in tests
 	// that do not look).
 	metrics prometheus.Registerer
@@ -38,7 +38,7 @@ func eventTypes() []events.Event {
 	var all []events.Event
 	all = append(all, identity.Events()...)
 	all = append(all, apikey.Events()...)
-	all = append(all, taskev.Events()...)
+	all = append(all, tasks.Events()...)
 	return all
 }
 
@@ -58,7 +58,7 @@ func buildModules(ctx context.Context, w wiring) ([]modules.Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys := apikeyrm.NewKeys(w.deps.pg, time.Now)
+	keys := apikeyview.NewKeys(w.deps.pg, time.Now)
 	activeKeys := func(ctx context.Context) (int64, error) {
 		st, err := keys.Stats(ctx)
 		return st.ActiveKeys, err

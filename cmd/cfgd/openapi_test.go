@@ -15,7 +15,7 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/config"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 )
 
 // Every route cfgd serve mounts, with every extension turned on, is
@@ -54,7 +54,7 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	}
 	defer d.Close()
 	log := testenv.Quiet()
-	busCfg := bus.Config{Brokers: []string{"127.0.0.1:1"}, Partitions: 1}
+	busCfg := kafka.Config{Brokers: []string{"127.0.0.1:1"}, Partitions: 1}
 	mods, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: busCfg})
 	if err != nil {
 		t.Fatal(err)

@@ -12,18 +12,19 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cfgd/cfgd/projections/projectors"
+	"github.com/cfgd/cfgd/projections/reactors"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
 	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/projections"
-	apikeyproj "github.com/cfgd/cfgd/projections/apikey"
 	"github.com/cfgd/cfgd/projections/apikeyusage"
-	identityproj "github.com/cfgd/cfgd/projections/identity"
 	"github.com/cfgd/cfgd/projections/replay"
-	taskproj "github.com/cfgd/cfgd/projections/tasks"
+	"github.com/cfgd/cfgd/projections/tasks"
 )
 
 const replayUsage = `usage: cfgd replay NAME...   rebuild projections (Postgres ones from the event store and the Kafka topics
@@ -38,25 +39,25 @@ const replayUsage = `usage: cfgd replay NAME...   rebuild projections (Postgres 
 // replay only lists it, never runs it.
 func postgresProjections() []*projections.Projection {
 	var all []*projections.Projection
-	all = append(all, identityproj.All()...)
-	all = append(all, apikeyproj.All()...)
-	all = append(all, taskproj.Control(nil, nil, nil, nil), taskproj.Views())
+	all = append(all, projectors.Identity()...)
+	all = append(all, projectors.APIKeys()...)
+	all = append(all, reactors.Control(nil, nil, nil, nil), projectors.TaskQueues())
 	return all
 }
 
 // withFeeds gives p the Kafka-sourced feeds its tables also hold, which
 // its replay rebuilds after the events: the request log's usage counts for
 // the API keys, the lifecycle topic's task statistics for the task views.
-func withFeeds(p *projections.Projection, b bus.Config, log *slog.Logger) error {
+func withFeeds(p *projections.Projection, b kafka.Config, log *slog.Logger) error {
 	switch p.Name {
-	case apikeyproj.Name:
+	case projectors.KeysName:
 		f, err := apikeyusage.NewFeed(apikeyusage.DefaultConfig(b), log)
 		if err != nil {
 			return err
 		}
 		p.Feeds = append(p.Feeds, f)
-	case taskproj.QueuesName:
-		p.Feeds = append(p.Feeds, taskproj.NewLifecycleFeed(b, log))
+	case projectors.QueuesName:
+		p.Feeds = append(p.Feeds, tasks.NewLifecycleFeed(b, log))
 	}
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
 )
 
@@ -63,5 +63,5 @@ func clickhouseListLine(ctx context.Context, app appSettings) string {
 	if err != nil {
 		pos, lag = "?", "?"
 	}
-	return fmt.Sprintf("%s\tclickhouse\t%s\t%s\t-\t%s\t%s", st.Name, c.Topic(bus.TopicRequestLogs), strings.Join(st.Tables, ","), pos, lag)
+	return fmt.Sprintf("%s\tclickhouse\t%s\t%s\t-\t%s\t%s", st.Name, c.Topic(kafka.TopicRequestLogs), strings.Join(st.Tables, ","), pos, lag)
 }

@@ -13,14 +13,14 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/migrations"
-	"github.com/cfgd/cfgd/events/bus"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/requestlog"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
 )
 
 // clickhouseReplayEnv points the commands at a private broker and a
 // private ClickHouse database, and returns them.
-func clickhouseReplayEnv(t *testing.T) (bus.Config, driver.Conn) {
+func clickhouseReplayEnv(t *testing.T) (kafka.Config, driver.Conn) {
 	t.Helper()
 	c := testenv.Kafka(t, 2)
 	t.Setenv("KAFKA__BROKERS", strings.Join(c.Brokers, ","))
@@ -40,17 +40,17 @@ func TestReplayClickHouseCommand(t *testing.T) {
 	c, chConn := clickhouseReplayEnv(t)
 	ctx := context.Background()
 
-	pc := reqlog.DefaultProducerConfig(c)
+	pc := requestlog.DefaultProducerConfig(c)
 	pc.PackEvents = 10
 	pc.Timeout = 10 * time.Second
-	prod, err := reqlog.NewProducer(pc, testenv.Quiet())
+	prod, err := requestlog.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer prod.Close()
-	evs := make([]reqlog.Event, 500)
+	evs := make([]requestlog.Event, 500)
 	for i := range evs {
-		evs[i] = reqlog.Event{ServiceName: "svc", MethodName: "M", Status: reqlog.StatusSuccess, CreatedAt: time.Now().UTC()}
+		evs[i] = requestlog.Event{ServiceName: "svc", MethodName: "M", Status: requestlog.StatusSuccess, CreatedAt: time.Now().UTC()}
 	}
 	if err := prod.Produce(ctx, evs); err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestReplayClickHouseCommand(t *testing.T) {
 		stdout []string
 	}{
 		// Position 50: ten events a record, 500 events committed; lag 0.
-		{[]string{"replay", "--list"}, []string{"requestlog.clickhouse clickhouse " + c.Topic(bus.TopicRequestLogs) + " requestlog_raw,requestlog_minute,requestlog_hour,requestlog_day - 50 0\n"}},
+		{[]string{"replay", "--list"}, []string{"requestlog.clickhouse clickhouse " + c.Topic(kafka.TopicRequestLogs) + " requestlog_raw,requestlog_minute,requestlog_hour,requestlog_day - 50 0\n"}},
 		{[]string{"replay", chReplayName}, []string{"requestlog.clickhouse: 50/50 records (100.0%)", "records/s, ETA",
 			"requestlog.clickhouse: replayed 50 records (500 events, 0 unreadable skipped)", "swapped in"}},
 		{[]string{"replay", "--all"}, []string{"identity.users: replayed", "requestlog.clickhouse: replayed 50 records"}},

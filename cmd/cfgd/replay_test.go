@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/events/bus"
-	taskev "github.com/cfgd/cfgd/events/tasks"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/tasks"
 	taskproj "github.com/cfgd/cfgd/projections/tasks"
 )
 
@@ -23,10 +23,10 @@ func TestReplayCommand(t *testing.T) {
 	// views from Kafka too.
 	kc, _ := clickhouseReplayEnv(t)
 	// One task's lifecycle on the topic: the replay of the task views
-	// reads it through the configured bus.
+	// reads it through the configured kafka.
 	pub := taskproj.NewLifecyclePublisher(kc, testenv.Quiet())
 	defer pub.Close()
-	if err := pub.PublishLifecycle(context.Background(), []taskev.Lifecycle{{TaskID: "t1", Queue: "q", Type: "demo:echo", Step: taskev.StepEnqueued, At: time.Now()}}); err != nil {
+	if err := pub.PublishLifecycle(context.Background(), []tasks.Lifecycle{{TaskID: "t1", Queue: "q", Type: "demo:echo", Step: tasks.StepEnqueued, At: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -47,7 +47,7 @@ func TestReplayCommand(t *testing.T) {
 		{[]string{"replay", "--list"}, 0, "", []string{"identity.users", "users,profiles,registration_sources,user_registration_sources", "tasks.control", "reactor", "apikey.keys",
 			"tasks.queues", "task_queues,task_worker_commands,task_lifecycle,task_runs",
 			// The logs each is built from.
-			"event store + " + kc.Topic(bus.TopicRequestLogs), "event store + " + kc.Topic(taskev.TopicLifecycle)}},
+			"event store + " + kc.Topic(kafka.TopicRequestLogs), "event store + " + kc.Topic(tasks.TopicLifecycle)}},
 		{[]string{"replay", "identity.users"}, 0, "", []string{"identity.users: 2/2 events (100.0%)", "events/s, ETA", "identity.users: replayed 2 events (1 applied)"}},
 		{[]string{"replay", "--all"}, 0, "", []string{"identity.users: replayed", "identity.revocations: replayed",
 			"apikey.keys: replayed 2 events (0 applied) and 0 records of its feeds", "tasks.queues: replayed 2 events (0 applied) and 1 records of its feeds",
@@ -86,7 +86,7 @@ func TestReplayCommand(t *testing.T) {
 	if err := pool.QueryRow(context.Background(), `SELECT email FROM users`).Scan(&email); err != nil || email != "replay@example.com" {
 		t.Fatalf("replayed users: %q %v", email, err)
 	}
-	if err := pool.QueryRow(context.Background(), `SELECT state FROM task_runs WHERE task_id = 't1'`).Scan(&state); err != nil || state != taskev.StepEnqueued {
+	if err := pool.QueryRow(context.Background(), `SELECT state FROM task_runs WHERE task_id = 't1'`).Scan(&state); err != nil || state != tasks.StepEnqueued {
 		t.Fatalf("replayed task statistics: %q %v", state, err)
 	}
 	var stdout bytes.Buffer

@@ -12,26 +12,26 @@ import (
 	"github.com/cfgd/cfgd/api/pages"
 	"github.com/cfgd/cfgd/api/rest/auth"
 	"github.com/cfgd/cfgd/api/rest/monitor"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/apikeyusage"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
-	requestlogrm "github.com/cfgd/cfgd/readmodels/requestlog"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // requestLogProducer is the producer of the request-log topic, shared by
 // the gRPC module (its own calls, cfgd.ingest.v1) and the request-log
 // module (the HTTP ingest endpoint), which closes it.
-func requestLogProducer(w wiring) (*reqlog.Producer, error) {
+func requestLogProducer(w wiring) (*requestlog.Producer, error) {
 	c := w.app.RequestLog.Producer
 	c.Bus = w.bus
-	return reqlog.NewProducer(c, w.log)
+	return requestlog.NewProducer(c, w.log)
 }
 
 // requestLogModule is the request log: the ingest endpoint producing to
 // the request-log topic through prod, the ClickHouse sink, and the staff
 // monitoring endpoints over the read model. activeKeys counts active API
 // keys (nil: active_api_keys is then 0).
-func requestLogModule(w wiring, a *auth.API, prod *reqlog.Producer, activeKeys requestlogrm.ActiveAPIKeys) (modules.Module, error) {
+func requestLogModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKeys requestlogview.ActiveAPIKeys) (modules.Module, error) {
 	c := w.app.RequestLog
 	c.Sink.Bus = w.bus
 	// The fence lets `cfgd replay requestlog.clickhouse` swap rebuilt
@@ -47,7 +47,7 @@ func requestLogModule(w wiring, a *auth.API, prod *reqlog.Producer, activeKeys r
 	if err != nil {
 		return modules.Module{}, err
 	}
-	h := monitor.New(prod, requestlogrm.New(w.deps.ch, time.Now, activeKeys), time.Now)
+	h := monitor.New(prod, requestlogview.New(w.deps.ch, time.Now, activeKeys), time.Now)
 	return modules.Module{
 		Name: "requestlog",
 		Routes: func(r *mux.Router) error {

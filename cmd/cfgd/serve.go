@@ -18,7 +18,7 @@ import (
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/projections/pipeline"
 )
 
@@ -31,10 +31,10 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	busCfg := bus.Config{Brokers: c.KafkaBrokers, Partitions: c.KafkaPartitions, TopicPrefix: c.KafkaTopicPrefix,
-		SASL: bus.SASL{Mechanism: c.KafkaSASLMechanism, User: c.KafkaSASLUser, Password: c.KafkaSASLPassword.Reveal()}}
+	busCfg := kafka.Config{Brokers: c.KafkaBrokers, Partitions: c.KafkaPartitions, TopicPrefix: c.KafkaTopicPrefix,
+		SASL: kafka.SASL{Mechanism: c.KafkaSASLMechanism, User: c.KafkaSASLUser, Password: c.KafkaSASLPassword.Reveal()}}
 	if len(busCfg.Brokers) == 0 {
-		emb, err := bus.StartEmbedded(c.KafkaDataDir, c.KafkaEmbeddedAddr)
+		emb, err := kafka.StartEmbedded(c.KafkaDataDir, c.KafkaEmbeddedAddr)
 		if err != nil {
 			return fmt.Errorf("embedded kafka (KAFKA__EMBEDDED_ADDR, KAFKA__DATA_DIR): %w", err)
 		}
@@ -115,7 +115,7 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 
 // newRouter is the root router with health, readiness and every module's
 // routes (not /metrics, which may have a listener of its own).
-func newRouter(log *slog.Logger, metrics *prometheus.Registry, d *deps, busCfg bus.Config, mods []modules.Module) (*mux.Router, error) {
+func newRouter(log *slog.Logger, metrics *prometheus.Registry, d *deps, busCfg kafka.Config, mods []modules.Module) (*mux.Router, error) {
 	router, err := rest.NewRouter(log, metrics)
 	if err != nil {
 		return nil, err
@@ -124,7 +124,7 @@ func newRouter(log *slog.Logger, metrics *prometheus.Registry, d *deps, busCfg b
 		{Name: "postgres", Ping: d.pg.Ping},
 		{Name: "clickhouse", Ping: d.ch.Ping},
 		{Name: "redis", Ping: func(ctx context.Context) error { return d.redis.Ping(ctx).Err() }},
-		{Name: "kafka", Ping: func(ctx context.Context) error { return bus.Ping(ctx, busCfg) }},
+		{Name: "kafka", Ping: func(ctx context.Context) error { return kafka.Ping(ctx, busCfg) }},
 	}, modules.Checks(mods...)...)...)
 	if err := modules.Mount(router, mods...); err != nil {
 		return nil, err

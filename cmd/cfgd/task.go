@@ -9,7 +9,7 @@ import (
 	"log/slog"
 	"time"
 
-	taskcmd "github.com/cfgd/cfgd/commands/tasks"
+	"github.com/cfgd/cfgd/commands/app/taskqueues"
 )
 
 const taskUsage = `usage: cfgd task enqueue --queue Q --type T [--payload JSON]
@@ -44,7 +44,7 @@ func parseTaskCommand(args []string, stdout, stderr io.Writer) (action, error) {
 	if fs.NArg() > 0 {
 		return nil, &exitError{code: 2, err: fmt.Errorf("enqueue takes no arguments, got %q", fs.Args())}
 	}
-	if err := taskcmd.ValidatePayload(*typ, []byte(*payload)); err != nil {
+	if err := taskqueues.ValidatePayload(*typ, []byte(*payload)); err != nil {
 		return nil, &exitError{code: 2, err: err}
 	}
 	return func(ctx context.Context, log *slog.Logger, app appSettings) error {
@@ -54,7 +54,7 @@ func parseTaskCommand(args []string, stdout, stderr io.Writer) (action, error) {
 
 func enqueueTask(ctx context.Context, log *slog.Logger, app appSettings, queue, typ string, payload []byte, stdout io.Writer) error {
 	if !app.Tasks.HasQueue(queue) {
-		return &exitError{code: 2, err: fmt.Errorf("%w %q (TASKS__QUEUES: %v)", taskcmd.ErrUnknownQueue, queue, app.Tasks.QueueNames())}
+		return &exitError{code: 2, err: fmt.Errorf("%w %q (TASKS__QUEUES: %v)", taskqueues.ErrUnknownQueue, queue, app.Tasks.QueueNames())}
 	}
 	rdb, err := taskRedis(app)
 	if err != nil {
@@ -67,7 +67,7 @@ func enqueueTask(ctx context.Context, log *slog.Logger, app appSettings, queue, 
 	if err != nil || em == nil {
 		return fmt.Errorf("kafka (KAFKA__BROKERS, or a running cfgd serve's embedded broker): %w", errors.Join(err, ctx.Err()))
 	}
-	enq := taskcmd.NewEnqueuer(app.Tasks, rdb, em)
+	enq := taskqueues.NewEnqueuer(app.Tasks, rdb, em)
 	id, err := enq.Enqueue(ctx, queue, typ, payload)
 	// Close flushes the enqueued record before the process exits.
 	err = errors.Join(err, em.Close())

@@ -13,11 +13,13 @@ import (
 
 	"github.com/cfgd/cfgd/api/pages"
 	"github.com/cfgd/cfgd/api/rest/auth"
-	tasksapi "github.com/cfgd/cfgd/api/rest/taskadmin"
-	taskcmd "github.com/cfgd/cfgd/commands/tasks"
+	"github.com/cfgd/cfgd/api/rest/taskadmin"
+	"github.com/cfgd/cfgd/commands/app/taskqueues"
 	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/projections"
-	taskproj "github.com/cfgd/cfgd/projections/tasks"
+	"github.com/cfgd/cfgd/projections/projectors"
+	"github.com/cfgd/cfgd/projections/reactors"
+	"github.com/cfgd/cfgd/projections/tasks"
 )
 
 // tasksModule is task-queue management: the queue and worker endpoints and
@@ -30,13 +32,13 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (modules.Module, erro
 	if err != nil {
 		return modules.Module{}, err
 	}
-	app, err := taskcmd.New(cfg, taskcmd.Deps{Pool: w.deps.pg, Events: w.deps.events, Redis: rdb, Log: w.log, Now: time.Now})
+	app, err := taskqueues.New(cfg, taskqueues.Deps{Pool: w.deps.pg, Events: w.deps.events, Redis: rdb, Log: w.log, Now: time.Now})
 	if err != nil {
 		closeRedis()
 		return modules.Module{}, err
 	}
-	sink := taskproj.NewSink(w.deps.pg, w.bus, w.log)
-	pub := taskproj.NewLifecyclePublisher(w.bus, w.log)
+	sink := tasks.NewSink(w.deps.pg, w.bus, w.log)
+	pub := tasks.NewLifecyclePublisher(w.bus, w.log)
 	var appends store.DB = w.deps.pg
 	if w.deps.events != nil {
 		appends = w.deps.events.Bind(w.deps.pg)
@@ -49,10 +51,10 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (modules.Module, erro
 	return modules.Module{
 		Name: "tasks",
 		Routes: func(r *mux.Router) error {
-			tasksapi.Mount(r, staff, app)
+			taskadmin.Mount(r, staff, app)
 			return pages.MountTaskDashboard(r, staff, w.assets)
 		},
-		Projections: []*projections.Projection{taskproj.Control(app.Inspector, app.Registry, pub, appends), taskproj.Views()},
+		Projections: []*projections.Projection{reactors.Control(app.Inspector, app.Registry, pub, appends), projectors.TaskQueues()},
 		Checks:      checks,
 		Background: []process.Runner{
 			{Name: "tasks-lifecycle-sink", Run: sink.Run},

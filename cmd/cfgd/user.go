@@ -9,11 +9,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/cfgd/cfgd/commands/signin"
+	"github.com/cfgd/cfgd/commands/app/signin"
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/relay"
+	"github.com/cfgd/cfgd/events/outbox"
 )
 
 const userUsage = `usage: cfgd user create-superuser --email E [--password P]
@@ -83,7 +83,7 @@ func createSuperuser(ctx context.Context, log *slog.Logger, app appSettings, cmd
 		return err
 	}
 	// No relay runs in this process; wake the one of a running server.
-	if err := relay.Notify(ctx, d.pg); err != nil {
+	if err := outbox.Notify(ctx, d.pg); err != nil {
 		log.WarnContext(ctx, "the running server's relay was not woken; it will find the user on its next poll", "err", err)
 	}
 	fmt.Fprintf(stdout, "superuser created: id=%d email=%s\n", u.ID, u.Email)

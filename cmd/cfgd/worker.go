@@ -8,12 +8,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	taskcmd "github.com/cfgd/cfgd/commands/tasks"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/api/worker"
+	"github.com/cfgd/cfgd/events/kafka"
 )
 
 // worker runs one worker process (TASKS__* settings) until ctx ends.
-func worker(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Writer) error {
+func runWorker(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Writer) error {
 	rdb, err := taskRedis(app)
 	if err != nil {
 		return err
@@ -34,7 +34,7 @@ func worker(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wr
 			log.Warn("lifecycle producer", "err", err)
 		}
 	}()
-	wk, err := taskcmd.NewWorker(app.Tasks, rdb, em, log, taskcmd.Handlers(log))
+	wk, err := worker.NewWorker(app.Tasks, rdb, em, log, worker.Handlers(log))
 	if err != nil {
 		return err
 	}
@@ -51,14 +51,14 @@ func taskRedis(app appSettings) (*redis.Client, error) {
 }
 
 // taskBus is where workers and the CLI produce lifecycle records.
-func taskBus(app appSettings) bus.Config { return clientBus(app.Core) }
+func taskBus(app appSettings) kafka.Config { return clientBus(app.Core) }
 
 // lifecycleEmitter waits for Kafka; nil when ctx ended first.
-func lifecycleEmitter(ctx context.Context, log *slog.Logger, app appSettings) (*taskcmd.Emitter, error) {
-	var em *taskcmd.Emitter
+func lifecycleEmitter(ctx context.Context, log *slog.Logger, app appSettings) (*worker.Emitter, error) {
+	var em *worker.Emitter
 	err := retry(ctx, log, "kafka", func(ctx context.Context) error {
 		var err error
-		em, err = taskcmd.NewEmitter(ctx, taskBus(app), log)
+		em, err = worker.NewEmitter(ctx, taskBus(app), log)
 		return err
 	})
 	if err != nil {

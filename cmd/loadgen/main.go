@@ -38,10 +38,10 @@ import (
 
 	"github.com/cfgd/cfgd/api/rest/monitor"
 	"github.com/cfgd/cfgd/deploy/migrations"
-	"github.com/cfgd/cfgd/events/bus"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/requestlog"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
-	"github.com/cfgd/cfgd/readmodels/requestlog"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 type options struct {
@@ -123,8 +123,8 @@ var (
 )
 
 // synth returns n events spread over [from, from+span).
-func synth(r *mrand.Rand, n int, from time.Time, span time.Duration) []reqlog.Event {
-	out := make([]reqlog.Event, n)
+func synth(r *mrand.Rand, n int, from time.Time, span time.Duration) []requestlog.Event {
+	out := make([]requestlog.Event, n)
 	for i := range out {
 		st := statuses[r.IntN(len(statuses))]
 		code := map[string]string{"success": "OK", "error": "Internal", "timeout": "DeadlineExceeded"}[st]
@@ -132,7 +132,7 @@ func synth(r *mrand.Rand, n int, from time.Time, span time.Duration) []reqlog.Ev
 		if span > 0 {
 			at = from.Add(time.Duration(r.Int64N(int64(span))))
 		}
-		out[i] = reqlog.Event{RequestID: fmt.Sprintf("%016x", r.Uint64()), ServiceName: services[r.IntN(len(services))],
+		out[i] = requestlog.Event{RequestID: fmt.Sprintf("%016x", r.Uint64()), ServiceName: services[r.IntN(len(services))],
 			MethodName: methods[r.IntN(len(methods))], Status: st, GRPCStatusCode: code, DurationMS: int64(r.ExpFloat64() * 20),
 			CreatedAt: at.UTC(), ClientIP: "127.0.0.1", UserID: int64(r.IntN(1000)), Username: "bench", IsAuthenticated: true,
 			APIKeyID: 1, APIKeyName: "bench"}
@@ -194,7 +194,7 @@ func benchIngest(ctx context.Context, o options) error {
 	// out of the figures.
 	r := mrand.New(mrand.NewPCG(1, 2))
 	pool := synth(r, 100_000, time.Now().UTC(), 0)
-	chunk := func(i, n int) []reqlog.Event {
+	chunk := func(i, n int) []requestlog.Event {
 		i %= len(pool)
 		if i+n > len(pool) {
 			i = 0
@@ -232,9 +232,9 @@ func benchIngest(ctx context.Context, o options) error {
 		return err
 	}
 	defer closeBus()
-	pc := reqlog.DefaultProducerConfig(bc)
+	pc := requestlog.DefaultProducerConfig(bc)
 	pc.Timeout = 10 * time.Second
-	prod, err := reqlog.NewProducer(pc, quiet())
+	prod, err := requestlog.NewProducer(pc, quiet())
 	if err != nil {
 		return err
 	}
@@ -401,7 +401,7 @@ func benchQueries(ctx context.Context, o options) error {
 	}
 	router := mux.NewRouter()
 	pass := func(h http.Handler) http.Handler { return h }
-	monitor.New(nil, requestlog.New(conn, time.Now, nil), time.Now).Mount(router, pass, pass)
+	monitor.New(nil, requestlogview.New(conn, time.Now, nil), time.Now).Mount(router, pass, pass)
 	srv := &http.Server{Handler: router, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
@@ -498,13 +498,13 @@ func rss() int64 {
 
 // benchBus is the broker of a run: -brokers when given, otherwise an
 // embedded one in memory, closed by the returned function.
-func benchBus(o options) (bus.Config, func(), error) {
-	bc := bus.Config{Partitions: o.partitions, TopicPrefix: "bench.", ClientID: "cfgd-loadgen"}
+func benchBus(o options) (kafka.Config, func(), error) {
+	bc := kafka.Config{Partitions: o.partitions, TopicPrefix: "bench.", ClientID: "cfgd-loadgen"}
 	if o.brokers != "" {
 		bc.Brokers = []string{o.brokers}
 		return bc, func() {}, nil
 	}
-	emb, err := bus.StartEmbedded("", "127.0.0.1:0")
+	emb, err := kafka.StartEmbedded("", "127.0.0.1:0")
 	if err != nil {
 		return bc, nil, err
 	}

@@ -18,8 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/deploy/migrations"
-	"github.com/cfgd/cfgd/events/bus"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/requestlog"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
 )
 
@@ -54,9 +54,9 @@ func benchReplay(ctx context.Context, o options) error {
 	now := time.Now().UTC()
 	from, step := now.Add(-72*time.Hour), 72*time.Hour/time.Duration(o.events)
 	events := synth(r, 100_000, from, 0)
-	pc := reqlog.DefaultProducerConfig(bc)
+	pc := requestlog.DefaultProducerConfig(bc)
 	pc.Timeout = 30 * time.Second
-	prod, err := reqlog.NewProducer(pc, quiet())
+	prod, err := requestlog.NewProducer(pc, quiet())
 	if err != nil {
 		return err
 	}
@@ -177,7 +177,7 @@ func median(v []float64) float64 {
 // rawConsume reads the request-log topic from the oldest offset to the
 // high watermark of every partition, with the replay's consumer settings,
 // decodes every record, and returns how many events it held.
-func rawConsume(ctx context.Context, bc bus.Config) (int64, error) {
+func rawConsume(ctx context.Context, bc kafka.Config) (int64, error) {
 	sc := bc.BulkConsumerSarama()
 	sc.Consumer.Fetch.Default = 8 << 20
 	sc.ChannelBufferSize = 64
@@ -186,7 +186,7 @@ func rawConsume(ctx context.Context, bc bus.Config) (int64, error) {
 		return 0, err
 	}
 	defer client.Close()
-	topic := bc.Topic(bus.TopicRequestLogs)
+	topic := bc.Topic(kafka.TopicRequestLogs)
 	parts, err := client.Partitions(topic)
 	if err != nil {
 		return 0, err
@@ -226,11 +226,11 @@ func rawConsume(ctx context.Context, bc bus.Config) (int64, error) {
 		}()
 	}
 	var events int64
-	var buf []reqlog.Event
+	var buf []requestlog.Event
 	for ; remaining > 0; remaining-- {
 		select {
 		case m := <-in:
-			buf, err = reqlog.DecodeBatch(m.Value, buf[:0])
+			buf, err = requestlog.DecodeBatch(m.Value, buf[:0])
 			if err != nil {
 				return 0, err
 			}
@@ -246,7 +246,7 @@ func rawConsume(ctx context.Context, bc bus.Config) (int64, error) {
 // without views, as the replay's inserters do (250,000 rows a batch, two
 // at once), and returns the rate: what ClickHouse takes at best, whatever
 // reads the topic.
-func insertCeiling(ctx context.Context, conn driver.Conn, n int, events []reqlog.Event, from time.Time, step time.Duration) (float64, error) {
+func insertCeiling(ctx context.Context, conn driver.Conn, n int, events []requestlog.Event, from time.Time, step time.Duration) (float64, error) {
 	t := migrations.LiveRequestLogTables().Suffixed("__ceiling")
 	f, err := migrations.ServerFeatures(ctx, conn)
 	if err != nil {

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/api/rest/auth"
+	"github.com/cfgd/cfgd/commands/app/signin"
 	"github.com/cfgd/cfgd/commands/mail"
-	"github.com/cfgd/cfgd/commands/signin"
 	"github.com/cfgd/cfgd/commands/token"
 	"github.com/cfgd/cfgd/deploy/config"
 )

@@ -3,16 +3,16 @@ package settings
 import (
 	"fmt"
 
-	"github.com/cfgd/cfgd/commands/tasks"
+	"github.com/cfgd/cfgd/commands/app/taskqueues"
 	"github.com/cfgd/cfgd/deploy/config"
 )
 
 // ReadTasks reads the task-queue settings (README.md, Task queues, has the
 // table); problems are left in r. redisURL (REDIS__URL) is the default of
 // TASKS__REDIS_URL.
-func ReadTasks(r *config.Reader, redisURL string) tasks.Config {
-	d := tasks.DefaultConfig()
-	c := tasks.Config{
+func ReadTasks(r *config.Reader, redisURL string) taskqueues.Config {
+	d := taskqueues.DefaultConfig()
+	c := taskqueues.Config{
 		RedisURL:        r.URL("TASKS__REDIS_URL", redisURL, "redis", "rediss"),
 		Processes:       r.IntRange("TASKS__PROCESSES", d.Processes, 1, 64),
 		Threads:         r.IntRange("TASKS__THREADS", d.Threads, 1, 1000),
@@ -26,16 +26,16 @@ func ReadTasks(r *config.Reader, redisURL string) tasks.Config {
 		SnapshotTTL:     r.PositiveDuration("TASKS__SNAPSHOT_TTL", d.SnapshotTTL),
 		ApplyWait:       r.PositiveDuration("TASKS__APPLY_WAIT", d.ApplyWait),
 	}
-	qs, err := tasks.ParseQueues(r.List("TASKS__QUEUES", []string{"default", "high", "low"}))
+	qs, err := taskqueues.ParseQueues(r.List("TASKS__QUEUES", []string{"default", "high", "low"}))
 	if err != nil {
 		r.Fail("TASKS__QUEUES", "comma-separated queue names, each optionally name:weight (1-100)", fmt.Sprint(r.List("TASKS__QUEUES", nil)))
 	}
 	c.Queues = qs
-	if c.WorkerID != "" && !tasks.ValidName(c.WorkerID) {
+	if c.WorkerID != "" && !taskqueues.ValidName(c.WorkerID) {
 		r.Fail("TASKS__WORKER_ID", "letters, digits, . _ : - (at most 100)", c.WorkerID)
 	}
 	for _, q := range qs {
-		if !tasks.ValidName(q.Name) {
+		if !taskqueues.ValidName(q.Name) {
 			r.Fail("TASKS__QUEUES", "queue names of letters, digits, . _ : - (at most 100)", q.Name)
 		}
 	}

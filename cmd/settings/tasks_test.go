@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cfgd/cfgd/commands/tasks"
+	"github.com/cfgd/cfgd/commands/app/taskqueues"
 	"github.com/cfgd/cfgd/deploy/config"
 )
 
@@ -13,12 +13,12 @@ func TestReadTasks(t *testing.T) {
 	cases := []struct {
 		name  string
 		env   map[string]string
-		check func(t *testing.T, c tasks.Config)
+		check func(t *testing.T, c taskqueues.Config)
 		errs  []string
 	}{
-		{"defaults", nil, func(t *testing.T, c tasks.Config) {
+		{"defaults", nil, func(t *testing.T, c taskqueues.Config) {
 			if c.RedisURL != "redis://core:6379/2" || c.Processes != 1 || c.Threads != 8 || c.MaxRetries != 3 || c.WorkerID != "" ||
-				len(c.Queues) != 3 || c.Queues[1] != (tasks.Queue{Name: "high", Priority: 6}) || c.Heartbeat != 2*time.Second || c.SnapshotTTL != 5*time.Second {
+				len(c.Queues) != 3 || c.Queues[1] != (taskqueues.Queue{Name: "high", Priority: 6}) || c.Heartbeat != 2*time.Second || c.SnapshotTTL != 5*time.Second {
 				t.Fatalf("defaults: %+v", c)
 			}
 			if err := c.Validate(); err != nil {
@@ -26,7 +26,7 @@ func TestReadTasks(t *testing.T) {
 			}
 		}, nil},
 		{"the spec's example", map[string]string{"TASKS__REDIS_URL": "redis://q:6379/1", "TASKS__PROCESSES": "4", "TASKS__THREADS": "8",
-			"TASKS__QUEUES": "default, high, low", "TASKS__MAX_RETRIES": "3", "TASKS__WORKER_ID": "box-1"}, func(t *testing.T, c tasks.Config) {
+			"TASKS__QUEUES": "default, high, low", "TASKS__MAX_RETRIES": "3", "TASKS__WORKER_ID": "box-1"}, func(t *testing.T, c taskqueues.Config) {
 			if c.RedisURL != "redis://q:6379/1" || c.Processes != 4 || c.Threads != 8 || c.WorkerID != "box-1" || strings.Join(c.QueueNames(), ",") != "default,high,low" {
 				t.Fatalf("%+v", c)
 			}

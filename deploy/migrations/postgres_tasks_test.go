@@ -14,10 +14,10 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events"
-	taskev "github.com/cfgd/cfgd/events/tasks"
+	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/projections"
+	"github.com/cfgd/cfgd/projections/projectors"
 	"github.com/cfgd/cfgd/projections/replay"
-	taskproj "github.com/cfgd/cfgd/projections/tasks"
 )
 
 // emptyDatabase creates a database with no schema for t.
@@ -79,10 +79,10 @@ func TestTasksViewsMigration(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	appendEv("queue-a", 1, taskev.QueuePaused{Queue: "a", At: at}, at)
-	appendEv("queue-a", 2, taskev.QueueCleared{Queue: "a", At: at.Add(time.Minute)}, at.Add(time.Minute))
-	appendEv("queue-a", 3, taskev.QueueCleared{Queue: "a", At: at.Add(2 * time.Minute)}, at.Add(2*time.Minute))
-	appendEv("queue-b", 1, taskev.QueueResumed{Queue: "b", At: at}, at)
+	appendEv("queue-a", 1, tasks.QueuePaused{Queue: "a", At: at}, at)
+	appendEv("queue-a", 2, tasks.QueueCleared{Queue: "a", At: at.Add(time.Minute)}, at.Add(time.Minute))
+	appendEv("queue-a", 3, tasks.QueueCleared{Queue: "a", At: at.Add(2 * time.Minute)}, at.Add(2*time.Minute))
+	appendEv("queue-b", 1, tasks.QueueResumed{Queue: "b", At: at}, at)
 	for _, q := range []string{
 		fmt.Sprintf(`INSERT INTO task_queues VALUES ('a', true, 'clear', 5, 3, '%s'), ('b', false, 'resume', 0, 1, '%s')`,
 			at.Add(2*time.Minute).Format(time.RFC3339), at.Format(time.RFC3339)),
@@ -97,15 +97,15 @@ func TestTasksViewsMigration(t *testing.T) {
 	}
 	var cps string
 	if err := pool.QueryRow(ctx, `SELECT string_agg(stream_id || '@' || version, ' ' ORDER BY stream_id) FROM projection_checkpoints WHERE projection = $1`,
-		taskproj.QueuesName).Scan(&cps); err != nil || cps != "queue-a@3 queue-b@1" {
+		projectors.QueuesName).Scan(&cps); err != nil || cps != "queue-a@3 queue-b@1" {
 		t.Fatalf("tasks.queues checkpoints %q %v", cps, err)
 	}
 	// The live view applies what the relay delivers after the migration.
-	reg, err := events.NewRegistry(taskev.Events()...)
+	reg, err := events.NewRegistry(tasks.Events()...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	views := taskproj.Views()
+	views := projectors.TaskQueues()
 	rows, err := pool.Query(ctx, `SELECT event_id, stream_id, stream_version, position, type, occurred_at, metadata, data FROM events ORDER BY position`)
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func TestTasksViewsMigration(t *testing.T) {
 	if !strings.Contains(live, "a true clear 5 4 ") || !strings.Contains(live, "b false resume 0 1 ") {
 		t.Fatalf("live view after the migration:\n%s", live)
 	}
-	if _, err := replay.Run(ctx, pool, reg, taskproj.Views(), replay.Config{}, nil); err != nil {
+	if _, err := replay.Run(ctx, pool, reg, projectors.TaskQueues(), replay.Config{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if again := dump(); again != live {

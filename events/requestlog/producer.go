@@ -13,7 +13,7 @@ import (
 	"github.com/eapache/go-resiliency/breaker"
 	"golang.org/x/sync/semaphore"
 
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 )
 
 // ErrUnavailable is returned by Produce when Kafka did not take the events
@@ -22,7 +22,7 @@ var ErrUnavailable = errors.New("request-log topic is unavailable")
 
 // ProducerConfig configures a Producer.
 type ProducerConfig struct {
-	Bus bus.Config
+	Bus kafka.Config
 	// PackEvents is how many events share one Kafka record (default 512).
 	PackEvents int
 	// Timeout bounds one Produce call, connecting included (default 1s).
@@ -33,7 +33,7 @@ type ProducerConfig struct {
 }
 
 // DefaultProducerConfig returns the defaults for bus c.
-func DefaultProducerConfig(c bus.Config) ProducerConfig {
+func DefaultProducerConfig(c kafka.Config) ProducerConfig {
 	return ProducerConfig{Bus: c, PackEvents: 512, Timeout: time.Second, MaxInFlightBytes: 64 << 20}
 }
 
@@ -83,7 +83,7 @@ func NewProducer(cfg ProducerConfig, log *slog.Logger) (*Producer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Producer{cfg: cfg, topic: cfg.Bus.Topic(bus.TopicRequestLogs), log: log, inFlight: semaphore.NewWeighted(cfg.MaxInFlightBytes)}, nil
+	return &Producer{cfg: cfg, topic: cfg.Bus.Topic(kafka.TopicRequestLogs), log: log, inFlight: semaphore.NewWeighted(cfg.MaxInFlightBytes)}, nil
 }
 
 // Topic is the full name of the topic events go to.
@@ -203,7 +203,7 @@ func (p *Producer) connect(ctx context.Context) (sarama.AsyncProducer, error) {
 	// sarama's constructors take no context; the dial timeout bounds them,
 	// and a late success is closed rather than leaked.
 	go func() {
-		err := bus.EnsureTopics(ctx, p.cfg.Bus, p.log, bus.TopicRequestLogs)
+		err := kafka.EnsureTopics(ctx, p.cfg.Bus, p.log, kafka.TopicRequestLogs)
 		if err != nil {
 			ch <- result{err: err}
 			return

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
 )
 
@@ -58,18 +58,18 @@ func TestProducerFailsFastWhenKafkaIsDown(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name  string
-		setup func(t *testing.T) (bus.Config, func())
+		setup func(t *testing.T) (kafka.Config, func())
 	}{
-		{"never reachable", func(t *testing.T) (bus.Config, func()) {
-			return bus.Config{Brokers: []string{"127.0.0.1:1"}, Partitions: 1, TopicPrefix: "x."}, func() {}
+		{"never reachable", func(t *testing.T) (kafka.Config, func()) {
+			return kafka.Config{Brokers: []string{"127.0.0.1:1"}, Partitions: 1, TopicPrefix: "x."}, func() {}
 		}},
-		{"goes away", func(t *testing.T) (bus.Config, func()) {
-			e, err := bus.StartEmbedded("", "127.0.0.1:0")
+		{"goes away", func(t *testing.T) (kafka.Config, func()) {
+			e, err := kafka.StartEmbedded("", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(e.Close)
-			return bus.Config{Brokers: []string{e.Addr()}, SASL: e.SASL(), Partitions: 1, TopicPrefix: "x."}, e.Close
+			return kafka.Config{Brokers: []string{e.Addr()}, SASL: e.SASL(), Partitions: 1, TopicPrefix: "x."}, e.Close
 		}},
 	}
 	for _, c := range cases {

@@ -176,3 +176,12 @@ type WorkerState struct {
 	AppliedSeq int64 `json:"applied_seq"`
 	Restarts   int   `json:"restarts"`
 }
+
+// StepCleared closes a task that a clear removed before it ran.
+const StepCleared = "cleared"
+
+// ControlReactor is the name of the reactor that carries out queue and
+// worker commands (projections/reactors); a command's caller waits for its
+// checkpoint to know the command was carried out. Never rename it: it is
+// a consumer group and a checkpoint key.
+const ControlReactor = "tasks.control"

@@ -12,7 +12,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog"
 )
 
 // handler is one consumer-group session; each claimed partition batches
@@ -88,10 +88,10 @@ func (b *batch) reset() { b.uses, b.records = b.uses[:0], 0 }
 func (b *batch) add(u *Usage, m *sarama.ConsumerMessage) {
 	b.records++
 	b.last = m.Offset
-	evs, err := reqlog.DecodeBatch(m.Value, nil)
+	evs, err := requestlog.DecodeBatch(m.Value, nil)
 	if err == nil {
 		for i, e := range evs {
-			if errs := reqlog.Check(i, e); len(errs) > 0 {
+			if errs := requestlog.Check(i, e); len(errs) > 0 {
 				err = errs[0]
 				break
 			}

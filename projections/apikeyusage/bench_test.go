@@ -3,15 +3,15 @@ package apikeyusage_test
 import (
 	"context"
 	"fmt"
+	"github.com/cfgd/cfgd/projections/projectors"
 	"testing"
 	"time"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events"
-	eventsapikey "github.com/cfgd/cfgd/events/apikey"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/apikey"
+	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/events/store"
-	apikeyproj "github.com/cfgd/cfgd/projections/apikey"
 	"github.com/cfgd/cfgd/projections/apikeyusage"
 	"github.com/cfgd/cfgd/projections/replay"
 )
@@ -28,7 +28,7 @@ func BenchmarkReplayUsageFeed(b *testing.B) {
 	c := testenv.Kafka(b, 3)
 	const keys, uses = 10, 200_000
 	for id := int64(1); id <= keys; id++ {
-		env, err := events.New(eventsapikey.Stream(id), eventsapikey.Created{KeyID: id, Name: fmt.Sprint("k", id), KeyType: eventsapikey.TypeService,
+		env, err := events.New(apikey.Stream(id), apikey.Created{KeyID: id, Name: fmt.Sprint("k", id), KeyType: apikey.TypeService,
 			KeyHash: fmt.Sprint("hash", id), MaskedKey: "cfgd...abcd", UserID: 1, UserEmail: "a@example.com", CreatedBy: "bench", CreatedAt: time.Now()}, events.Metadata{}, time.Now())
 		if err != nil {
 			b.Fatal(err)
@@ -37,18 +37,18 @@ func BenchmarkReplayUsageFeed(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	pc := reqlog.DefaultProducerConfig(c)
+	pc := requestlog.DefaultProducerConfig(c)
 	pc.PackEvents = 100
 	pc.Timeout = 30 * time.Second
-	prod, err := reqlog.NewProducer(pc, testenv.Quiet())
+	prod, err := requestlog.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer prod.Close()
-	evs := make([]reqlog.Event, 0, 1000)
+	evs := make([]requestlog.Event, 0, 1000)
 	at := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC)
 	for i := range uses {
-		evs = append(evs, reqlog.Event{ServiceName: "svc", MethodName: "M", Status: reqlog.StatusSuccess, CreatedAt: at.Add(time.Duration(i) * time.Millisecond), APIKeyID: int64(i%keys) + 1})
+		evs = append(evs, requestlog.Event{ServiceName: "svc", MethodName: "M", Status: requestlog.StatusSuccess, CreatedAt: at.Add(time.Duration(i) * time.Millisecond), APIKeyID: int64(i%keys) + 1})
 		if len(evs) == cap(evs) {
 			if err := prod.Produce(ctx, evs); err != nil {
 				b.Fatal(err)
@@ -56,7 +56,7 @@ func BenchmarkReplayUsageFeed(b *testing.B) {
 			evs = evs[:0]
 		}
 	}
-	reg, err := events.NewRegistry(eventsapikey.Events()...)
+	reg, err := events.NewRegistry(apikey.Events()...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func BenchmarkReplayUsageFeed(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		p := apikeyproj.Keys()
+		p := projectors.Keys()
 		p.Feeds = append(p.Feeds, f)
 		if _, err := replay.Run(ctx, pool, reg, p, replay.Config{}, nil); err != nil {
 			b.Fatal(err)

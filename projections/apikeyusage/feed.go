@@ -8,7 +8,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/projections"
 	"github.com/cfgd/cfgd/projections/replay"
 )
@@ -55,7 +55,7 @@ func (f *Feed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp func(contex
 	if _, err := conn.Exec(ctx, `CREATE TABLE consumer_offsets (LIKE public.consumer_offsets INCLUDING ALL)`); err != nil {
 		return 0, fmt.Errorf("shadow consumer_offsets: %w", err)
 	}
-	if err := bus.EnsureTopics(ctx, f.u.cfg.Bus, f.u.log, bus.TopicRequestLogs); err != nil {
+	if err := kafka.EnsureTopics(ctx, f.u.cfg.Bus, f.u.log, kafka.TopicRequestLogs); err != nil {
 		return 0, err
 	}
 	c, err := f.client()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"github.com/cfgd/cfgd/projections/projectors"
 	"net/http"
 	"strings"
 	"sync"
@@ -15,14 +16,13 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
 	"github.com/cfgd/cfgd/cmd/cfgd/grpctest"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	cmdapikey "github.com/cfgd/cfgd/commands/apikey"
+	"github.com/cfgd/cfgd/commands/apikeys"
 	"github.com/cfgd/cfgd/events"
-	eventsapikey "github.com/cfgd/cfgd/events/apikey"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/identity"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections"
-	apikeyproj "github.com/cfgd/cfgd/projections/apikey"
 	"github.com/cfgd/cfgd/projections/apikeyusage"
 	"github.com/cfgd/cfgd/projections/replay"
 )
@@ -31,8 +31,8 @@ import (
 // broker, a producer on it and the live usage consumer.
 type usageEnv struct {
 	*grpctest.Env
-	bus   bus.Config
-	prod  *reqlog.Producer
+	bus   kafka.Config
+	prod  *requestlog.Producer
 	admin []string
 	email string
 	keys  []int64
@@ -47,19 +47,19 @@ func startUsage(t *testing.T) *usageEnv {
 	e.Superuser(t, email, pass)
 	u := &usageEnv{Env: e, bus: testenv.Kafka(t, 3), want: map[int64]int64{}, email: email,
 		admin: []string{"Authorization", "Basic " + base64.StdEncoding.EncodeToString([]byte(email+":"+pass))}}
-	for i, typ := range []string{eventsapikey.TypeService, eventsapikey.TypeCLI, eventsapikey.TypeService, eventsapikey.TypeWebhook} {
+	for i, typ := range []string{apikey.TypeService, apikey.TypeCLI, apikey.TypeService, apikey.TypeWebhook} {
 		k := e.NewKey(t, fmt.Sprintf("k%d", i), typ, email, nil)
 		u.keys = append(u.keys, k.State.ID)
 	}
 	// One key is revoked after some use.
-	if _, err := e.Revoke.Handle(context.Background(), cmdapikey.Revoke{ID: u.keys[3], RevokedBy: "test"}); err != nil {
+	if _, err := e.Revoke.Handle(context.Background(), apikeys.Revoke{ID: u.keys[3], RevokedBy: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	e.WaitProjected(t, apikeyproj.Name, eventsapikey.Stream(u.keys[3]))
-	pc := reqlog.DefaultProducerConfig(u.bus)
+	e.WaitProjected(t, projectors.KeysName, apikey.Stream(u.keys[3]))
+	pc := requestlog.DefaultProducerConfig(u.bus)
 	pc.PackEvents = 5
 	pc.Timeout = 10 * time.Second
-	p, err := reqlog.NewProducer(pc, testenv.Quiet())
+	p, err := requestlog.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func (u *usageEnv) consume(t *testing.T) (stop func()) {
 func (u *usageEnv) produce(t *testing.T, round, n int) {
 	t.Helper()
 	base := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC).Add(time.Duration(round) * time.Hour)
-	evs := make([]reqlog.Event, 0, n)
+	evs := make([]requestlog.Event, 0, n)
 	u.mu.Lock()
 	for i := range n {
 		var key int64
@@ -111,7 +111,7 @@ func (u *usageEnv) produce(t *testing.T, round, n int) {
 			key = u.keys[(i*7+round)%len(u.keys)]
 			u.want[key]++
 		}
-		evs = append(evs, reqlog.Event{ServiceName: "svc", MethodName: "M", Status: reqlog.StatusSuccess,
+		evs = append(evs, requestlog.Event{ServiceName: "svc", MethodName: "M", Status: requestlog.StatusSuccess,
 			CreatedAt: base.Add(time.Duration(i) * time.Second), APIKeyID: key})
 	}
 	u.mu.Unlock()
@@ -196,7 +196,7 @@ func (u *usageEnv) keysWithHooks(t *testing.T, beforeRebuild, afterRebuild func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := apikeyproj.Keys()
+	p := projectors.Keys()
 	p.Feeds = append(p.Feeds, hooked{Feed: f, before: beforeRebuild, after: afterRebuild})
 	return p
 }
@@ -219,7 +219,7 @@ func (h hooked) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp func(conte
 
 func registry(t *testing.T) *events.Registry {
 	t.Helper()
-	reg, err := events.NewRegistry(append(identity.Events(), eventsapikey.Events()...)...)
+	reg, err := events.NewRegistry(append(identity.Events(), apikey.Events()...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func TestReplayCountsUsageDuringTheReplayOnce(t *testing.T) {
 	// A key created once the events are replayed, and used at once, has
 	// its row when the feed counts its use.
 	created := func() {
-		k := u.NewKey(t, "late", eventsapikey.TypeService, u.email, nil)
+		k := u.NewKey(t, "late", apikey.TypeService, u.email, nil)
 		u.mu.Lock()
 		u.keys = append(u.keys, k.State.ID)
 		u.mu.Unlock()

@@ -22,12 +22,12 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 )
 
 // Config configures the usage consumer.
 type Config struct {
-	Bus bus.Config
+	Bus kafka.Config
 	// Group is the Kafka consumer group. Renaming it rereads the topic,
 	// harmlessly: the offsets stored under Name skip what was applied.
 	Group string
@@ -43,7 +43,7 @@ type Config struct {
 }
 
 // DefaultConfig returns the defaults for bus c.
-func DefaultConfig(c bus.Config) Config {
+func DefaultConfig(c kafka.Config) Config {
 	return Config{Bus: c, Group: "cfgd.requestlog-apikey-usage", Name: "apikey-usage",
 		BatchRecords: 500, BatchWait: time.Second, MaxBackoff: 5 * time.Second}
 }
@@ -105,7 +105,7 @@ func New(cfg Config, db DB, log *slog.Logger) (*Usage, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	u := &Usage{cfg: cfg, db: db, log: log, topic: cfg.Bus.Topic(bus.TopicRequestLogs)}
+	u := &Usage{cfg: cfg, db: db, log: log, topic: cfg.Bus.Topic(kafka.TopicRequestLogs)}
 	u.health.Set(errStarting)
 	return u, nil
 }
@@ -134,7 +134,7 @@ func (u *Usage) Stats() Stats {
 // (and reported by Ready), never a reason to return.
 func (u *Usage) Run(ctx context.Context) error {
 	if err := u.retry(ctx, "kafka topics", func(ctx context.Context) error {
-		return bus.EnsureTopics(ctx, u.cfg.Bus, u.log, bus.TopicRequestLogs)
+		return kafka.EnsureTopics(ctx, u.cfg.Bus, u.log, kafka.TopicRequestLogs)
 	}); err != nil {
 		return nil
 	}

@@ -12,24 +12,24 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/events/bus"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/requestlog"
 )
 
 type env struct {
 	t    *testing.T
-	bus  bus.Config
+	bus  kafka.Config
 	pool *pgxpool.Pool
-	prod *reqlog.Producer
+	prod *requestlog.Producer
 }
 
 func newEnv(t *testing.T, partitions int) *env {
 	t.Helper()
 	c := testenv.Kafka(t, partitions)
-	pc := reqlog.DefaultProducerConfig(c)
+	pc := requestlog.DefaultProducerConfig(c)
 	pc.PackEvents = 20
 	pc.Timeout = 10 * time.Second
-	p, err := reqlog.NewProducer(pc, testenv.Quiet())
+	p, err := requestlog.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func (e *env) keys(ids ...int64) {
 	}
 }
 
-func (e *env) produce(evs []reqlog.Event) {
+func (e *env) produce(evs []requestlog.Event) {
 	e.t.Helper()
 	for i := 0; i < len(evs); i += 100 {
 		if err := e.prod.Produce(context.Background(), evs[i:min(i+100, len(evs))]); err != nil {
@@ -126,14 +126,14 @@ var base = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 
 // traffic is n events spread over keys 1, 2 and 3 (and a third of them
 // without a key); it returns the expected count and newest use per key.
-func traffic(n int) ([]reqlog.Event, map[int64]usage) {
-	evs := make([]reqlog.Event, n)
+func traffic(n int) ([]requestlog.Event, map[int64]usage) {
+	evs := make([]requestlog.Event, n)
 	want := map[int64]usage{1: {}, 2: {}, 3: {}}
 	for i := range evs {
 		// Timestamps are not in produce order: the newest is not the last.
 		at := base.Add(time.Duration((i*7919)%n) * time.Second)
 		key := int64(i % 4) // 0: no key
-		evs[i] = reqlog.Event{RequestID: fmt.Sprint(i), ServiceName: "svc.A", MethodName: "M", Status: reqlog.StatusSuccess,
+		evs[i] = requestlog.Event{RequestID: fmt.Sprint(i), ServiceName: "svc.A", MethodName: "M", Status: requestlog.StatusSuccess,
 			CreatedAt: at, APIKeyID: key}
 		if key == 0 {
 			continue
@@ -223,13 +223,13 @@ func TestUsageIgnoresKeylessAndUnknownKeys(t *testing.T) {
 	e := newEnv(t, 1)
 	e.keys(5)
 	at := base.Add(time.Hour)
-	e.produce([]reqlog.Event{
-		{ServiceName: "s", MethodName: "m", Status: reqlog.StatusSuccess, CreatedAt: base},
-		{ServiceName: "s", MethodName: "m", Status: reqlog.StatusError, CreatedAt: at, APIKeyID: 5},
+	e.produce([]requestlog.Event{
+		{ServiceName: "s", MethodName: "m", Status: requestlog.StatusSuccess, CreatedAt: base},
+		{ServiceName: "s", MethodName: "m", Status: requestlog.StatusError, CreatedAt: at, APIKeyID: 5},
 		// A key the read model does not know (another server's, or
 		// deleted) changes nothing and stalls nothing.
-		{ServiceName: "s", MethodName: "m", Status: reqlog.StatusSuccess, CreatedAt: at, APIKeyID: 999},
-		{ServiceName: "s", MethodName: "m", Status: reqlog.StatusSuccess, CreatedAt: base, APIKeyID: 5},
+		{ServiceName: "s", MethodName: "m", Status: requestlog.StatusSuccess, CreatedAt: at, APIKeyID: 999},
+		{ServiceName: "s", MethodName: "m", Status: requestlog.StatusSuccess, CreatedAt: base, APIKeyID: 5},
 	})
 	u, _, _ := e.start("g", nil)
 	waitFor(t, "the records", func() bool { s := u.Stats(); return s.Applied+s.Ignored == 4 })
@@ -251,7 +251,7 @@ func TestConfigValidateJoinsProblems(t *testing.T) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
 	}
-	if err := DefaultConfig(bus.Config{Brokers: []string{"127.0.0.1:9092"}, Partitions: 1}).Validate(); err != nil {
+	if err := DefaultConfig(kafka.Config{Brokers: []string{"127.0.0.1:9092"}, Partitions: 1}).Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
 }

@@ -16,16 +16,16 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/bus"
-	"github.com/cfgd/cfgd/events/relay"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/outbox"
 	"github.com/cfgd/cfgd/projections"
 )
 
 // Config of the pipeline.
 type Config struct {
-	Bus bus.Config
+	Bus kafka.Config
 	// Relay tunes the relay; its Topic, Metrics and Wake are set by New.
-	Relay relay.Config
+	Relay outbox.Config
 	// Wake ticks after this process committed appends
 	// (store.CommitSignal); nil makes the relay poll.
 	Wake <-chan struct{}
@@ -47,10 +47,10 @@ type Pipeline struct {
 	cfg    Config
 	pool   *pgxpool.Pool
 	log    *slog.Logger
-	relay  *relay.Relay
+	relay  *outbox.Relay
 	runner *projections.Runner
 	ps     []*projections.Projection
-	pub    *bus.Publisher
+	pub    *kafka.Publisher
 }
 
 // New builds the pipeline feeding ps. Nothing connects until Run.
@@ -58,13 +58,13 @@ func New(cfg Config, pool *pgxpool.Pool, reg *events.Registry, log *slog.Logger,
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
-	pub, err := bus.NewPublisher(cfg.Bus)
+	pub, err := kafka.NewPublisher(cfg.Bus)
 	if err != nil {
 		return nil, err
 	}
 	rc := cfg.Relay
-	rc.Topic, rc.Metrics, rc.Wake, rc.Signer = cfg.Bus.Topic(bus.TopicEvents), cfg.Metrics, cfg.Wake, cfg.Signer
-	rl, err := relay.New(rc, pool, pub, log)
+	rc.Topic, rc.Metrics, rc.Wake, rc.Signer = cfg.Bus.Topic(kafka.TopicEvents), cfg.Metrics, cfg.Wake, cfg.Signer
+	rl, err := outbox.New(rc, pool, pub, log)
 	if err != nil {
 		_ = pub.Close()
 		return nil, err
@@ -92,7 +92,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}()
 	// Kafka may still be starting: wait for it rather than fail the process.
 	for backoff := 250 * time.Millisecond; ; backoff = min(2*backoff, 10*time.Second) {
-		err := bus.EnsureTopics(ctx, p.cfg.Bus, p.log, bus.TopicEvents)
+		err := kafka.EnsureTopics(ctx, p.cfg.Bus, p.log, kafka.TopicEvents)
 		if err == nil {
 			break
 		}

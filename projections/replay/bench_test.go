@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/cfgd/cfgd/projections/projectors"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -24,8 +25,6 @@ import (
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/store"
-	apikeyproj "github.com/cfgd/cfgd/projections/apikey"
-	identityproj "github.com/cfgd/cfgd/projections/identity"
 	"github.com/cfgd/cfgd/projections/replay"
 )
 
@@ -88,7 +87,7 @@ func BenchmarkReplayPostgres(b *testing.B) {
 	}
 	b.Logf("setup: %d events (%s) in %d streams appended in %s", total, mix, mix.streams, time.Since(start).Round(time.Millisecond))
 
-	ps := slices.Concat(identityproj.All(), apikeyproj.All())
+	ps := slices.Concat(projectors.Identity(), projectors.APIKeys())
 	raw := make([]float64, 0, 3)
 	rates := map[string][]float64{}
 	var all []float64

@@ -10,7 +10,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/projections/replay"
 )
 
@@ -21,7 +21,7 @@ func TestReadPartitions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c := testenv.Kafka(t, 2)
-	if err := bus.EnsureTopics(ctx, c, testenv.Quiet(), "feed"); err != nil {
+	if err := kafka.EnsureTopics(ctx, c, testenv.Quiet(), "feed"); err != nil {
 		t.Fatal(err)
 	}
 	topic := c.Topic("feed")
@@ -95,7 +95,7 @@ func TestCompleteRefusesATruncatedTopic(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c := testenv.Kafka(t, 2)
-	if err := bus.EnsureTopics(ctx, c, testenv.Quiet(), "feed"); err != nil {
+	if err := kafka.EnsureTopics(ctx, c, testenv.Quiet(), "feed"); err != nil {
 		t.Fatal(err)
 	}
 	topic := c.Topic("feed")

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cfgd/cfgd/projections/projectors"
+	"github.com/cfgd/cfgd/readmodels/checkpoints"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
@@ -16,7 +19,6 @@ import (
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/projections"
-	identityproj "github.com/cfgd/cfgd/projections/identity"
 	"github.com/cfgd/cfgd/projections/replay"
 )
 
@@ -61,8 +63,8 @@ func waitAll(t *testing.T, e *authtest.Env) {
 	}
 	rows.Close()
 	for _, x := range all {
-		for _, p := range identityproj.All() {
-			if err := projections.Wait(ctx, e.Pool, p.Name, x.s, x.v); err != nil {
+		for _, p := range projectors.Identity() {
+			if err := checkpoints.Wait(ctx, e.Pool, p.Name, x.s, x.v); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -74,7 +76,7 @@ func waitAll(t *testing.T, e *authtest.Env) {
 func snapshot(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
 	var qs []string
-	for _, p := range identityproj.All() {
+	for _, p := range projectors.Identity() {
 		for _, tb := range p.Tables {
 			qs = append(qs, `SELECT * FROM `+tb+` ORDER BY 1`)
 		}
@@ -117,7 +119,7 @@ func TestReplayMatchesTheLiveReadModels(t *testing.T) {
 		t.Fatalf("the live read models miss the traffic:\n%s", before)
 	}
 	reg := registry(t)
-	for _, p := range identityproj.All() {
+	for _, p := range projectors.Identity() {
 		var calls int
 		res, err := replay.Run(ctx, e.Pool, reg, p, replay.Config{BatchSize: 7}, func(done, total int64) { calls++ })
 		if err != nil {
@@ -135,7 +137,7 @@ func TestReplayMatchesTheLiveReadModels(t *testing.T) {
 	}
 	// The runner goes on with the swapped-in tables.
 	s := e.SignIn(t, authtest.Email("det-after"))
-	e.WaitProjected(t, identityproj.UsersName, fmt.Sprintf("user-%d", s.UserID))
+	e.WaitProjected(t, projectors.UsersName, fmt.Sprintf("user-%d", s.UserID))
 	var n int
 	if err := e.Pool.QueryRow(ctx, `SELECT count(*) FROM users WHERE id = $1`, s.UserID).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("user after the swap: %d %v", n, err)
@@ -152,7 +154,7 @@ func TestReplayCatchesUpWithLiveTraffic(t *testing.T) {
 	traffic(t, e, "early", 8)
 	waitAll(t, e)
 	reg := registry(t)
-	p := identityproj.Users()
+	p := projectors.Users()
 	var live chan struct{}
 	var first int64
 	res, err := replay.Run(ctx, e.Pool, reg, p, replay.Config{BatchSize: 2}, func(done, total int64) {
@@ -196,11 +198,11 @@ func TestReplayRefusesASecondReplayAndReactors(t *testing.T) {
 	e := authtest.Start(t, authtest.Options{NoPipeline: true})
 	e.SignIn(t, authtest.Email("busy"))
 	reg := registry(t)
-	p := identityproj.Users()
+	p := projectors.Users()
 	var second error
 	_, err := replay.Run(ctx, e.Pool, reg, p, replay.Config{}, func(done, _ int64) {
 		if done == 0 {
-			_, second = replay.Run(ctx, e.Pool, reg, identityproj.Users(), replay.Config{}, nil)
+			_, second = replay.Run(ctx, e.Pool, reg, projectors.Users(), replay.Config{}, nil)
 		}
 	})
 	if err != nil {
@@ -234,7 +236,7 @@ func TestReplayCancelledLeavesTheLiveTables(t *testing.T) {
 	waitAll(t, e)
 	before := snapshot(t, e.Pool)
 	reg := registry(t)
-	p := identityproj.Users()
+	p := projectors.Users()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_, err := replay.Run(ctx, e.Pool, reg, p, replay.Config{BatchSize: 1}, func(done, _ int64) {
@@ -293,7 +295,7 @@ func TestReplaySwapWaitsForReaders(t *testing.T) {
 	e.SignIn(t, authtest.Email("reader"))
 	reg := registry(t)
 	// Without the live runner, a first replay builds the tables.
-	if _, err := replay.Run(context.Background(), e.Pool, reg, identityproj.Users(), replay.Config{}, nil); err != nil {
+	if _, err := replay.Run(context.Background(), e.Pool, reg, projectors.Users(), replay.Config{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -326,7 +328,7 @@ func TestReplaySwapWaitsForReaders(t *testing.T) {
 				_ = tx.Rollback(ctx)
 			}()
 			release := func() { close(stop); <-released }
-			_, err = replay.Run(ctx, e.Pool, reg, identityproj.Users(), replay.Config{LockTimeout: 50 * time.Millisecond}, nil)
+			_, err = replay.Run(ctx, e.Pool, reg, projectors.Users(), replay.Config{LockTimeout: 50 * time.Millisecond}, nil)
 			switch {
 			case tc.ok && err != nil:
 				t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/cfgd/cfgd/deploy/migrations"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog"
 )
 
 // ID returns the stable id of the index-th event of the record at offset
@@ -100,17 +100,17 @@ func (b *batch) add(m *sarama.ConsumerMessage) { b.addDecoded(decode(m)) }
 // decoded is a record read: its events, or why it cannot be stored.
 type decoded struct {
 	msg *sarama.ConsumerMessage
-	evs []reqlog.Event
+	evs []requestlog.Event
 	err error
 }
 
 // decode reads m's events and checks them as the sink stores them (the
 // replay decodes on several goroutines, then adds in partition order).
 func decode(m *sarama.ConsumerMessage) decoded {
-	evs, err := reqlog.DecodeBatch(m.Value, nil)
+	evs, err := requestlog.DecodeBatch(m.Value, nil)
 	if err == nil {
 		for i, e := range evs {
-			if errs := reqlog.Check(i, e); len(errs) > 0 {
+			if errs := requestlog.Check(i, e); len(errs) > 0 {
 				err = errs[0]
 				break
 			}

@@ -30,7 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/deploy/migrations"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 )
 
 // ReplayName is the projection's name for `cfgd replay`.
@@ -48,7 +48,7 @@ var ErrBusy = errors.New("another replay of it is running; wait for that one to 
 
 // ReplayConfig tunes a replay.
 type ReplayConfig struct {
-	Bus bus.Config
+	Bus kafka.Config
 	// BatchRows bounds one insert into the shadow raw table (one
 	// ClickHouse block: at most 1,000,000).
 	BatchRows int
@@ -67,7 +67,7 @@ type ReplayConfig struct {
 }
 
 // DefaultReplayConfig returns the defaults for bus c.
-func DefaultReplayConfig(c bus.Config) ReplayConfig {
+func DefaultReplayConfig(c kafka.Config) ReplayConfig {
 	return ReplayConfig{Bus: c, BatchRows: 250_000, Inserters: 2, RetentionDays: 30, CatchUpRecords: 200}
 }
 
@@ -122,7 +122,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, conn driver.Conn, pool *pgxpo
 		progress = func(int64, int64) {}
 	}
 	live := migrations.LiveRequestLogTables()
-	r := &replayer{cfg: cfg, conn: conn, pool: pool, progress: progress, topic: cfg.Bus.Topic(bus.TopicRequestLogs),
+	r := &replayer{cfg: cfg, conn: conn, pool: pool, progress: progress, topic: cfg.Bus.Topic(kafka.TopicRequestLogs),
 		live: live, shadow: live.Suffixed(ShadowSuffix), old: live.Suffixed(OldSuffix)}
 	start := time.Now()
 	err := r.run(ctx)
@@ -291,7 +291,7 @@ func (r *replayer) dropShadow(ctx context.Context) error {
 // partition, all feeding r.in, and the inserters.
 func (r *replayer) open(ctx context.Context) error {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if err := bus.EnsureTopics(ctx, r.cfg.Bus, quiet, bus.TopicRequestLogs); err != nil {
+	if err := kafka.EnsureTopics(ctx, r.cfg.Bus, quiet, kafka.TopicRequestLogs); err != nil {
 		return err
 	}
 	sc := r.cfg.Bus.BulkConsumerSarama()
@@ -591,7 +591,7 @@ type ReplayStatus struct {
 
 // Status reports the live sink's position on the topic (its consumer
 // group is group).
-func Status(ctx context.Context, c bus.Config, group string) (ReplayStatus, error) {
+func Status(ctx context.Context, c kafka.Config, group string) (ReplayStatus, error) {
 	st := ReplayStatus{Name: ReplayName, Tables: migrations.LiveRequestLogTables().All()}
 	sc := c.Sarama()
 	// A listing answers quickly or says it cannot.
@@ -602,7 +602,7 @@ func Status(ctx context.Context, c bus.Config, group string) (ReplayStatus, erro
 		return st, fmt.Errorf("kafka: %w", err)
 	}
 	defer client.Close()
-	topic := c.Topic(bus.TopicRequestLogs)
+	topic := c.Topic(kafka.TopicRequestLogs)
 	parts, err := client.Partitions(topic)
 	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
 		return st, nil // nothing produced yet

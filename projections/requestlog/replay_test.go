@@ -15,7 +15,7 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/migrations"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog"
 )
 
 // replayEnv is env plus the Postgres database the fence lives in.
@@ -34,14 +34,14 @@ func newReplayEnv(t *testing.T, partitions int) *replayEnv {
 // methods, statuses and duration buckets, with every column filled.
 func (e *replayEnv) spread(n int, from time.Time, step time.Duration) {
 	e.t.Helper()
-	statuses := reqlog.Statuses()
-	evs := make([]reqlog.Event, n)
+	statuses := requestlog.Statuses()
+	evs := make([]requestlog.Event, n)
 	for i := range evs {
 		k := int(e.seq.Add(1))
 		st := statuses[k%len(statuses)]
-		evs[i] = reqlog.Event{RequestID: fmt.Sprintf("r%d", k), ServiceName: fmt.Sprintf("svc.S%d", k%3), MethodName: fmt.Sprintf("M%d", k%4),
+		evs[i] = requestlog.Event{RequestID: fmt.Sprintf("r%d", k), ServiceName: fmt.Sprintf("svc.S%d", k%3), MethodName: fmt.Sprintf("M%d", k%4),
 			Status: st, DurationMS: int64(k*37) % 70000, CreatedAt: from.Add(time.Duration(i) * step).UTC(),
-			ErrorMessage: map[bool]string{true: "boom", false: ""}[st == reqlog.StatusError], ClientIP: "10.0.0.1",
+			ErrorMessage: map[bool]string{true: "boom", false: ""}[st == requestlog.StatusError], ClientIP: "10.0.0.1",
 			UserID: int64(k % 7), Username: fmt.Sprintf("u%d", k%7), IsAuthenticated: k%2 == 0, APIKeyID: int64(k % 5), APIKeyName: "key"}
 	}
 	for i := 0; i < n; i += 200 {

@@ -8,7 +8,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/cfgd/cfgd/deploy/migrations"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog"
 )
 
 // Rows are events in column order, ready for one columnar insert (much
@@ -39,7 +39,7 @@ const Columns = "id, kafka_partition, kafka_offset, created_at, created_ms, requ
 func (r *Rows) Len() int { return len(r.id) }
 
 // Add appends the index-th event of the record at offset of partition.
-func (r *Rows) Add(partition int32, offset int64, index int, e *reqlog.Event) {
+func (r *Rows) Add(partition int32, offset int64, index int, e *requestlog.Event) {
 	r.id = append(r.id, ID(partition, offset, index))
 	r.partition = append(r.partition, uint16(partition))
 	r.offset = append(r.offset, uint64(offset))

@@ -23,12 +23,12 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/cfgd/cfgd/deploy/migrations"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 )
 
 // Config configures the sink.
 type Config struct {
-	Bus bus.Config
+	Bus kafka.Config
 	// Group is the consumer group; renaming it replays the whole topic
 	// (harmlessly: rows already held are skipped).
 	Group string
@@ -46,7 +46,7 @@ type Config struct {
 }
 
 // DefaultConfig returns the defaults for bus c.
-func DefaultConfig(c bus.Config) Config {
+func DefaultConfig(c kafka.Config) Config {
 	return Config{Bus: c, Group: "cfgd.requestlog-clickhouse", BatchRows: 50_000, BatchWait: 500 * time.Millisecond,
 		RetentionDays: 30, RetentionEvery: time.Hour, MaxBackoff: 5 * time.Second}
 }
@@ -119,7 +119,7 @@ func NewFenced(cfg Config, conn driver.Conn, fence Fence, log *slog.Logger) (*Si
 		return nil, err
 	}
 	s := &Sink{cfg: cfg, conn: conn, fence: fence, log: log, now: time.Now,
-		topic: cfg.Bus.Topic(bus.TopicRequestLogs), dead: cfg.Bus.Topic(bus.TopicRequestLogsDead)}
+		topic: cfg.Bus.Topic(kafka.TopicRequestLogs), dead: cfg.Bus.Topic(kafka.TopicRequestLogsDead)}
 	s.health.Set(errStarting)
 	return s, nil
 }
@@ -151,7 +151,7 @@ func (s *Sink) Run(ctx context.Context) error {
 		return nil
 	}
 	if err := s.retry(ctx, "kafka topics", func(ctx context.Context) error {
-		return bus.EnsureTopics(ctx, s.cfg.Bus, s.log, bus.TopicRequestLogs, bus.TopicRequestLogsDead)
+		return kafka.EnsureTopics(ctx, s.cfg.Bus, s.log, kafka.TopicRequestLogs, kafka.TopicRequestLogsDead)
 	}); err != nil {
 		return nil
 	}

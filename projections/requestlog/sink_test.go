@@ -16,26 +16,26 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/migrations"
-	"github.com/cfgd/cfgd/events/bus"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/requestlog"
 )
 
 type env struct {
 	t    *testing.T
-	bus  bus.Config
+	bus  kafka.Config
 	opts *clickhouse.Options
 	conn driver.Conn
-	prod *reqlog.Producer
+	prod *requestlog.Producer
 }
 
 func newEnv(t *testing.T, partitions int) *env {
 	t.Helper()
 	c := testenv.Kafka(t, partitions)
 	opts, conn := testenv.ClickHouse(t)
-	pc := reqlog.DefaultProducerConfig(c)
+	pc := requestlog.DefaultProducerConfig(c)
 	pc.PackEvents = 50
 	pc.Timeout = 10 * time.Second
-	p, err := reqlog.NewProducer(pc, testenv.Quiet())
+	p, err := requestlog.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,13 +48,13 @@ func newEnv(t *testing.T, partitions int) *env {
 
 func (e *env) produce(n int) {
 	e.t.Helper()
-	evs := make([]reqlog.Event, n)
+	evs := make([]requestlog.Event, n)
 	for i := range evs {
-		status := reqlog.StatusSuccess
+		status := requestlog.StatusSuccess
 		if i%4 == 0 {
-			status = reqlog.StatusError
+			status = requestlog.StatusError
 		}
-		evs[i] = reqlog.Event{RequestID: fmt.Sprint(i), ServiceName: "svc.A", MethodName: fmt.Sprintf("M%d", i%3), Status: status,
+		evs[i] = requestlog.Event{RequestID: fmt.Sprint(i), ServiceName: "svc.A", MethodName: fmt.Sprintf("M%d", i%3), Status: status,
 			DurationMS: int64(i % 100), CreatedAt: time.Now().UTC()}
 	}
 	for i := 0; i < n; i += 200 {
@@ -241,7 +241,7 @@ func TestSinkPoisonGoesToDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	bad := reqlog.AppendBatch(nil, []reqlog.Event{{ServiceName: "", MethodName: "m", Status: "nope"}})
+	bad := requestlog.AppendBatch(nil, []requestlog.Event{{ServiceName: "", MethodName: "m", Status: "nope"}})
 	for _, v := range [][]byte{[]byte("not a batch"), bad} {
 		if _, _, err := raw.SendMessage(&sarama.ProducerMessage{Topic: e.prod.Topic(), Value: sarama.ByteEncoder(v)}); err != nil {
 			t.Fatal(err)
@@ -250,7 +250,7 @@ func TestSinkPoisonGoesToDeadLetters(t *testing.T) {
 	e.produce(100) // after the poison, on the same (only) partition
 	s, _ := e.sink(e.conn, "g", nil)
 	exact(t, e.conn, 200)
-	dead := testenv.ReadTopic(t, e.bus, e.bus.Topic(bus.TopicRequestLogsDead), 2, 30*time.Second)
+	dead := testenv.ReadTopic(t, e.bus, e.bus.Topic(kafka.TopicRequestLogsDead), 2, 30*time.Second)
 	if len(dead) != 2 || s.Stats().Poisoned != 2 {
 		t.Fatalf("dead letters %d, poisoned %d; want 2", len(dead), s.Stats().Poisoned)
 	}

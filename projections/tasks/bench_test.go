@@ -8,7 +8,7 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events"
-	taskev "github.com/cfgd/cfgd/events/tasks"
+	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/projections/replay"
 	taskproj "github.com/cfgd/cfgd/projections/tasks"
 )
@@ -25,11 +25,11 @@ func BenchmarkReplayLifecycleFeed(b *testing.B) {
 	pub := taskproj.NewLifecyclePublisher(c, testenv.Quiet())
 	defer pub.Close()
 	const n = 100_000
-	steps := []string{taskev.StepEnqueued, taskev.StepStarted, taskev.StepSucceeded, taskev.StepStarted}
-	recs := make([]taskev.Lifecycle, 0, 1000)
+	steps := []string{tasks.StepEnqueued, tasks.StepStarted, tasks.StepSucceeded, tasks.StepStarted}
+	recs := make([]tasks.Lifecycle, 0, 1000)
 	at := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC)
 	for i := range n {
-		recs = append(recs, taskev.Lifecycle{TaskID: fmt.Sprint("t", i/4), Queue: "q", Type: "demo:echo", Step: steps[i%4], Attempt: min(i%4, 1), At: at.Add(time.Duration(i) * time.Millisecond)})
+		recs = append(recs, tasks.Lifecycle{TaskID: fmt.Sprint("t", i/4), Queue: "q", Type: "demo:echo", Step: steps[i%4], Attempt: min(i%4, 1), At: at.Add(time.Duration(i) * time.Millisecond)})
 		if len(recs) == cap(recs) {
 			if err := pub.PublishLifecycle(ctx, recs); err != nil {
 				b.Fatal(err)
@@ -37,7 +37,7 @@ func BenchmarkReplayLifecycleFeed(b *testing.B) {
 			recs = recs[:0]
 		}
 	}
-	reg, err := events.NewRegistry(taskev.Events()...)
+	reg, err := events.NewRegistry(tasks.Events()...)
 	if err != nil {
 		b.Fatal(err)
 	}

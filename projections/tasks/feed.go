@@ -9,10 +9,12 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/projections"
+	"github.com/cfgd/cfgd/projections/projectors"
 	"github.com/cfgd/cfgd/projections/replay"
+	"github.com/cfgd/cfgd/readmodels/taskview"
 )
 
 // LifecycleFeed is the lifecycle sink as a replay feed of the task views:
@@ -23,7 +25,7 @@ import (
 // arrived since the rebuild; the sink, blocked by the swap's locks, then
 // applies its batch to the new tables as a no-op or as news.
 type LifecycleFeed struct {
-	bus   bus.Config
+	bus   kafka.Config
 	log   *slog.Logger
 	batch int
 	// next is where the rebuild stopped reading, per partition.
@@ -33,14 +35,14 @@ type LifecycleFeed struct {
 var _ projections.Feed = (*LifecycleFeed)(nil)
 
 // NewLifecycleFeed returns the feed over c's lifecycle topic.
-func NewLifecycleFeed(c bus.Config, log *slog.Logger) *LifecycleFeed {
+func NewLifecycleFeed(c kafka.Config, log *slog.Logger) *LifecycleFeed {
 	return &LifecycleFeed{bus: c, log: log, batch: 500}
 }
 
 // ViewsWithLifecycle is the task views' projection carrying the
 // lifecycle feed, as replay runs it.
-func ViewsWithLifecycle(c bus.Config, log *slog.Logger) *projections.Projection {
-	p := Views()
+func ViewsWithLifecycle(c kafka.Config, log *slog.Logger) *projections.Projection {
+	p := projectors.TaskQueues()
 	p.Feeds = append(p.Feeds, NewLifecycleFeed(c, log))
 	return p
 }
@@ -62,7 +64,7 @@ func (f *LifecycleFeed) client() (sarama.Client, error) {
 // Rebuild implements projections.Feed.
 func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp func(context.Context) error, progress func(read, total int64)) (int64, error) {
 	f.next = nil
-	if err := bus.EnsureTopics(ctx, f.bus, f.log, tasks.TopicLifecycle); err != nil {
+	if err := kafka.EnsureTopics(ctx, f.bus, f.log, tasks.TopicLifecycle); err != nil {
 		return 0, err
 	}
 	c, err := f.client()
@@ -72,7 +74,7 @@ func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp fu
 	defer c.Close()
 	n, next, err := replay.RebuildFromTopic(ctx, c, conn, f.bus.Topic(tasks.TopicLifecycle), f.batch, caughtUp, progress,
 		func(ctx context.Context, tx pgx.Tx, _ int32, msgs []*sarama.ConsumerMessage) error {
-			return ApplyLifecycle(ctx, tx, f.decode(msgs))
+			return taskview.ApplyLifecycle(ctx, tx, f.decode(msgs))
 		})
 	if err == nil {
 		f.next = next
@@ -113,7 +115,7 @@ func (f *LifecycleFeed) CatchUp(ctx context.Context, tx pgx.Tx, _ string) (int64
 	var n int64
 	_, err = replay.ReadPartitions(ctx, c, topic, f.next, ends, f.batch, func(ctx context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
 		n += int64(len(msgs))
-		return ApplyLifecycle(ctx, tx, f.decode(msgs))
+		return taskview.ApplyLifecycle(ctx, tx, f.decode(msgs))
 	})
 	return n, err
 }

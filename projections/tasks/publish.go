@@ -9,8 +9,9 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/tasks"
+	"github.com/cfgd/cfgd/projections/reactors"
 )
 
 // LifecyclePublisher is the reactor's Publisher: a synchronous producer on
@@ -18,17 +19,17 @@ import (
 // so a broker that is not up yet fails the clear, which is retried, rather
 // than serve's start.
 type LifecyclePublisher struct {
-	bus bus.Config
+	bus kafka.Config
 	log *slog.Logger
 
 	mu       sync.Mutex
 	producer sarama.SyncProducer
 }
 
-var _ Publisher = (*LifecyclePublisher)(nil)
+var _ reactors.Publisher = (*LifecyclePublisher)(nil)
 
 // NewLifecyclePublisher returns a publisher on c's brokers.
-func NewLifecyclePublisher(c bus.Config, log *slog.Logger) *LifecyclePublisher {
+func NewLifecyclePublisher(c kafka.Config, log *slog.Logger) *LifecyclePublisher {
 	return &LifecyclePublisher{bus: c, log: log}
 }
 
@@ -41,7 +42,7 @@ func (p *LifecyclePublisher) PublishLifecycle(ctx context.Context, recs []tasks.
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.producer == nil {
-		if err := bus.EnsureTopics(ctx, p.bus, p.log, tasks.TopicLifecycle); err != nil {
+		if err := kafka.EnsureTopics(ctx, p.bus, p.log, tasks.TopicLifecycle); err != nil {
 			return err
 		}
 		sp, err := sarama.NewSyncProducer(p.bus.Brokers, p.bus.ProducerSarama())

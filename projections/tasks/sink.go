@@ -12,8 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/tasks"
+	"github.com/cfgd/cfgd/readmodels/taskview"
 )
 
 // SinkGroup is the lifecycle sink's consumer group: never rename it.
@@ -24,14 +25,14 @@ const SinkGroup = "cfgd.tasks.lifecycle"
 // only after the batch committed; a batch seen twice changes nothing.
 type Sink struct {
 	pool     *pgxpool.Pool
-	bus      bus.Config
+	bus      kafka.Config
 	log      *slog.Logger
 	MaxBatch int
 	MaxWait  time.Duration
 }
 
 // NewSink returns the sink.
-func NewSink(pool *pgxpool.Pool, c bus.Config, log *slog.Logger) *Sink {
+func NewSink(pool *pgxpool.Pool, c kafka.Config, log *slog.Logger) *Sink {
 	return &Sink{pool: pool, bus: c, log: log.With("component", "tasks.lifecycle"), MaxBatch: 500, MaxWait: 100 * time.Millisecond}
 }
 
@@ -39,7 +40,7 @@ func NewSink(pool *pgxpool.Pool, c bus.Config, log *slog.Logger) *Sink {
 func (s *Sink) Run(ctx context.Context) error {
 	var group sarama.ConsumerGroup
 	for backoff := 250 * time.Millisecond; ; backoff = min(2*backoff, 10*time.Second) {
-		err := bus.EnsureTopics(ctx, s.bus, s.log, tasks.TopicLifecycle)
+		err := kafka.EnsureTopics(ctx, s.bus, s.log, tasks.TopicLifecycle)
 		if err == nil {
 			group, err = sarama.NewConsumerGroup(s.bus.Brokers, SinkGroup, s.bus.ConsumerSarama())
 		}
@@ -126,7 +127,7 @@ func (s *Sink) apply(ctx context.Context, batch []*sarama.ConsumerMessage) error
 		recs = append(recs, r)
 	}
 	for attempt := 0; ; attempt++ {
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return ApplyLifecycle(ctx, tx, recs) })
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return taskview.ApplyLifecycle(ctx, tx, recs) })
 		if err == nil {
 			return nil
 		}

@@ -9,8 +9,8 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/events/bus"
-	taskev "github.com/cfgd/cfgd/events/tasks"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/tasks"
 	taskproj "github.com/cfgd/cfgd/projections/tasks"
 )
 
@@ -21,21 +21,21 @@ func TestSinkIsIdempotentAndOrderProof(t *testing.T) {
 	pool := testenv.Postgres(t)
 	c := testenv.Kafka(t, 3)
 	ctx := context.Background()
-	if err := bus.EnsureTopics(ctx, c, testenv.Quiet(), taskev.TopicLifecycle); err != nil {
+	if err := kafka.EnsureTopics(ctx, c, testenv.Quiet(), tasks.TopicLifecycle); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
-	rec := func(id, step string, attempt int) taskev.Lifecycle {
-		return taskev.Lifecycle{TaskID: id, Queue: "default", Type: "demo:echo", Step: step, Attempt: attempt, WorkerID: "w1", At: at.Add(time.Duration(attempt) * time.Second)}
+	rec := func(id, step string, attempt int) tasks.Lifecycle {
+		return tasks.Lifecycle{TaskID: id, Queue: "default", Type: "demo:echo", Step: step, Attempt: attempt, WorkerID: "w1", At: at.Add(time.Duration(attempt) * time.Second)}
 	}
-	sent := []taskev.Lifecycle{
+	sent := []tasks.Lifecycle{
 		// a: in order.
-		rec("a", taskev.StepEnqueued, 0), rec("a", taskev.StepStarted, 1), rec("a", taskev.StepSucceeded, 1),
+		rec("a", tasks.StepEnqueued, 0), rec("a", tasks.StepStarted, 1), rec("a", tasks.StepSucceeded, 1),
 		// b: the worker's steps before the enqueuer's, then a retry that failed.
-		rec("b", taskev.StepStarted, 1), rec("b", taskev.StepRetried, 1), rec("b", taskev.StepStarted, 2),
-		rec("b", taskev.StepFailed, 2), rec("b", taskev.StepEnqueued, 0),
+		rec("b", tasks.StepStarted, 1), rec("b", tasks.StepRetried, 1), rec("b", tasks.StepStarted, 2),
+		rec("b", tasks.StepFailed, 2), rec("b", tasks.StepEnqueued, 0),
 		// c: still running.
-		rec("c", taskev.StepEnqueued, 0), rec("c", taskev.StepStarted, 1),
+		rec("c", tasks.StepEnqueued, 0), rec("c", tasks.StepStarted, 1),
 	}
 	produce(t, c, sent)
 	produce(t, c, sent) // every step again: a redelivery
@@ -87,7 +87,7 @@ func TestSinkIsIdempotentAndOrderProof(t *testing.T) {
 	}
 }
 
-func produce(t *testing.T, c bus.Config, recs []taskev.Lifecycle) {
+func produce(t *testing.T, c kafka.Config, recs []tasks.Lifecycle) {
 	t.Helper()
 	p, err := sarama.NewSyncProducer(c.Brokers, c.ProducerSarama())
 	if err != nil {
@@ -96,7 +96,7 @@ func produce(t *testing.T, c bus.Config, recs []taskev.Lifecycle) {
 	defer p.Close()
 	for _, r := range recs {
 		b, _ := json.Marshal(r)
-		if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: c.Topic(taskev.TopicLifecycle), Key: sarama.StringEncoder(r.TaskID), Value: sarama.ByteEncoder(b)}); err != nil {
+		if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: c.Topic(tasks.TopicLifecycle), Key: sarama.StringEncoder(r.TaskID), Value: sarama.ByteEncoder(b)}); err != nil {
 			t.Fatal(err)
 		}
 	}

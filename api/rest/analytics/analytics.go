@@ -11,7 +11,7 @@ import (
 
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/deploy/errcode"
-	identityrm "github.com/cfgd/cfgd/readmodels/identity"
+	"github.com/cfgd/cfgd/readmodels/identityview"
 )
 
 // Paths.
@@ -27,41 +27,41 @@ const (
 )
 
 // Mount adds the endpoints behind staff.
-func Mount(r *mux.Router, staff mux.MiddlewareFunc, db identityrm.DB, now func() time.Time) {
+func Mount(r *mux.Router, staff mux.MiddlewareFunc, db identityview.DB, now func() time.Time) {
 	h := &handler{db: db, now: now}
 	r.Handle(PathTopSources, staff(http.HandlerFunc(h.top))).Methods(http.MethodGet, http.MethodHead).Name("analytics:top-sources")
 	r.Handle(PathLinks, staff(http.HandlerFunc(h.links))).Methods(http.MethodGet, http.MethodHead).Name("analytics:source-links")
 }
 
 type handler struct {
-	db  identityrm.DB
+	db  identityview.DB
 	now func() time.Time
 }
 
 // TopResponse ranks sources by linked users.
 type TopResponse struct {
-	Sources []identityrm.SourceCount `json:"sources"`
-	Count   int                      `json:"count"`
+	Sources []identityview.SourceCount `json:"sources"`
+	Count   int                        `json:"count"`
 }
 
 func (h *handler) top(w http.ResponseWriter, r *http.Request) {
-	out, err := identityrm.TopSources(r.Context(), h.db)
+	out, err := identityview.TopSources(r.Context(), h.db)
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
 	}
 	if out == nil {
-		out = []identityrm.SourceCount{}
+		out = []identityview.SourceCount{}
 	}
 	rest.JSON(w, http.StatusOK, TopResponse{Sources: out, Count: len(out)})
 }
 
 // LinksResponse groups the links of a window by source URL.
 type LinksResponse struct {
-	Days    int                    `json:"days"`
-	Since   time.Time              `json:"since"`
-	Sources []identityrm.LinkCount `json:"sources"`
-	Total   int64                  `json:"total"`
+	Days    int                      `json:"days"`
+	Since   time.Time                `json:"since"`
+	Sources []identityview.LinkCount `json:"sources"`
+	Total   int64                    `json:"total"`
 }
 
 func (h *handler) links(w http.ResponseWriter, r *http.Request) {
@@ -75,13 +75,13 @@ func (h *handler) links(w http.ResponseWriter, r *http.Request) {
 		days = n
 	}
 	since := h.now().UTC().Add(-time.Duration(days) * 24 * time.Hour)
-	out, err := identityrm.LinksSince(r.Context(), h.db, since)
+	out, err := identityview.LinksSince(r.Context(), h.db, since)
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
 	}
 	if out == nil {
-		out = []identityrm.LinkCount{}
+		out = []identityview.LinkCount{}
 	}
 	var total int64
 	for _, c := range out {

@@ -2,15 +2,15 @@ package analytics_test
 
 import (
 	"fmt"
+	"github.com/cfgd/cfgd/projections/projectors"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/cfgd/cfgd/commands/signin"
+	"github.com/cfgd/cfgd/commands/app/signin"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
 	"github.com/cfgd/cfgd/events/identity"
-	identityproj "github.com/cfgd/cfgd/projections/identity"
 )
 
 const (
@@ -56,7 +56,7 @@ func TestSourcesAreLinkedOnlyForNewUsersAndRanked(t *testing.T) {
 	signIn(authtest.Email("nosource"), "", "")                                   // no source: no link
 	signIn(returning, "", "https://never-linked.example/")                       // existing user: no new link
 	for _, id := range users {
-		e.WaitProjected(t, identityproj.UsersName, identity.UserStream(id))
+		e.WaitProjected(t, projectors.UsersName, identity.UserStream(id))
 	}
 
 	r := e.Do(t, http.MethodGet, "/api/analytics/sources/top/", nil, auth...)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cfgd/cfgd/commands/signin"
+	"github.com/cfgd/cfgd/commands/app/signin"
 
 	"github.com/gorilla/mux"
 

@@ -13,7 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 
-	"github.com/cfgd/cfgd/commands/signin"
+	"github.com/cfgd/cfgd/commands/app/signin"
 
 	"github.com/gorilla/mux"
 

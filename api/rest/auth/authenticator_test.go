@@ -12,7 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
-	"github.com/cfgd/cfgd/commands/signin"
+	"github.com/cfgd/cfgd/commands/app/signin"
 	"github.com/cfgd/cfgd/commands/token"
 )
 

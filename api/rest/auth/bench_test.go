@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cfgd/cfgd/commands/signin"
+	"github.com/cfgd/cfgd/commands/app/signin"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
 )
@@ -73,7 +73,7 @@ func BenchmarkOTPFlow(b *testing.B) {
 		}
 	}
 	lat = lat[:0]
-	// As many clients as pgbench gets next to it (deploy/bench/otp.sh);
+	// As many clients as pgbench gets next to it (deploy/scripts/bench/otp.sh);
 	// 8 by default, pgbench -c 8.
 	clients := 8
 	if v, err := strconv.Atoi(os.Getenv("CFGD_BENCH_CLIENTS")); err == nil && v > 0 {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/api/rest"
+	"github.com/cfgd/cfgd/commands/app/signin"
 	"github.com/cfgd/cfgd/commands/session"
-	"github.com/cfgd/cfgd/commands/signin"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/identity"
 )

@@ -5,8 +5,8 @@ import (
 	"net/http"
 
 	"github.com/cfgd/cfgd/api/rest"
+	"github.com/cfgd/cfgd/commands/app/signin"
 	"github.com/cfgd/cfgd/commands/otp"
-	"github.com/cfgd/cfgd/commands/signin"
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/identity"

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cfgd/cfgd/commands/signin"
+	"github.com/cfgd/cfgd/commands/app/signin"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
 	"github.com/cfgd/cfgd/events/identity"

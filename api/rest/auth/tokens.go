@@ -6,8 +6,8 @@ import (
 	"strconv"
 
 	"github.com/cfgd/cfgd/api/rest"
+	"github.com/cfgd/cfgd/commands/app/signin"
 	"github.com/cfgd/cfgd/commands/session"
-	"github.com/cfgd/cfgd/commands/signin"
 	"github.com/cfgd/cfgd/commands/token"
 	"github.com/cfgd/cfgd/deploy/errcode"
 )

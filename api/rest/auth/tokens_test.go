@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cfgd/cfgd/commands/signin"
+	"github.com/cfgd/cfgd/commands/app/signin"
 	"github.com/cfgd/cfgd/deploy/config"
 
 	"github.com/golang-jwt/jwt/v5"

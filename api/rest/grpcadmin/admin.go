@@ -11,13 +11,12 @@ import (
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/api/rest/auth"
 	"github.com/cfgd/cfgd/commands"
-	"github.com/cfgd/cfgd/commands/apikey"
+	"github.com/cfgd/cfgd/commands/apikeys"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events"
-	eventsapikey "github.com/cfgd/cfgd/events/apikey"
-	"github.com/cfgd/cfgd/projections"
-	projection "github.com/cfgd/cfgd/projections/apikey"
-	rmapikey "github.com/cfgd/cfgd/readmodels/apikey"
+	"github.com/cfgd/cfgd/events/apikey"
+	"github.com/cfgd/cfgd/readmodels/apikeyview"
+	"github.com/cfgd/cfgd/readmodels/checkpoints"
 )
 
 func mountAdmin(r *mux.Router, h *handler) {
@@ -35,10 +34,10 @@ type CreateRequest struct {
 
 // CreateResponse shows the full key, this once.
 type CreateResponse struct {
-	Success bool         `json:"success"`
-	Key     string       `json:"key"`
-	APIKey  rmapikey.Key `json:"api_key"`
-	Message string       `json:"message"`
+	Success bool           `json:"success"`
+	Key     string         `json:"key"`
+	APIKey  apikeyview.Key `json:"api_key"`
+	Message string         `json:"message"`
 }
 
 func actor(r *http.Request) string {
@@ -54,7 +53,7 @@ func (h *handler) createKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	by := actor(r)
-	c, err := h.Create.Handle(r.Context(), apikey.Create{
+	c, err := h.Create.Handle(r.Context(), apikeys.Create{
 		Name: req.Name, KeyType: req.KeyType, UserEmail: req.UserEmail, ExpiresAt: req.ExpiresAt, CreatedBy: by,
 		Meta: events.Metadata{CorrelationID: rest.RequestID(r.Context()), Actor: by},
 	})
@@ -63,7 +62,7 @@ func (h *handler) createKey(w http.ResponseWriter, r *http.Request) {
 	case errors.As(err, &verr):
 		rest.WriteError(w, errcode.Fields(verr.Fields))
 		return
-	case errors.Is(err, apikey.ErrUnknownUser):
+	case errors.Is(err, apikeys.ErrUnknownUser):
 		rest.WriteError(w, errcode.Fields(map[string]string{"user_email": err.Error()}))
 		return
 	case err != nil:
@@ -79,15 +78,15 @@ func (h *handler) createKey(w http.ResponseWriter, r *http.Request) {
 // readBack returns the key as the read model shows it once the projection
 // has it, so the next list includes it; if the projection is slow, the
 // command's own state answers.
-func (h *handler) readBack(ctx context.Context, s *apikey.State) rmapikey.Key {
+func (h *handler) readBack(ctx context.Context, s *apikeys.State) apikeyview.Key {
 	wctx, cancel := context.WithTimeout(ctx, h.ReadWait)
 	defer cancel()
-	if err := projections.Wait(wctx, h.Pool, projection.Name, eventsapikey.Stream(s.ID), s.Version); err == nil {
+	if err := checkpoints.Wait(wctx, h.Pool, apikeyview.KeysProjection, apikey.Stream(s.ID), s.Version); err == nil {
 		if k, err := h.Keys.Get(ctx, s.ID); err == nil {
 			return k
 		}
 	}
-	k := rmapikey.Key{
+	k := apikeyview.Key{
 		ID: s.ID, Name: s.Name, KeyType: s.KeyType, MaskedKey: s.MaskedKey, IsActive: !s.Revoked,
 		UserID: s.UserID, Username: s.UserEmail, UserEmail: s.UserEmail, ExpiresAt: s.ExpiresAt,
 		CreatedAt: s.CreatedAt, CreatedBy: s.CreatedBy,
@@ -102,10 +101,10 @@ func (h *handler) revokeKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	by := actor(r)
-	s, err := h.Revoke.Handle(r.Context(), apikey.Revoke{
+	s, err := h.Revoke.Handle(r.Context(), apikeys.Revoke{
 		ID: id, RevokedBy: by, Meta: events.Metadata{CorrelationID: rest.RequestID(r.Context()), Actor: by},
 	})
-	if errors.Is(err, apikey.ErrNotFound) {
+	if errors.Is(err, apikeys.ErrNotFound) {
 		rest.WriteError(w, errcode.New(errcode.NotFound, "API key not found"))
 		return
 	}

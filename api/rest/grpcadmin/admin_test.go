@@ -10,13 +10,13 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
-	apikeysv1 "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
+	"github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
 	"github.com/cfgd/cfgd/api/rest/auth"
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
-	"github.com/cfgd/cfgd/commands/apikey"
+	"github.com/cfgd/cfgd/commands/apikeys"
 )
 
-func revoke(id int64) apikey.Revoke { return apikey.Revoke{ID: id, RevokedBy: "test"} }
+func revoke(id int64) apikeys.Revoke { return apikeys.Revoke{ID: id, RevokedBy: "test"} }
 
 // sessionHeaders logs admin in and returns the cookie header with and
 // without the CSRF header.

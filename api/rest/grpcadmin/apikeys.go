@@ -11,7 +11,7 @@ import (
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/apikey"
-	rmapikey "github.com/cfgd/cfgd/readmodels/apikey"
+	"github.com/cfgd/cfgd/readmodels/apikeyview"
 )
 
 func mountKeys(r *mux.Router, h *handler) {
@@ -24,16 +24,16 @@ func mountKeys(r *mux.Router, h *handler) {
 
 // KeyList is a page of keys.
 type KeyList struct {
-	Results  []rmapikey.Key `json:"results"`
-	Count    int64          `json:"count"`
-	Next     *string        `json:"next"`
-	Previous *string        `json:"previous"`
+	Results  []apikeyview.Key `json:"results"`
+	Count    int64            `json:"count"`
+	Next     *string          `json:"next"`
+	Previous *string          `json:"previous"`
 }
 
 func (h *handler) listKeys(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	fields := map[string]string{}
-	var f rmapikey.Filter
+	var f apikeyview.Filter
 	if v, ok := q["is_active"]; ok {
 		b, err := strconv.ParseBool(v[0])
 		if err != nil {
@@ -58,13 +58,13 @@ func (h *handler) listKeys(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	page := intParam(q, "page", 1, 1, 1<<30, fields, "must be a whole number of at least 1")
-	size := intParam(q, "page_size", rmapikey.DefaultPageSize, 1, rmapikey.MaxPageSize, fields,
-		"must be a whole number from 1 to "+strconv.Itoa(rmapikey.MaxPageSize))
+	size := intParam(q, "page_size", apikeyview.DefaultPageSize, 1, apikeyview.MaxPageSize, fields,
+		"must be a whole number from 1 to "+strconv.Itoa(apikeyview.MaxPageSize))
 	if len(fields) > 0 {
 		rest.WriteError(w, errcode.Fields(fields))
 		return
 	}
-	keys, count, err := h.Keys.List(r.Context(), f, rmapikey.Page{Number: page, Size: size})
+	keys, count, err := h.Keys.List(r.Context(), f, apikeyview.Page{Number: page, Size: size})
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
@@ -108,7 +108,7 @@ func (h *handler) getKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	k, err := h.Keys.Get(r.Context(), id)
-	if errors.Is(err, rmapikey.ErrNotFound) {
+	if errors.Is(err, apikeyview.ErrNotFound) {
 		rest.WriteError(w, errcode.New(errcode.NotFound, "API key not found"))
 		return
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/cfgd/cfgd/api/rest/auth"
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
 	"github.com/cfgd/cfgd/cmd/cfgd/grpctest"
-	eventsapikey "github.com/cfgd/cfgd/events/apikey"
+	"github.com/cfgd/cfgd/events/apikey"
 )
 
 func basic(email, password string) []string {
@@ -38,13 +38,13 @@ func TestAPIKeyListFiltersAndPages(t *testing.T) {
 	other := authtest.Email("owner")
 	otherID := e.SignIn(t, other).UserID
 	exp := e.Clock.Now().Add(time.Hour)
-	a := e.NewKey(t, "a", eventsapikey.TypeService, admin, nil)
-	e.NewKey(t, "b", eventsapikey.TypeCLI, other, &exp)
-	c := e.NewKey(t, "c", eventsapikey.TypeService, other, nil)
+	a := e.NewKey(t, "a", apikey.TypeService, admin, nil)
+	e.NewKey(t, "b", apikey.TypeCLI, other, &exp)
+	c := e.NewKey(t, "c", apikey.TypeService, other, nil)
 	if _, err := e.Revoke.Handle(context.Background(), revoke(c.State.ID)); err != nil {
 		t.Fatal(err)
 	}
-	e.WaitProjected(t, "apikey.keys", eventsapikey.Stream(c.State.ID))
+	e.WaitProjected(t, "apikey.keys", apikey.Stream(c.State.ID))
 
 	r := e.Do(t, http.MethodGet, "/api/grpc/api-keys/", nil, hdr...)
 	if r.Status != http.StatusOK || r.Body["count"] != 3.0 || r.Body["next"] != nil || r.Body["previous"] != nil {
@@ -132,8 +132,8 @@ func TestAPIKeyDetailAndStats(t *testing.T) {
 	t.Parallel()
 	e, admin, hdr := adminEnv(t)
 	past := e.Clock.Now().Add(time.Minute)
-	k := e.NewKey(t, "detail", eventsapikey.TypeWebhook, admin, &past)
-	e.NewKey(t, "dev", eventsapikey.TypeDevelopment, admin, nil)
+	k := e.NewKey(t, "detail", apikey.TypeWebhook, admin, &past)
+	e.NewKey(t, "dev", apikey.TypeDevelopment, admin, nil)
 
 	r := e.Do(t, http.MethodGet, fmt.Sprintf("/api/grpc/api-keys/%d/", k.State.ID), nil, hdr...)
 	if r.Status != http.StatusOK || r.Body["name"] != "detail" || r.Body["is_valid"] != true || r.Body["masked_key"] != k.Key[:4]+"..."+k.Key[len(k.Key)-4:] {

@@ -3,7 +3,7 @@
 // (/api/grpc/monitor/health/), the proto files (/cfg/grpc/proto-files/),
 // and the staff-only admin actions that create and revoke keys
 // (/admin/api-keys/). Reads come from readmodels/apikey, writes go through
-// commands/apikey.
+// commands/apikeys.
 package grpcadmin
 
 import (
@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/api/protos"
-	"github.com/cfgd/cfgd/commands/apikey"
-	rmapikey "github.com/cfgd/cfgd/readmodels/apikey"
+	"github.com/cfgd/cfgd/commands/apikeys"
+	"github.com/cfgd/cfgd/readmodels/apikeyview"
 )
 
 // Paths served by Mount.
@@ -36,10 +36,10 @@ const (
 // The commands, as the handlers use them.
 type (
 	keyCreator interface {
-		Handle(ctx context.Context, cmd apikey.Create) (apikey.Created, error)
+		Handle(ctx context.Context, cmd apikeys.Create) (apikeys.Created, error)
 	}
 	keyRevoker interface {
-		Handle(ctx context.Context, cmd apikey.Revoke) (*apikey.State, error)
+		Handle(ctx context.Context, cmd apikeys.Revoke) (*apikeys.State, error)
 	}
 )
 
@@ -55,7 +55,7 @@ type Deps struct {
 	// Staff is the admin middleware ((*auth.API).Staff()).
 	Staff mux.MiddlewareFunc
 	Pool  *pgxpool.Pool
-	Keys  *rmapikey.Keys
+	Keys  *apikeyview.Keys
 	// StaffOrKey guards the proto-file endpoints: a valid X-API-Key, or
 	// staff credentials ((*auth.API).StaffOrAPIKey()).
 	StaffOrKey mux.MiddlewareFunc

@@ -13,13 +13,13 @@ import (
 
 	"github.com/cfgd/cfgd/api/protos"
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
-	eventsapikey "github.com/cfgd/cfgd/events/apikey"
+	"github.com/cfgd/cfgd/events/apikey"
 )
 
 func TestProtoFileListAndContent(t *testing.T) {
 	t.Parallel()
 	e, admin, hdr := adminEnv(t)
-	key := e.NewKey(t, "protos", eventsapikey.TypeDevelopment, admin, nil).Key
+	key := e.NewKey(t, "protos", apikey.TypeDevelopment, admin, nil).Key
 	src, err := protos.Sources()
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +167,7 @@ func TestProtoZipCompilesWithProtoc(t *testing.T) {
 	t.Parallel()
 	protoc, err := exec.LookPath("protoc")
 	if err != nil {
-		t.Fatal("protoc is required (Debian protobuf-compiler; deploy/local/stack.sh up installs it)")
+		t.Fatal("protoc is required (Debian protobuf-compiler; deploy/scripts/local/stack.sh up installs it)")
 	}
 	e, _, hdr := adminEnv(t)
 	r := e.Do(t, http.MethodGet, "/cfg/grpc/proto-files/download-all/", nil, hdr...)

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	eventsapikey "github.com/cfgd/cfgd/events/apikey"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/apikey"
+	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/apikeyusage"
 )
 
@@ -18,22 +18,22 @@ import (
 func TestAPIKeyUsageComesFromTheRequestLog(t *testing.T) {
 	t.Parallel()
 	e, admin, hdr := adminEnv(t)
-	a := e.NewKey(t, "used", eventsapikey.TypeService, admin, nil)
-	b := e.NewKey(t, "unused", eventsapikey.TypeCLI, admin, nil)
+	a := e.NewKey(t, "used", apikey.TypeService, admin, nil)
+	b := e.NewKey(t, "unused", apikey.TypeCLI, admin, nil)
 
 	kc := testenv.Kafka(t, 2)
-	pc := reqlog.DefaultProducerConfig(kc)
+	pc := requestlog.DefaultProducerConfig(kc)
 	pc.Timeout = 10 * time.Second
-	prod, err := reqlog.NewProducer(pc, testenv.Quiet())
+	prod, err := requestlog.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = prod.Close() })
 	newest := time.Date(2026, 11, 2, 8, 30, 0, 0, time.UTC)
-	ev := func(key int64, at time.Time) reqlog.Event {
-		return reqlog.Event{ServiceName: "svc", MethodName: "M", Status: reqlog.StatusSuccess, CreatedAt: at, APIKeyID: key}
+	ev := func(key int64, at time.Time) requestlog.Event {
+		return requestlog.Event{ServiceName: "svc", MethodName: "M", Status: requestlog.StatusSuccess, CreatedAt: at, APIKeyID: key}
 	}
-	if err := prod.Produce(context.Background(), []reqlog.Event{
+	if err := prod.Produce(context.Background(), []requestlog.Event{
 		ev(a.State.ID, newest.Add(-time.Hour)), ev(a.State.ID, newest), ev(0, newest.Add(time.Hour)), ev(a.State.ID, newest.Add(-time.Minute)),
 	}); err != nil {
 		t.Fatal(err)

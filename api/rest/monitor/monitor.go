@@ -17,8 +17,8 @@ import (
 
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/deploy/errcode"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
-	"github.com/cfgd/cfgd/readmodels/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // Limits of one ingest call.
@@ -28,18 +28,18 @@ const (
 )
 
 // Producer takes validated events to the request-log topic; it fails with
-// an error wrapping reqlog.ErrUnavailable when Kafka is down.
+// an error wrapping requestlog.ErrUnavailable when Kafka is down.
 type Producer interface {
-	Produce(ctx context.Context, events []reqlog.Event) error
+	Produce(ctx context.Context, events []requestlog.Event) error
 }
 
 // Queries are the read-model questions the endpoints ask.
 type Queries interface {
-	Requests(ctx context.Context, f requestlog.Filter) ([]requestlog.Request, int64, error)
-	Overview(ctx context.Context, hours int) (requestlog.Overview, error)
-	Services(ctx context.Context, hours int) ([]requestlog.Service, error)
-	Methods(ctx context.Context, hours int, service string) ([]requestlog.Method, error)
-	Timeline(ctx context.Context, hours int, service string) (requestlog.Timeline, error)
+	Requests(ctx context.Context, f requestlogview.Filter) ([]requestlogview.Request, int64, error)
+	Overview(ctx context.Context, hours int) (requestlogview.Overview, error)
+	Services(ctx context.Context, hours int) ([]requestlogview.Service, error)
+	Methods(ctx context.Context, hours int, service string) ([]requestlogview.Method, error)
+	Timeline(ctx context.Context, hours int, service string) (requestlogview.Timeline, error)
 }
 
 // Handlers serve the endpoints.
@@ -67,12 +67,12 @@ func (h *Handlers) Mount(r *mux.Router, staff, ingestAuth mux.MiddlewareFunc) {
 
 // IngestResult is the answer of the ingest endpoint.
 type IngestResult struct {
-	Success  bool                `json:"success"`
-	Accepted int                 `json:"accepted"`
-	Rejected int                 `json:"rejected"`
-	Error    string              `json:"error,omitempty"`
-	Code     string              `json:"code,omitempty"`
-	Errors   []reqlog.FieldError `json:"errors,omitempty"`
+	Success  bool                    `json:"success"`
+	Accepted int                     `json:"accepted"`
+	Rejected int                     `json:"rejected"`
+	Error    string                  `json:"error,omitempty"`
+	Code     string                  `json:"code,omitempty"`
+	Errors   []requestlog.FieldError `json:"errors,omitempty"`
 }
 
 // ingest takes a JSON array of events. Valid events are produced even when
@@ -102,24 +102,24 @@ func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
 		rest.WriteError(w, errcode.New(errcode.BadRequest, fmt.Sprintf("send 1 to %d events per request", MaxIngestEvents)))
 		return
 	}
-	events := make([]reqlog.Event, 0, len(items))
-	var problems []reqlog.FieldError
+	events := make([]requestlog.Event, 0, len(items))
+	var problems []requestlog.FieldError
 	now := h.now().UTC()
 	for i, raw := range items {
 		e, err := decodeEvent(raw)
 		if err != nil {
-			problems = append(problems, reqlog.FieldError{Index: i, Field: err.field, Message: err.msg})
+			problems = append(problems, requestlog.FieldError{Index: i, Field: err.field, Message: err.msg})
 			continue
 		}
-		e = reqlog.Normalize(e, now)
-		if errs := reqlog.Check(i, e); len(errs) > 0 {
+		e = requestlog.Normalize(e, now)
+		if errs := requestlog.Check(i, e); len(errs) > 0 {
 			problems = append(problems, errs...)
 			continue
 		}
 		events = append(events, e)
 	}
 	if err := h.producer.Produce(r.Context(), events); err != nil {
-		if errors.Is(err, reqlog.ErrUnavailable) {
+		if errors.Is(err, requestlog.ErrUnavailable) {
 			rest.Fail(w, r, &errcode.Error{Code: errcode.Unavailable, Message: "the request-log queue is unavailable, try again shortly", RetryAfter: time.Second, Err: err})
 			return
 		}
@@ -140,8 +140,8 @@ type decodeError struct{ field, msg string }
 
 // decodeEvent reads one array element strictly: unknown fields and wrong
 // types are problems of that element only.
-func decodeEvent(raw json.RawMessage) (reqlog.Event, *decodeError) {
-	var e reqlog.Event
+func decodeEvent(raw json.RawMessage) (requestlog.Event, *decodeError) {
+	var e requestlog.Event
 	dec := json.NewDecoder(strings.NewReader(string(raw)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&e); err != nil {
@@ -165,12 +165,12 @@ func decodeEvent(raw json.RawMessage) (reqlog.Event, *decodeError) {
 
 func (h *Handlers) requests(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	page, size, err := requestlog.ParsePage(q.Get("page"), q.Get("page_size"))
+	page, size, err := requestlogview.ParsePage(q.Get("page"), q.Get("page_size"))
 	if err != nil {
 		invalid(w, r, err)
 		return
 	}
-	results, count, err := h.queries.Requests(r.Context(), requestlog.Filter{
+	results, count, err := h.queries.Requests(r.Context(), requestlogview.Filter{
 		Service: q.Get("service"), Method: q.Get("method"), Status: q.Get("status"), Page: page, PageSize: size,
 	})
 	if err != nil {
@@ -181,7 +181,7 @@ func (h *Handlers) requests(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handlers) overview(w http.ResponseWriter, r *http.Request) {
-	hours, err := requestlog.ParseHours(r.URL.Query().Get("hours"))
+	hours, err := requestlogview.ParseHours(r.URL.Query().Get("hours"))
 	if err != nil {
 		invalid(w, r, err)
 		return
@@ -195,7 +195,7 @@ func (h *Handlers) overview(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handlers) services(w http.ResponseWriter, r *http.Request) {
-	hours, err := requestlog.ParseHours(r.URL.Query().Get("hours"))
+	hours, err := requestlogview.ParseHours(r.URL.Query().Get("hours"))
 	if err != nil {
 		invalid(w, r, err)
 		return
@@ -209,7 +209,7 @@ func (h *Handlers) services(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handlers) methods(w http.ResponseWriter, r *http.Request) {
-	hours, err := requestlog.ParseHours(r.URL.Query().Get("hours"))
+	hours, err := requestlogview.ParseHours(r.URL.Query().Get("hours"))
 	if err != nil {
 		invalid(w, r, err)
 		return
@@ -224,7 +224,7 @@ func (h *Handlers) methods(w http.ResponseWriter, r *http.Request) {
 
 // timeline is the per-minute series the monitoring page charts.
 func (h *Handlers) timeline(w http.ResponseWriter, r *http.Request) {
-	hours, err := requestlog.ParseTimelineHours(r.URL.Query().Get("hours"))
+	hours, err := requestlogview.ParseTimelineHours(r.URL.Query().Get("hours"))
 	if err != nil {
 		invalid(w, r, err)
 		return
@@ -250,7 +250,7 @@ func invalid(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func collect(err error, into map[string]string) {
-	var inv *requestlog.InvalidError
+	var inv *requestlogview.InvalidError
 	if errors.As(err, &inv) {
 		into[inv.Field] = inv.Message
 	}

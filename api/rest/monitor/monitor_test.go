@@ -18,10 +18,10 @@ import (
 	"github.com/cfgd/cfgd/api/rest/monitor"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/errcode"
-	"github.com/cfgd/cfgd/events/bus"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/requestlog"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
-	"github.com/cfgd/cfgd/readmodels/requestlog"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 func pass(next http.Handler) http.Handler { return next }
@@ -34,7 +34,7 @@ func deny(http.Handler) http.Handler {
 
 // stack is the real path: HTTP -> producer -> embedded Kafka -> sink ->
 // ClickHouse -> read model -> HTTP.
-func stack(t *testing.T, brokers *bus.Config) *httptest.Server {
+func stack(t *testing.T, brokers *kafka.Config) *httptest.Server {
 	t.Helper()
 	p, store := backend(t, brokers)
 	r := mux.NewRouter()
@@ -45,11 +45,11 @@ func stack(t *testing.T, brokers *bus.Config) *httptest.Server {
 }
 
 // backend is the producer and the read model of the real path: with
-// brokers nil, a private broker and a running sink.
-func backend(t *testing.T, brokers *bus.Config) (*reqlog.Producer, *requestlog.Store) {
+// brokers nil, a private broker and a running requestlog.
+func backend(t *testing.T, brokers *kafka.Config) (*requestlog.Producer, *requestlogview.Store) {
 	t.Helper()
 	_, conn := testenv.ClickHouse(t)
-	var c bus.Config
+	var c kafka.Config
 	if brokers != nil {
 		c = *brokers
 	} else {
@@ -66,16 +66,16 @@ func backend(t *testing.T, brokers *bus.Config) (*reqlog.Producer, *requestlog.S
 		t.Cleanup(func() { cancel(); <-done })
 		waitFor(t, func() bool { return s.Ready(ctx) == nil })
 	}
-	pc := reqlog.DefaultProducerConfig(c)
+	pc := requestlog.DefaultProducerConfig(c)
 	if brokers == nil {
 		pc.Timeout = 10 * time.Second
 	}
-	p, err := reqlog.NewProducer(pc, testenv.Quiet())
+	p, err := requestlog.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	return p, requestlog.New(conn, time.Now, func(context.Context) (int64, error) { return 2, nil })
+	return p, requestlogview.New(conn, time.Now, func(context.Context) (int64, error) { return 2, nil })
 }
 
 func waitFor(t *testing.T, cond func() bool) {
@@ -222,7 +222,7 @@ func TestIngestThenQueryEveryEndpoint(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	t.Parallel()
-	srv := stack(t, &bus.Config{Brokers: []string{"127.0.0.1:1"}, Partitions: 1})
+	srv := stack(t, &kafka.Config{Brokers: []string{"127.0.0.1:1"}, Partitions: 1})
 	cases := []struct{ method, path, body string }{
 		{"POST", "/api/grpc/monitor/ingest/", `{"service_name":"a"}`},
 		{"POST", "/api/grpc/monitor/ingest/", `[]`},
@@ -257,7 +257,7 @@ func TestBadInput(t *testing.T) {
 
 func TestIngestAnswers503WithinASecondWhenKafkaIsDown(t *testing.T) {
 	t.Parallel()
-	srv := stack(t, &bus.Config{Brokers: []string{"127.0.0.1:1"}, Partitions: 1})
+	srv := stack(t, &kafka.Config{Brokers: []string{"127.0.0.1:1"}, Partitions: 1})
 	for range 3 {
 		start := time.Now()
 		code, res := do(t, http.MethodPost, srv.URL+"/api/grpc/monitor/ingest/", `[{"service_name":"a","method_name":"b","status":"success"}]`)
@@ -283,7 +283,7 @@ func TestEndpointsAreBehindTheirMiddleware(t *testing.T) {
 }
 
 func TestEveryRouteIsDocumented(t *testing.T) {
-	spec, err := os.ReadFile("../../docs/openapi.yaml")
+	spec, err := os.ReadFile("../../../docs/openapi.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/cfgd/cfgd/api/pages"
 	"github.com/cfgd/cfgd/api/rest/monitor"
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog"
 )
 
 // pageStack serves the monitoring endpoints and page behind the real
@@ -42,13 +42,13 @@ func pageStack(t *testing.T) (*authtest.Env, string, string) {
 	email, pass := authtest.Email("staff"), "s3cret-passw0rd"
 	served.Superuser(t, email, pass)
 	now := time.Now().UTC()
-	var evs []reqlog.Event
+	var evs []requestlog.Event
 	for i := range 30 {
-		st := reqlog.StatusSuccess
+		st := requestlog.StatusSuccess
 		if i%5 == 0 {
-			st = reqlog.StatusError
+			st = requestlog.StatusError
 		}
-		evs = append(evs, reqlog.Event{ServiceName: "shop.v1.Orders", MethodName: []string{"Get", "List", "Create"}[i%3], Status: st,
+		evs = append(evs, requestlog.Event{ServiceName: "shop.v1.Orders", MethodName: []string{"Get", "List", "Create"}[i%3], Status: st,
 			DurationMS: int64(5 + i), CreatedAt: now.Add(-time.Duration(i) * time.Minute), Username: "ann"})
 	}
 	if err := p.Produce(context.Background(), evs); err != nil {

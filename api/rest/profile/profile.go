@@ -22,7 +22,7 @@ import (
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events"
-	identityrm "github.com/cfgd/cfgd/readmodels/identity"
+	"github.com/cfgd/cfgd/readmodels/identityview"
 )
 
 // Paths of the profile endpoints.
@@ -33,7 +33,7 @@ const (
 
 // Reader is the read model the endpoint reads.
 type Reader interface {
-	Profile(ctx context.Context, id, atLeast int64) (identityrm.User, identityrm.Profile, error)
+	Profile(ctx context.Context, id, atLeast int64) (identityview.User, identityview.Profile, error)
 }
 
 // Updater is the command the endpoint runs.
@@ -129,7 +129,7 @@ func (h *handler) respond(w http.ResponseWriter, r *http.Request, id, version in
 	u, prof, err := h.reader.Profile(r.Context(), id, version)
 	switch {
 	case err == nil:
-	case errors.Is(err, identityrm.ErrNotFound):
+	case errors.Is(err, identityview.ErrNotFound):
 		rest.WriteError(w, errcode.New(errcode.NotFound, "no profile for this user"))
 		return
 	default:

@@ -13,7 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/cfgd/cfgd/api/pages"
-	taskcmd "github.com/cfgd/cfgd/commands/tasks"
+	"github.com/cfgd/cfgd/commands/app/taskqueues"
 )
 
 // artifactDir keeps the screenshots (testdata/artifacts, or
@@ -58,11 +58,11 @@ func browser(t *testing.T) context.Context {
 
 func TestDashboardInChromium(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, func(c *taskcmd.Config) { c.SnapshotTTL = 5 * time.Second })
+	s := startStack(t, func(c *taskqueues.Config) { c.SnapshotTTL = 5 * time.Second })
 	s.startWorker(t, "w-"+randomHex(3))
 	q := s.Q["default"]
 	for range 3 {
-		s.enqueue(t, s.Q["low"], taskcmd.TypeEcho, `{"from": "browser test"}`)
+		s.enqueue(t, s.Q["low"], taskqueues.TypeEcho, `{"from": "browser test"}`)
 	}
 	s.eventually(t, 10*time.Second, "tasks ran", func() bool { return num(s.stats(t)["completed_tasks"]) == 3 })
 

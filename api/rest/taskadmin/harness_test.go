@@ -8,19 +8,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cfgd/cfgd/projections/projectors"
+	"github.com/cfgd/cfgd/projections/reactors"
+
 	"github.com/gorilla/mux"
 	"github.com/hibiken/asynq"
 
 	"github.com/cfgd/cfgd/api/pages"
-	tasksapi "github.com/cfgd/cfgd/api/rest/taskadmin"
+	"github.com/cfgd/cfgd/api/rest/taskadmin"
+	"github.com/cfgd/cfgd/api/worker"
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	taskcmd "github.com/cfgd/cfgd/commands/tasks"
+	"github.com/cfgd/cfgd/commands/app/taskqueues"
 	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/bus"
 	"github.com/cfgd/cfgd/events/identity"
-	taskev "github.com/cfgd/cfgd/events/tasks"
-	identityproj "github.com/cfgd/cfgd/projections/identity"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/tasks"
 	taskproj "github.com/cfgd/cfgd/projections/tasks"
 )
 
@@ -31,10 +34,10 @@ import (
 // prefix, and everything the test put in Redis is deleted at the end.
 type stack struct {
 	*authtest.Env
-	Cfg   taskcmd.Config
-	App   *taskcmd.App
-	Bus   bus.Config
-	Emit  *taskcmd.Emitter
+	Cfg   taskqueues.Config
+	App   *taskqueues.App
+	Bus   kafka.Config
+	Emit  *worker.Emitter
 	Admin []string // Authorization header pair of a staff superuser
 	Email string
 	Pass  string
@@ -47,13 +50,13 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func startStack(t *testing.T, tune func(*taskcmd.Config)) *stack {
+func startStack(t *testing.T, tune func(*taskqueues.Config)) *stack {
 	t.Helper()
 	env := authtest.Start(t, authtest.Options{NoPipeline: true})
 	prefix := "t" + randomHex(4) + "-"
-	cfg := taskcmd.DefaultConfig()
+	cfg := taskqueues.DefaultConfig()
 	cfg.RedisURL = authtest.RedisURL()
-	cfg.Queues = []taskcmd.Queue{{Name: prefix + "default", Priority: 3}, {Name: prefix + "high", Priority: 6}, {Name: prefix + "low", Priority: 1}}
+	cfg.Queues = []taskqueues.Queue{{Name: prefix + "default", Priority: 3}, {Name: prefix + "high", Priority: 6}, {Name: prefix + "low", Priority: 1}}
 	cfg.KeyPrefix = "cfgd-test:" + prefix
 	cfg.Heartbeat = 200 * time.Millisecond
 	cfg.CommandPoll = 50 * time.Millisecond
@@ -65,7 +68,7 @@ func startStack(t *testing.T, tune func(*taskcmd.Config)) *stack {
 	if tune != nil {
 		tune(&cfg)
 	}
-	app, err := taskcmd.New(cfg, taskcmd.Deps{Pool: env.Pool, Redis: env.Redis, Log: testenv.Quiet()})
+	app, err := taskqueues.New(cfg, taskqueues.Deps{Pool: env.Pool, Redis: env.Redis, Log: testenv.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,13 +76,13 @@ func startStack(t *testing.T, tune func(*taskcmd.Config)) *stack {
 	t.Cleanup(func() { cleanRedis(t, env, cfg) })
 
 	busCfg := testenv.Kafka(t, 3)
-	reg, err := events.NewRegistry(append(identity.Events(), taskev.Events()...)...)
+	reg, err := events.NewRegistry(append(identity.Events(), tasks.Events()...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pub := taskproj.NewLifecyclePublisher(busCfg, testenv.Quiet())
 	t.Cleanup(func() { _ = pub.Close() })
-	ps := append(identityproj.All(), taskproj.Control(app.Inspector, app.Registry, pub, env.Pool), taskproj.Views())
+	ps := append(projectors.Identity(), reactors.Control(app.Inspector, app.Registry, pub, env.Pool), projectors.TaskQueues())
 	testenv.Pipeline(t, env.Pool, nil, busCfg, reg, ps...)
 
 	sink := taskproj.NewSink(env.Pool, busCfg, testenv.Quiet())
@@ -93,13 +96,13 @@ func startStack(t *testing.T, tune func(*taskcmd.Config)) *stack {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 
-	em, err := taskcmd.NewEmitter(context.Background(), busCfg, testenv.Quiet())
+	em, err := worker.NewEmitter(context.Background(), busCfg, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = em.Close() })
 	// The enqueuer the tests use records what it enqueues, as the CLI does.
-	app.Enqueuer = taskcmd.NewEnqueuer(cfg, env.Redis, em)
+	app.Enqueuer = taskqueues.NewEnqueuer(cfg, env.Redis, em)
 
 	staff := env.API.Staff()
 	// The authtest router serves the shared assets already (front module).
@@ -108,7 +111,7 @@ func startStack(t *testing.T, tune func(*taskcmd.Config)) *stack {
 		t.Fatal(err)
 	}
 	served := env.WithRoutes(t, func(r *mux.Router) {
-		tasksapi.Mount(r, staff, app)
+		taskadmin.Mount(r, staff, app)
 		if err := pages.MountTaskDashboard(r, staff, assets); err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +126,7 @@ func startStack(t *testing.T, tune func(*taskcmd.Config)) *stack {
 }
 
 // cleanRedis deletes the test's queues and keys.
-func cleanRedis(t *testing.T, env *authtest.Env, cfg taskcmd.Config) {
+func cleanRedis(t *testing.T, env *authtest.Env, cfg taskqueues.Config) {
 	insp := asynq.NewInspectorFromRedisClient(env.Redis)
 	for _, q := range cfg.QueueNames() {
 		_ = insp.UnpauseQueue(q)
@@ -137,16 +140,16 @@ func cleanRedis(t *testing.T, env *authtest.Env, cfg taskcmd.Config) {
 }
 
 // startWorker runs a worker process in-process until the test ends.
-func (s *stack) startWorker(t *testing.T, id string) *taskcmd.Worker {
+func (s *stack) startWorker(t *testing.T, id string) *worker.Worker {
 	t.Helper()
-	return s.startWorkerWith(t, id, taskcmd.Handlers(testenv.Quiet()))
+	return s.startWorkerWith(t, id, worker.Handlers(testenv.Quiet()))
 }
 
-func (s *stack) startWorkerWith(t *testing.T, id string, h asynq.Handler) *taskcmd.Worker {
+func (s *stack) startWorkerWith(t *testing.T, id string, h asynq.Handler) *worker.Worker {
 	t.Helper()
 	cfg := s.Cfg
 	cfg.WorkerID = id
-	w, err := taskcmd.NewWorker(cfg, s.Redis, s.Emit, testenv.Quiet(), h)
+	w, err := worker.NewWorker(cfg, s.Redis, s.Emit, testenv.Quiet(), h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +164,7 @@ func (s *stack) startWorkerWith(t *testing.T, id string, h asynq.Handler) *taskc
 	t.Cleanup(func() { cancel(); <-done })
 	s.eventually(t, 10*time.Second, "worker "+id+" is live", func() bool {
 		st, err := s.App.Registry.Get(context.Background(), id)
-		return err == nil && st != nil && st.State == taskev.WorkerRunning
+		return err == nil && st != nil && st.State == tasks.WorkerRunning
 	})
 	return w
 }
@@ -189,7 +192,7 @@ func (s *stack) eventually(t *testing.T, timeout time.Duration, what string, ok 
 // queue returns one row of queue-status.
 func (s *stack) queue(t *testing.T, name string) map[string]any {
 	t.Helper()
-	res := s.Do(t, "GET", tasksapi.PathQueueStatus, nil, s.Admin...)
+	res := s.Do(t, "GET", taskadmin.PathQueueStatus, nil, s.Admin...)
 	if res.Status != 200 {
 		t.Fatalf("queue-status: %d %s", res.Status, res.Raw)
 	}
@@ -206,7 +209,7 @@ func (s *stack) queue(t *testing.T, name string) map[string]any {
 
 func (s *stack) stats(t *testing.T) map[string]any {
 	t.Helper()
-	res := s.Do(t, "GET", tasksapi.PathTaskStatistics, nil, s.Admin...)
+	res := s.Do(t, "GET", taskadmin.PathTaskStatistics, nil, s.Admin...)
 	if res.Status != 200 {
 		t.Fatalf("task-statistics: %d %s", res.Status, res.Raw)
 	}

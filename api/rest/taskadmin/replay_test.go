@@ -9,13 +9,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	tasksapi "github.com/cfgd/cfgd/api/rest/taskadmin"
+	"github.com/cfgd/cfgd/api/rest/taskadmin"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	taskcmd "github.com/cfgd/cfgd/commands/tasks"
+	"github.com/cfgd/cfgd/commands/app/taskqueues"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
-	taskev "github.com/cfgd/cfgd/events/tasks"
+	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/projections"
+	"github.com/cfgd/cfgd/projections/reactors"
 	"github.com/cfgd/cfgd/projections/replay"
 	taskproj "github.com/cfgd/cfgd/projections/tasks"
 )
@@ -76,7 +77,7 @@ func (s *stack) views(t *testing.T) string {
 // when set, runs once the lifecycle feed read the topic, before the swap.
 func (s *stack) replayViews(t *testing.T, afterRebuild func()) replay.Result {
 	t.Helper()
-	reg, err := events.NewRegistry(append(identity.Events(), taskev.Events()...)...)
+	reg, err := events.NewRegistry(append(identity.Events(), tasks.Events()...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,29 +99,29 @@ func (s *stack) replayViews(t *testing.T, afterRebuild func()) replay.Result {
 // statistics the API serves are the same.
 func TestReplayRebuildsTheTaskViews(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, func(c *taskcmd.Config) { c.Threads = 2 })
+	s := startStack(t, func(c *taskqueues.Config) { c.Threads = 2 })
 	wid := "w-" + randomHex(3)
 	s.startWorker(t, wid)
 	q, hi := s.Q["default"], s.Q["high"]
 	for i := range 4 {
-		s.enqueue(t, q, taskcmd.TypeEcho, fmt.Sprintf(`{"n": %d}`, i))
+		s.enqueue(t, q, taskqueues.TypeEcho, fmt.Sprintf(`{"n": %d}`, i))
 	}
-	s.enqueue(t, hi, taskcmd.TypeFail, `{"message": "boom"}`)
+	s.enqueue(t, hi, taskqueues.TypeFail, `{"message": "boom"}`)
 	s.eventually(t, 30*time.Second, "the first tasks finish", func() bool {
 		st := s.stats(t)
 		return num(st["completed_tasks"]) == 4 && num(st["failed_tasks"]) == 1
 	})
 	// Paused, tasks wait; a clear removes them; a second clear finds none.
-	s.manage(t, tasksapi.PathQueueManage, map[string]any{"action": "pause", "queue_name": q})
+	s.manage(t, taskadmin.PathQueueManage, map[string]any{"action": "pause", "queue_name": q})
 	for range 3 {
-		s.enqueue(t, q, taskcmd.TypeEcho, `{}`)
+		s.enqueue(t, q, taskqueues.TypeEcho, `{}`)
 	}
-	s.manage(t, tasksapi.PathQueueManage, map[string]any{"action": "clear", "queue_name": q})
-	s.manage(t, tasksapi.PathQueueManage, map[string]any{"action": "clear", "queue_name": q})
-	s.manage(t, tasksapi.PathQueueManage, map[string]any{"action": "pause", "queue_name": hi})
-	s.manage(t, tasksapi.PathQueueManage, map[string]any{"action": "resume", "queue_name": q})
-	s.enqueue(t, q, taskcmd.TypeEcho, `{"after": "resume"}`)
-	s.manage(t, tasksapi.PathWorkerManage, map[string]any{"action": "restart", "worker_id": wid})
+	s.manage(t, taskadmin.PathQueueManage, map[string]any{"action": "clear", "queue_name": q})
+	s.manage(t, taskadmin.PathQueueManage, map[string]any{"action": "clear", "queue_name": q})
+	s.manage(t, taskadmin.PathQueueManage, map[string]any{"action": "pause", "queue_name": hi})
+	s.manage(t, taskadmin.PathQueueManage, map[string]any{"action": "resume", "queue_name": q})
+	s.enqueue(t, q, taskqueues.TypeEcho, `{"after": "resume"}`)
+	s.manage(t, taskadmin.PathWorkerManage, map[string]any{"action": "restart", "worker_id": wid})
 	s.eventually(t, 30*time.Second, "every task is accounted for", func() bool {
 		st := s.stats(t)
 		return num(st["completed_tasks"]) == 5 && num(st["cleared_tasks"]) == 3 && num(st["pending_tasks"]) == 0
@@ -152,7 +153,7 @@ func TestReplayRebuildsTheTaskViews(t *testing.T) {
 	// A task that runs after the feed read the topic, recorded by the
 	// live sink in the old tables, is caught up by the swap.
 	res = s.replayViews(t, func() {
-		s.enqueue(t, q, taskcmd.TypeEcho, `{"during": "replay"}`)
+		s.enqueue(t, q, taskqueues.TypeEcho, `{"during": "replay"}`)
 		s.eventually(t, 30*time.Second, "the task during the replay finishes", func() bool {
 			return num(s.stats(t)["completed_tasks"]) == 6
 		})
@@ -162,7 +163,7 @@ func TestReplayRebuildsTheTaskViews(t *testing.T) {
 		t.Fatalf("replay under traffic differs from the live build:\nlive:\n%s\nreplayed:\n%s", before, after)
 	}
 	// The live pipeline goes on with the swapped-in tables.
-	s.manage(t, tasksapi.PathQueueManage, map[string]any{"action": "resume", "queue_name": hi})
+	s.manage(t, taskadmin.PathQueueManage, map[string]any{"action": "resume", "queue_name": hi})
 	if p, err := s.App.Reader.QueuePaused(context.Background(), hi); err != nil || p {
 		t.Fatalf("after the swap, %s paused: %v %v", hi, p, err)
 	}
@@ -187,39 +188,39 @@ func TestRedeliveredClearRunsOnce(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)
 	q := s.Q["low"]
-	s.manage(t, tasksapi.PathQueueManage, map[string]any{"action": "pause", "queue_name": q})
-	s.enqueue(t, q, taskcmd.TypeEcho, `{}`)
-	s.manage(t, tasksapi.PathQueueManage, map[string]any{"action": "clear", "queue_name": q})
-	later := s.enqueue(t, q, taskcmd.TypeEcho, `{"later": true}`)
+	s.manage(t, taskadmin.PathQueueManage, map[string]any{"action": "pause", "queue_name": q})
+	s.enqueue(t, q, taskqueues.TypeEcho, `{}`)
+	s.manage(t, taskadmin.PathQueueManage, map[string]any{"action": "clear", "queue_name": q})
+	later := s.enqueue(t, q, taskqueues.TypeEcho, `{"later": true}`)
 
 	ctx := context.Background()
-	stream := taskev.QueueStream(q)
+	stream := tasks.QueueStream(q)
 	var env events.Envelope
 	err := s.Pool.QueryRow(ctx, `SELECT event_id, stream_id, stream_version, position, type, occurred_at, metadata, data
-		FROM events WHERE stream_id = $1 AND type = $2`, stream, taskev.QueueCleared{}.EventType()).
+		FROM events WHERE stream_id = $1 AND type = $2`, stream, tasks.QueueCleared{}.EventType()).
 		Scan(&env.ID, &env.Stream, &env.Version, &env.Position, &env.Type, &env.OccurredAt, &env.Metadata, &env.Data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.eventually(t, 10*time.Second, "the clear is recorded", func() bool {
-		return s.EventCount(t, stream, taskev.QueueClearApplied{}.EventType()) == 1
+		return s.EventCount(t, stream, tasks.QueueClearApplied{}.EventType()) == 1
 	})
 	// The reactor forgets it handled the clear, and gets it again.
 	if _, err := s.Pool.Exec(ctx, `UPDATE projection_checkpoints SET version = $3 WHERE projection = $1 AND stream_id = $2`,
-		taskproj.ControlName, stream, env.Version-1); err != nil {
+		reactors.ControlName, stream, env.Version-1); err != nil {
 		t.Fatal(err)
 	}
-	reg, err := events.NewRegistry(taskev.Events()...)
+	reg, err := events.NewRegistry(tasks.Events()...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pub := taskproj.NewLifecyclePublisher(s.Bus, testenv.Quiet())
 	defer pub.Close()
-	ctl := taskproj.Control(s.App.Inspector, s.App.Registry, pub, s.Pool)
+	ctl := reactors.Control(s.App.Inspector, s.App.Registry, pub, s.Pool)
 	if out, err := projections.Apply(ctx, s.Pool, reg, ctl, env); err != nil || out != projections.Applied {
 		t.Fatalf("redelivery: %v %v", out, err)
 	}
-	if n := s.EventCount(t, stream, taskev.QueueClearApplied{}.EventType()); n != 1 {
+	if n := s.EventCount(t, stream, tasks.QueueClearApplied{}.EventType()); n != 1 {
 		t.Fatalf("%d clear outcomes recorded", n)
 	}
 	if info, err := s.App.Inspector.GetTaskInfo(q, later); err != nil || info == nil {

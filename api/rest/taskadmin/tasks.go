@@ -12,11 +12,11 @@ import (
 
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/api/rest/auth"
-	taskcmd "github.com/cfgd/cfgd/commands/tasks"
+	"github.com/cfgd/cfgd/commands/app/taskqueues"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events"
-	taskev "github.com/cfgd/cfgd/events/tasks"
-	taskrm "github.com/cfgd/cfgd/readmodels/tasks"
+	"github.com/cfgd/cfgd/events/tasks"
+	"github.com/cfgd/cfgd/readmodels/taskview"
 )
 
 // Paths.
@@ -33,7 +33,7 @@ const (
 const RecentLimit = 200
 
 // Mount adds the endpoints behind staff.
-func Mount(r *mux.Router, staff mux.MiddlewareFunc, app *taskcmd.App) {
+func Mount(r *mux.Router, staff mux.MiddlewareFunc, app *taskqueues.App) {
 	h := &handler{app: app}
 	get := []string{http.MethodGet, http.MethodHead}
 	r.Handle(PathQueueStatus, staff(http.HandlerFunc(h.queueStatus))).Methods(get...).Name("tasks:queue-status")
@@ -45,13 +45,13 @@ func Mount(r *mux.Router, staff mux.MiddlewareFunc, app *taskcmd.App) {
 }
 
 type handler struct {
-	app *taskcmd.App
+	app *taskqueues.App
 }
 
 // QueueStatusResponse is SPEC 4.4's queue-status.
 type QueueStatusResponse struct {
-	Success bool           `json:"success"`
-	Queues  []taskrm.Queue `json:"queues"`
+	Success bool             `json:"success"`
+	Queues  []taskview.Queue `json:"queues"`
 }
 
 func (h *handler) queueStatus(w http.ResponseWriter, r *http.Request) {
@@ -66,7 +66,7 @@ func (h *handler) queueStatus(w http.ResponseWriter, r *http.Request) {
 // StatisticsResponse is SPEC 4.4's task-statistics.
 type StatisticsResponse struct {
 	Success bool `json:"success"`
-	taskrm.Statistics
+	taskview.Statistics
 }
 
 func (h *handler) statistics(w http.ResponseWriter, r *http.Request) {
@@ -80,8 +80,8 @@ func (h *handler) statistics(w http.ResponseWriter, r *http.Request) {
 
 // WorkersResponse lists the live workers.
 type WorkersResponse struct {
-	Success bool            `json:"success"`
-	Workers []taskrm.Worker `json:"workers"`
+	Success bool              `json:"success"`
+	Workers []taskview.Worker `json:"workers"`
 }
 
 func (h *handler) workers(w http.ResponseWriter, r *http.Request) {
@@ -95,8 +95,8 @@ func (h *handler) workers(w http.ResponseWriter, r *http.Request) {
 
 // RecentResponse lists recently changed tasks.
 type RecentResponse struct {
-	Success bool          `json:"success"`
-	Tasks   []taskrm.Task `json:"tasks"`
+	Success bool            `json:"success"`
+	Tasks   []taskview.Task `json:"tasks"`
 }
 
 func (h *handler) recent(w http.ResponseWriter, r *http.Request) {
@@ -129,17 +129,17 @@ type workerManageBody struct {
 
 // QueueManageResponse is the queue's state once the command was applied.
 type QueueManageResponse struct {
-	Success bool         `json:"success"`
-	Action  string       `json:"action"`
-	Queue   taskrm.Queue `json:"queue"`
+	Success bool           `json:"success"`
+	Action  string         `json:"action"`
+	Queue   taskview.Queue `json:"queue"`
 }
 
 // WorkerManageResponse is the worker's state once it carried out the
 // command.
 type WorkerManageResponse struct {
-	Success bool               `json:"success"`
-	Action  string             `json:"action"`
-	Worker  taskev.WorkerState `json:"worker"`
+	Success bool              `json:"success"`
+	Action  string            `json:"action"`
+	Worker  tasks.WorkerState `json:"worker"`
 }
 
 // AcceptedResponse is a stored command whose effect did not show in time;
@@ -189,11 +189,11 @@ func (h *handler) queueManage(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 		rest.JSON(w, http.StatusOK, QueueManageResponse{Success: true, Action: action, Queue: q})
-	case errors.Is(err, taskcmd.ErrInvalidAction):
+	case errors.Is(err, taskqueues.ErrInvalidAction):
 		rest.WriteError(w, errcode.New(errcode.InvalidAction, "Invalid action"))
-	case errors.Is(err, taskcmd.ErrUnknownQueue):
+	case errors.Is(err, taskqueues.ErrUnknownQueue):
 		rest.WriteError(w, errcode.New(errcode.NotFound, unknown("queue", queue)))
-	case errors.Is(err, taskcmd.ErrNotYetApplied):
+	case errors.Is(err, taskqueues.ErrNotYetApplied):
 		accepted(w, action, ap, PathQueueStatus)
 	default:
 		rest.Fail(w, r, err)
@@ -213,11 +213,11 @@ func (h *handler) workerManage(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 		rest.JSON(w, http.StatusOK, WorkerManageResponse{Success: true, Action: action, Worker: s})
-	case errors.Is(err, taskcmd.ErrInvalidAction):
+	case errors.Is(err, taskqueues.ErrInvalidAction):
 		rest.WriteError(w, errcode.New(errcode.InvalidAction, "Invalid action"))
-	case errors.Is(err, taskcmd.ErrUnknownWorker):
+	case errors.Is(err, taskqueues.ErrUnknownWorker):
 		rest.WriteError(w, errcode.New(errcode.NotFound, unknown("worker", id)))
-	case errors.Is(err, taskcmd.ErrNotYetApplied):
+	case errors.Is(err, taskqueues.ErrNotYetApplied):
 		accepted(w, action, ap, PathWorkers)
 	default:
 		rest.Fail(w, r, err)
@@ -227,13 +227,13 @@ func (h *handler) workerManage(w http.ResponseWriter, r *http.Request) {
 // unknown names what was not found when it is a possible name, and never
 // echoes arbitrary input.
 func unknown(what, name string) string {
-	if taskcmd.ValidName(name) {
+	if taskqueues.ValidName(name) {
 		return "Unknown " + what + ": " + name
 	}
 	return "Unknown " + what
 }
 
-func accepted(w http.ResponseWriter, action string, ap taskcmd.Appended, where string) {
+func accepted(w http.ResponseWriter, action string, ap taskqueues.Appended, where string) {
 	w.Header().Set("Location", where)
 	rest.JSON(w, http.StatusAccepted, AcceptedResponse{Success: true, Status: "accepted", Action: action, Stream: ap.Stream, Version: ap.Version, Location: where})
 }

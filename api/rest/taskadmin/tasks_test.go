@@ -10,10 +10,11 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	tasksapi "github.com/cfgd/cfgd/api/rest/taskadmin"
+	"github.com/cfgd/cfgd/api/rest/taskadmin"
+	"github.com/cfgd/cfgd/api/worker"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	taskcmd "github.com/cfgd/cfgd/commands/tasks"
-	taskev "github.com/cfgd/cfgd/events/tasks"
+	"github.com/cfgd/cfgd/commands/app/taskqueues"
+	"github.com/cfgd/cfgd/events/tasks"
 )
 
 func TestBadInput(t *testing.T) {
@@ -29,20 +30,20 @@ func TestBadInput(t *testing.T) {
 		error  string
 		field  string
 	}{
-		{"queue: unknown action", tasksapi.PathQueueManage, map[string]any{"action": "explode", "queue_name": q}, 400, "Invalid action", ""},
-		{"queue: unknown action on unknown queue", tasksapi.PathQueueManage, map[string]any{"action": "explode", "queue_name": "nope"}, 400, "Invalid action", ""},
-		{"queue: unknown queue", tasksapi.PathQueueManage, map[string]any{"action": "pause", "queue_name": "nope"}, 404, "Unknown queue: nope", ""},
-		{"queue: unknown queue, not even a name", tasksapi.PathQueueManage, map[string]any{"action": "pause", "queue_name": "<b>x</b>"}, 404, "Unknown queue", ""},
-		{"queue: missing action", tasksapi.PathQueueManage, map[string]any{"queue_name": q}, 400, "action is required", "action"},
-		{"queue: missing queue_name", tasksapi.PathQueueManage, map[string]any{"action": "pause"}, 400, "queue_name is required", "queue_name"},
-		{"queue: empty queue_name", tasksapi.PathQueueManage, map[string]any{"action": "pause", "queue_name": ""}, 400, "queue_name is required", "queue_name"},
-		{"queue: wrong type", tasksapi.PathQueueManage, map[string]any{"action": 1, "queue_name": q}, 400, `field "action" must be of type string`, ""},
-		{"queue: not JSON", tasksapi.PathQueueManage, "{", 400, "request body is not valid JSON", ""},
-		{"worker: unknown action", tasksapi.PathWorkerManage, map[string]any{"action": "dance", "worker_id": "x"}, 400, "Invalid action", ""},
-		{"worker: unknown worker", tasksapi.PathWorkerManage, map[string]any{"action": "restart", "worker_id": "nobody-1"}, 404, "Unknown worker: nobody-1", ""},
-		{"worker: missing worker_id", tasksapi.PathWorkerManage, map[string]any{"action": "restart"}, 400, "worker_id is required", "worker_id"},
-		{"worker: missing action", tasksapi.PathWorkerManage, map[string]any{"worker_id": "x"}, 400, "action is required", "action"},
-		{"recent: bad limit", tasksapi.PathRecent + "?limit=0", nil, 400, "invalid input", "limit"},
+		{"queue: unknown action", taskadmin.PathQueueManage, map[string]any{"action": "explode", "queue_name": q}, 400, "Invalid action", ""},
+		{"queue: unknown action on unknown queue", taskadmin.PathQueueManage, map[string]any{"action": "explode", "queue_name": "nope"}, 400, "Invalid action", ""},
+		{"queue: unknown queue", taskadmin.PathQueueManage, map[string]any{"action": "pause", "queue_name": "nope"}, 404, "Unknown queue: nope", ""},
+		{"queue: unknown queue, not even a name", taskadmin.PathQueueManage, map[string]any{"action": "pause", "queue_name": "<b>x</b>"}, 404, "Unknown queue", ""},
+		{"queue: missing action", taskadmin.PathQueueManage, map[string]any{"queue_name": q}, 400, "action is required", "action"},
+		{"queue: missing queue_name", taskadmin.PathQueueManage, map[string]any{"action": "pause"}, 400, "queue_name is required", "queue_name"},
+		{"queue: empty queue_name", taskadmin.PathQueueManage, map[string]any{"action": "pause", "queue_name": ""}, 400, "queue_name is required", "queue_name"},
+		{"queue: wrong type", taskadmin.PathQueueManage, map[string]any{"action": 1, "queue_name": q}, 400, `field "action" must be of type string`, ""},
+		{"queue: not JSON", taskadmin.PathQueueManage, "{", 400, "request body is not valid JSON", ""},
+		{"worker: unknown action", taskadmin.PathWorkerManage, map[string]any{"action": "dance", "worker_id": "x"}, 400, "Invalid action", ""},
+		{"worker: unknown worker", taskadmin.PathWorkerManage, map[string]any{"action": "restart", "worker_id": "nobody-1"}, 404, "Unknown worker: nobody-1", ""},
+		{"worker: missing worker_id", taskadmin.PathWorkerManage, map[string]any{"action": "restart"}, 400, "worker_id is required", "worker_id"},
+		{"worker: missing action", taskadmin.PathWorkerManage, map[string]any{"worker_id": "x"}, 400, "action is required", "action"},
+		{"recent: bad limit", taskadmin.PathRecent + "?limit=0", nil, 400, "invalid input", "limit"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -63,17 +64,17 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 	t.Run("not signed in", func(t *testing.T) {
-		for _, p := range []string{tasksapi.PathQueueStatus, tasksapi.PathTaskStatistics} {
+		for _, p := range []string{taskadmin.PathQueueStatus, taskadmin.PathTaskStatistics} {
 			if res := s.Do(t, "GET", p, nil); res.Status != 401 {
 				t.Fatalf("%s without credentials: %d", p, res.Status)
 			}
 		}
-		if res := s.Do(t, "POST", tasksapi.PathQueueManage, map[string]any{"action": "pause", "queue_name": q}); res.Status != 401 {
+		if res := s.Do(t, "POST", taskadmin.PathQueueManage, map[string]any{"action": "pause", "queue_name": q}); res.Status != 401 {
 			t.Fatalf("queue-manage without credentials: %d", res.Status)
 		}
 	})
 	t.Run("no event for a refused command", func(t *testing.T) {
-		if n := s.EventCount(t, taskev.QueueStream("nope"), taskev.QueuePaused{}.EventType()); n != 0 {
+		if n := s.EventCount(t, tasks.QueueStream("nope"), tasks.QueuePaused{}.EventType()); n != 0 {
 			t.Fatalf("%d events for an unknown queue", n)
 		}
 	})
@@ -82,7 +83,7 @@ func TestBadInput(t *testing.T) {
 func TestQueueStatusListsConfiguredQueuesBeforeAnyTask(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)
-	res := s.Do(t, "GET", tasksapi.PathQueueStatus, nil, s.Admin...)
+	res := s.Do(t, "GET", taskadmin.PathQueueStatus, nil, s.Admin...)
 	qs, _ := res.Body["queues"].([]any)
 	if res.Status != 200 || len(qs) != 3 {
 		t.Fatalf("queue-status: %d %s", res.Status, res.Raw)
@@ -107,7 +108,7 @@ func TestPauseStopsConsumptionAndResumeRestartsIt(t *testing.T) {
 	s.startWorker(t, "w-"+randomHex(3))
 	q := s.Q["high"]
 
-	res := s.Do(t, "POST", tasksapi.PathQueueManage, map[string]any{"action": "pause", "queue_name": q}, s.Admin...)
+	res := s.Do(t, "POST", taskadmin.PathQueueManage, map[string]any{"action": "pause", "queue_name": q}, s.Admin...)
 	if res.Status != 200 || res.Obj("queue")["is_paused"] != true {
 		t.Fatalf("pause: %d %s", res.Status, res.Raw)
 	}
@@ -116,11 +117,11 @@ func TestPauseStopsConsumptionAndResumeRestartsIt(t *testing.T) {
 		t.Fatalf("queue-status after pause: %v", got)
 	}
 	// Pausing again is harmless and still paused.
-	if res := s.Do(t, "POST", tasksapi.PathQueueManage, map[string]any{"action": "pause", "queue_name": q}, s.Admin...); res.Status != 200 || res.Obj("queue")["is_paused"] != true {
+	if res := s.Do(t, "POST", taskadmin.PathQueueManage, map[string]any{"action": "pause", "queue_name": q}, s.Admin...); res.Status != 200 || res.Obj("queue")["is_paused"] != true {
 		t.Fatalf("second pause: %d %s", res.Status, res.Raw)
 	}
 	for i := range 5 {
-		s.enqueue(t, q, taskcmd.TypeEcho, fmt.Sprintf(`{"n": %d}`, i))
+		s.enqueue(t, q, taskqueues.TypeEcho, fmt.Sprintf(`{"n": %d}`, i))
 	}
 	// The enqueued records reach the statistics while nothing runs.
 	s.eventually(t, 10*time.Second, "5 tasks counted", func() bool { return num(s.stats(t)["total_tasks"]) == 5 })
@@ -132,7 +133,7 @@ func TestPauseStopsConsumptionAndResumeRestartsIt(t *testing.T) {
 		t.Fatalf("tasks ran on a paused queue: %v", st)
 	}
 
-	res = s.Do(t, "POST", tasksapi.PathQueueManage, map[string]any{"action": "resume", "queue_name": q}, s.Admin...)
+	res = s.Do(t, "POST", taskadmin.PathQueueManage, map[string]any{"action": "resume", "queue_name": q}, s.Admin...)
 	if res.Status != 200 || res.Obj("queue")["is_paused"] != false {
 		t.Fatalf("resume: %d %s", res.Status, res.Raw)
 	}
@@ -140,30 +141,30 @@ func TestPauseStopsConsumptionAndResumeRestartsIt(t *testing.T) {
 	if got := s.queue(t, q); num(got["size"]) != 0 || got["is_paused"] != false {
 		t.Fatalf("after resume: %v", got)
 	}
-	if n := s.EventCount(t, taskev.QueueStream(q), taskev.QueuePaused{}.EventType()); n != 2 {
+	if n := s.EventCount(t, tasks.QueueStream(q), tasks.QueuePaused{}.EventType()); n != 2 {
 		t.Fatalf("%d queue.paused events, want 2", n)
 	}
 }
 
 func TestClearRemovesWaitingTasksOnly(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, func(c *taskcmd.Config) { c.Threads = 1 })
+	s := startStack(t, func(c *taskqueues.Config) { c.Threads = 1 })
 	s.startWorker(t, "w-"+randomHex(3))
 	q := s.Q["default"]
-	running := s.enqueue(t, q, taskcmd.TypeSleep, `{"ms": 6000}`)
+	running := s.enqueue(t, q, taskqueues.TypeSleep, `{"ms": 6000}`)
 	s.eventually(t, 10*time.Second, "the long task runs", func() bool {
 		info, err := s.App.Inspector.GetTaskInfo(q, running)
 		return err == nil && info.State == asynq.TaskStateActive
 	})
-	if res := s.Do(t, "POST", tasksapi.PathQueueManage, map[string]any{"action": "pause", "queue_name": q}, s.Admin...); res.Status != 200 {
+	if res := s.Do(t, "POST", taskadmin.PathQueueManage, map[string]any{"action": "pause", "queue_name": q}, s.Admin...); res.Status != 200 {
 		t.Fatalf("pause: %d %s", res.Status, res.Raw)
 	}
 	for range 3 {
-		s.enqueue(t, q, taskcmd.TypeEcho, `{}`)
+		s.enqueue(t, q, taskqueues.TypeEcho, `{}`)
 	}
 	// A scheduled task waits too.
 	client := asynq.NewClientFromRedisClient(s.Redis)
-	if _, err := client.Enqueue(asynq.NewTask(taskcmd.TypeEcho, nil), asynq.Queue(q), asynq.ProcessIn(time.Hour)); err != nil {
+	if _, err := client.Enqueue(asynq.NewTask(taskqueues.TypeEcho, nil), asynq.Queue(q), asynq.ProcessIn(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	// The live snapshot is cached for SnapshotTTL.
@@ -172,7 +173,7 @@ func TestClearRemovesWaitingTasksOnly(t *testing.T) {
 	if info, err := s.App.Inspector.GetTaskInfo(q, running); err != nil || info.State != asynq.TaskStateActive {
 		t.Fatalf("the long task should still run at the clear: %v %v", info, err)
 	}
-	res := s.Do(t, "POST", tasksapi.PathQueueManage, map[string]any{"action": "clear", "queue_name": q}, s.Admin...)
+	res := s.Do(t, "POST", taskadmin.PathQueueManage, map[string]any{"action": "clear", "queue_name": q}, s.Admin...)
 	if res.Status != 200 {
 		t.Fatalf("clear: %d %s", res.Status, res.Raw)
 	}
@@ -195,7 +196,7 @@ func TestClearRemovesWaitingTasksOnly(t *testing.T) {
 
 func TestRestartingAWorkerWhileTasksRunLosesNone(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, func(c *taskcmd.Config) {
+	s := startStack(t, func(c *taskqueues.Config) {
 		c.Threads = 2
 		// Shorter than a task: the tasks in flight at the restart are cut
 		// and must go back to the queue.
@@ -205,7 +206,7 @@ func TestRestartingAWorkerWhileTasksRunLosesNone(t *testing.T) {
 	// Count the runs of each task, to see that the restart cut some.
 	var mu sync.Mutex
 	runs := map[string]int{}
-	mux := taskcmd.Handlers(testenv.Quiet())
+	mux := worker.Handlers(testenv.Quiet())
 	s.startWorkerWith(t, id, asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		tid, _ := asynq.GetTaskID(ctx)
 		mu.Lock()
@@ -216,13 +217,13 @@ func TestRestartingAWorkerWhileTasksRunLosesNone(t *testing.T) {
 	q := s.Q["low"]
 	const n = 6
 	for range n {
-		s.enqueue(t, q, taskcmd.TypeSleep, `{"ms": 1500}`)
+		s.enqueue(t, q, taskqueues.TypeSleep, `{"ms": 1500}`)
 	}
 	s.eventually(t, 10*time.Second, "tasks run", func() bool { return num(s.queue(t, q)["active"]) > 0 })
 
-	res := s.Do(t, "POST", tasksapi.PathWorkerManage, map[string]any{"action": "restart", "worker_id": id}, s.Admin...)
+	res := s.Do(t, "POST", taskadmin.PathWorkerManage, map[string]any{"action": "restart", "worker_id": id}, s.Admin...)
 	w := res.Obj("worker")
-	if res.Status != 200 || w["state"] != taskev.WorkerRunning || num(w["restarts"]) != 1 {
+	if res.Status != 200 || w["state"] != tasks.WorkerRunning || num(w["restarts"]) != 1 {
 		t.Fatalf("restart: %d %s", res.Status, res.Raw)
 	}
 	s.eventually(t, 30*time.Second, "every task completed", func() bool { return num(s.stats(t)["completed_tasks"]) == n })
@@ -252,24 +253,24 @@ func TestStopAndStartAWorker(t *testing.T) {
 	id := "w-" + randomHex(3)
 	s.startWorker(t, id)
 	q := s.Q["default"]
-	res := s.Do(t, "POST", tasksapi.PathWorkerManage, map[string]any{"action": "stop", "worker_id": id}, s.Admin...)
-	if res.Status != 200 || res.Obj("worker")["state"] != taskev.WorkerStopped {
+	res := s.Do(t, "POST", taskadmin.PathWorkerManage, map[string]any{"action": "stop", "worker_id": id}, s.Admin...)
+	if res.Status != 200 || res.Obj("worker")["state"] != tasks.WorkerStopped {
 		t.Fatalf("stop: %d %s", res.Status, res.Raw)
 	}
 	if got := s.queue(t, q); num(got["workers"]) != 0 {
 		t.Fatalf("a stopped worker still counts: %v", got)
 	}
-	s.enqueue(t, q, taskcmd.TypeEcho, `{}`)
+	s.enqueue(t, q, taskqueues.TypeEcho, `{}`)
 	time.Sleep(time.Second)
 	if got := s.queue(t, q); num(got["size"]) != 1 {
 		t.Fatalf("a stopped worker took a task: %v", got)
 	}
-	res = s.Do(t, "POST", tasksapi.PathWorkerManage, map[string]any{"action": "start", "worker_id": id}, s.Admin...)
-	if res.Status != 200 || res.Obj("worker")["state"] != taskev.WorkerRunning {
+	res = s.Do(t, "POST", taskadmin.PathWorkerManage, map[string]any{"action": "start", "worker_id": id}, s.Admin...)
+	if res.Status != 200 || res.Obj("worker")["state"] != tasks.WorkerRunning {
 		t.Fatalf("start: %d %s", res.Status, res.Raw)
 	}
 	s.eventually(t, 10*time.Second, "the task ran", func() bool { return num(s.stats(t)["completed_tasks"]) == 1 })
-	ws := s.Do(t, "GET", tasksapi.PathWorkers, nil, s.Admin...)
+	ws := s.Do(t, "GET", taskadmin.PathWorkers, nil, s.Admin...)
 	list, _ := ws.Body["workers"].([]any)
 	if ws.Status != 200 || len(list) != 1 || list[0].(map[string]any)["last_command"] != "start" {
 		t.Fatalf("workers: %d %s", ws.Status, ws.Raw)
@@ -282,10 +283,10 @@ func TestStatisticsEqualTheTasksRun(t *testing.T) {
 	s.startWorker(t, "w-"+randomHex(3))
 	ids := map[string]bool{}
 	for range 4 {
-		ids[s.enqueue(t, s.Q["default"], taskcmd.TypeEcho, `{"hello": "world"}`)] = true
+		ids[s.enqueue(t, s.Q["default"], taskqueues.TypeEcho, `{"hello": "world"}`)] = true
 	}
 	for range 2 {
-		ids[s.enqueue(t, s.Q["high"], taskcmd.TypeFail, `{"message": "boom"}`)] = true
+		ids[s.enqueue(t, s.Q["high"], taskqueues.TypeFail, `{"message": "boom"}`)] = true
 	}
 	s.eventually(t, 20*time.Second, "every task finished", func() bool {
 		st := s.stats(t)
@@ -307,7 +308,7 @@ func TestStatisticsEqualTheTasksRun(t *testing.T) {
 	if want := 4*3 + 2*(1+2+1+1); steps != want {
 		t.Fatalf("%d lifecycle steps, want %d", steps, want)
 	}
-	rec := s.Do(t, "GET", tasksapi.PathRecent, nil, s.Admin...)
+	rec := s.Do(t, "GET", taskadmin.PathRecent, nil, s.Admin...)
 	list, _ := rec.Body["tasks"].([]any)
 	if len(list) != 6 {
 		t.Fatalf("recent: %s", rec.Raw)
@@ -317,7 +318,7 @@ func TestStatisticsEqualTheTasksRun(t *testing.T) {
 		if !ids[m["id"].(string)] {
 			t.Fatalf("unexpected task %v", m)
 		}
-		if m["type"] == taskcmd.TypeFail && (m["state"] != "failed" || num(m["attempts"]) != 2 || m["error"] != "boom") {
+		if m["type"] == taskqueues.TypeFail && (m["state"] != "failed" || num(m["attempts"]) != 2 || m["error"] != "boom") {
 			t.Fatalf("failed task: %v", m)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"github.com/cfgd/cfgd/projections/projectors"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -30,13 +31,12 @@ import (
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/api/rest/auth"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/commands/app/signin"
 	"github.com/cfgd/cfgd/commands/mail"
-	"github.com/cfgd/cfgd/commands/signin"
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/store"
-	identityproj "github.com/cfgd/cfgd/projections/identity"
 )
 
 // DefaultRedisURL is the Redis the tests use unless CFGD_TEST_REDIS_URL
@@ -117,7 +117,7 @@ func Start(t testing.TB, o Options) *Env {
 	rdb := redis.NewClient(ropts)
 	t.Cleanup(func() { _ = rdb.Close() })
 	if err := rdb.Ping(context.Background()).Err(); err != nil {
-		t.Fatalf("authtest: redis at %s: %v (run deploy/local/stack.sh up)", redisURL, err)
+		t.Fatalf("authtest: redis at %s: %v (run deploy/scripts/local/stack.sh up)", redisURL, err)
 	}
 
 	smtpSrv := StartSMTP(t)
@@ -154,7 +154,7 @@ func Start(t testing.TB, o Options) *Env {
 		if err != nil {
 			t.Fatal(err)
 		}
-		testenv.Pipeline(t, pool, commits.C(), testenv.Kafka(t, 3), reg, identityproj.All()...)
+		testenv.Pipeline(t, pool, commits.C(), testenv.Kafka(t, 3), reg, projectors.Identity()...)
 	}
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)
@@ -242,6 +242,6 @@ func (e *Env) Superuser(t testing.TB, email, password string) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.WaitProjected(t, identityproj.UsersName, identity.UserStream(u.ID))
+	e.WaitProjected(t, projectors.UsersName, identity.UserStream(u.ID))
 	return u.ID
 }

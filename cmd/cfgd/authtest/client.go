@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/events/store"
-	"github.com/cfgd/cfgd/projections"
+	"github.com/cfgd/cfgd/readmodels/checkpoints"
 )
 
 // Response is a decoded answer.
@@ -165,7 +165,7 @@ func (e *Env) WaitProjected(t testing.TB, projection, stream string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := projections.Wait(ctx, e.Pool, projection, stream, v); err != nil {
+	if err := checkpoints.Wait(ctx, e.Pool, projection, stream, v); err != nil {
 		t.Fatal(err)
 	}
 }

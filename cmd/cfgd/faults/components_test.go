@@ -22,7 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 )
 
 // localClickHouse is a fresh database on the local stack's ClickHouse.
@@ -110,13 +110,13 @@ func startRedis(t testing.TB) (*server, string) {
 
 // startPostgres makes a private cluster with initdb and starts it on a
 // free port with its socket in its own directory. Postgres refuses to run
-// as root, so then it runs as the postgres user (as deploy/local/stack.sh
+// as root, so then it runs as the postgres user (as deploy/scripts/local/stack.sh
 // does). It returns the URL of a database cfgd, created empty.
 func startPostgres(t testing.TB) (*server, string) {
 	t.Helper()
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
 	if len(bins) == 0 {
-		t.Fatal("no /usr/lib/postgresql/*/bin/initdb (run deploy/local/stack.sh up)")
+		t.Fatal("no /usr/lib/postgresql/*/bin/initdb (run deploy/scripts/local/stack.sh up)")
 	}
 	pgbin := filepath.Dir(bins[len(bins)-1])
 	dir, err := os.MkdirTemp("", "cfgd-faults-pg-")
@@ -179,7 +179,7 @@ func startPostgres(t testing.TB) (*server, string) {
 }
 
 // startClickHouse runs a private clickhouse-server with a minimal config
-// (the shape deploy/local/stack.sh writes) on free ports.
+// (the shape deploy/scripts/local/stack.sh writes) on free ports.
 func startClickHouse(t testing.TB) (*server, string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -246,7 +246,7 @@ func startBroker(t testing.TB) (*server, map[string]string) {
 		return cmd
 	})
 	s.start()
-	login, err := bus.ReadEmbeddedLogin(data)
+	login, err := kafka.ReadEmbeddedLogin(data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ package grpctest
 import (
 	"bytes"
 	"context"
+	"github.com/cfgd/cfgd/projections/projectors"
 	"log/slog"
 	"net"
 	"net/http/httptest"
@@ -27,21 +28,19 @@ import (
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/commands/apikey"
-	"github.com/cfgd/cfgd/commands/signin"
+	"github.com/cfgd/cfgd/commands/apikeys"
+	"github.com/cfgd/cfgd/commands/app/signin"
 	"github.com/cfgd/cfgd/events"
-	eventsapikey "github.com/cfgd/cfgd/events/apikey"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/identity"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
-	projapikey "github.com/cfgd/cfgd/projections/apikey"
-	identityproj "github.com/cfgd/cfgd/projections/identity"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/requestlog"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
-	rmapikey "github.com/cfgd/cfgd/readmodels/apikey"
-	requestlogrm "github.com/cfgd/cfgd/readmodels/requestlog"
+	"github.com/cfgd/cfgd/readmodels/apikeyview"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
-// Logs is a goroutine-safe log sink.
+// Logs is a goroutine-safe log requestlog.
 type Logs struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
@@ -66,18 +65,18 @@ type Env struct {
 	GRPC     *grpcserver.Server
 	GRPCAddr string
 	Conn     *grpc.ClientConn
-	Keys     *rmapikey.Keys
+	Keys     *apikeyview.Keys
 	Protos   *protos.Dir
-	Create   *apikey.CreateHandler
-	Revoke   *apikey.RevokeHandler
+	Create   *apikeys.CreateHandler
+	Revoke   *apikeys.RevokeHandler
 	Logs     *Logs
 	// StopGRPC stops the gRPC server early (it stops with the test anyway).
 	StopGRPC func()
 	// With Options.RequestLog: the reporter of served calls, the producer
 	// and the read model over the test's ClickHouse database.
-	Reporter *reqlog.Batcher
-	Producer *reqlog.Producer
-	Requests *requestlogrm.Store
+	Reporter *requestlog.Batcher
+	Producer *requestlog.Producer
+	Requests *requestlogview.Store
 }
 
 // Options of Start.
@@ -105,13 +104,13 @@ func StartWith(t testing.TB, o Options) *Env {
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	kafka := testenv.Kafka(t, 3)
 	var rl modules.GRPCRequestLog
-	var prod *reqlog.Producer
-	var store *requestlogrm.Store
+	var prod *requestlog.Producer
+	var store *requestlogview.Store
 	if o.RequestLog {
 		prod, store = requestLog(t, kafka, o.KafkaDown)
 		rl = modules.GRPCRequestLog{Producer: prod, Queries: store}
 	}
-	report := reqlog.DefaultBatcherConfig()
+	report := requestlog.DefaultBatcherConfig()
 	report.FlushInterval = 20 * time.Millisecond
 	parts, err := modules.GRPC(modules.GRPCConfig{
 		RPC: grpcserver.Config{Addr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}, ProtoDir: t.TempDir(),
@@ -123,11 +122,11 @@ func StartWith(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := events.NewRegistry(append(identity.Events(), eventsapikey.Events()...)...)
+	reg, err := events.NewRegistry(append(identity.Events(), apikey.Events()...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Pipeline(t, a.Pool, nil, kafka, reg, append(identityproj.All(), parts.Module.Projections...)...)
+	testenv.Pipeline(t, a.Pool, nil, kafka, reg, append(projectors.Identity(), parts.Module.Projections...)...)
 
 	srv := parts.Server
 	ctx, cancel := context.WithCancel(context.Background())
@@ -178,19 +177,19 @@ func StartWith(t testing.TB, o Options) *Env {
 
 // NewKey creates a key for the user with address email (who must exist)
 // and waits until the read model has it.
-func (e *Env) NewKey(t testing.TB, name, typ, email string, expires *time.Time) apikey.Created {
+func (e *Env) NewKey(t testing.TB, name, typ, email string, expires *time.Time) apikeys.Created {
 	t.Helper()
-	c, err := e.Create.Handle(context.Background(), apikey.Create{Name: name, KeyType: typ, UserEmail: email, ExpiresAt: expires, CreatedBy: "test"})
+	c, err := e.Create.Handle(context.Background(), apikeys.Create{Name: name, KeyType: typ, UserEmail: email, ExpiresAt: expires, CreatedBy: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.WaitProjected(t, projapikey.Name, eventsapikey.Stream(c.State.ID))
+	e.WaitProjected(t, projectors.KeysName, apikey.Stream(c.State.ID))
 	return c
 }
 
 // requestLog starts the request-log path on broker c: the ClickHouse sink
 // into a fresh database and a producer (on a dead broker when down).
-func requestLog(t testing.TB, c bus.Config, down bool) (*reqlog.Producer, *requestlogrm.Store) {
+func requestLog(t testing.TB, c kafka.Config, down bool) (*requestlog.Producer, *requestlogview.Store) {
 	t.Helper()
 	_, conn := testenv.ClickHouse(t)
 	sc := sink.DefaultConfig(c)
@@ -207,7 +206,7 @@ func requestLog(t testing.TB, c bus.Config, down bool) (*reqlog.Producer, *reque
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	pc := reqlog.DefaultProducerConfig(c)
+	pc := requestlog.DefaultProducerConfig(c)
 	if down {
 		dead := c
 		dead.Brokers = []string{deadAddr(t)}
@@ -217,12 +216,12 @@ func requestLog(t testing.TB, c bus.Config, down bool) (*reqlog.Producer, *reque
 		// can take longer than the serving default of one second.
 		pc.Timeout = 10 * time.Second
 	}
-	p, err := reqlog.NewProducer(pc, testenv.Quiet())
+	p, err := requestlog.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	return p, requestlogrm.New(conn, time.Now, func(context.Context) (int64, error) { return 0, nil })
+	return p, requestlogview.New(conn, time.Now, func(context.Context) (int64, error) { return 0, nil })
 }
 
 // deadAddr is a loopback address nothing listens on.

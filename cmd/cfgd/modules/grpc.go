@@ -3,6 +3,7 @@ package modules
 import (
 	"context"
 	"errors"
+	"github.com/cfgd/cfgd/projections/projectors"
 	"log/slog"
 	"time"
 
@@ -12,18 +13,17 @@ import (
 
 	"github.com/cfgd/cfgd/api/grpcserver"
 	"github.com/cfgd/cfgd/api/protos"
-	apikeysv1 "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
-	authv1 "github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
-	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
-	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	"github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
+	"github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
+	"github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
+	"github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 	"github.com/cfgd/cfgd/api/rest/auth"
 	"github.com/cfgd/cfgd/api/rest/grpcadmin"
-	"github.com/cfgd/cfgd/commands/apikey"
+	"github.com/cfgd/cfgd/commands/apikeys"
 	"github.com/cfgd/cfgd/deploy/process"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/events/store"
-	apikeyproj "github.com/cfgd/cfgd/projections/apikey"
-	apikeyrm "github.com/cfgd/cfgd/readmodels/apikey"
+	"github.com/cfgd/cfgd/readmodels/apikeyview"
 )
 
 // GRPCConfig of the gRPC monitoring module.
@@ -38,14 +38,14 @@ type GRPCConfig struct {
 	Events *store.Store
 	// Report batches the request-log events of the calls the server serves
 	// (requestlog.DefaultBatcherConfig when zero).
-	Report reqlog.BatcherConfig
+	Report requestlog.BatcherConfig
 }
 
 // Validate joins every problem of c.
 func (c GRPCConfig) Validate() error {
 	var errs []error
 	errs = append(errs, c.RPC.Validate())
-	if c.Report != (reqlog.BatcherConfig{}) {
+	if c.Report != (requestlog.BatcherConfig{}) {
 		errs = append(errs, c.Report.Validate())
 	}
 	if c.ProtoDir == "" {
@@ -58,13 +58,13 @@ func (c GRPCConfig) Validate() error {
 type GRPCParts struct {
 	Module Module
 	Server *grpcserver.Server
-	Keys   *apikeyrm.Keys
+	Keys   *apikeyview.Keys
 	Protos *protos.Dir
-	Create *apikey.CreateHandler
-	Revoke *apikey.RevokeHandler
+	Create *apikeys.CreateHandler
+	Revoke *apikeys.RevokeHandler
 	// Reporter batches the request log of served calls; nil without a
 	// producer.
-	Reporter *reqlog.Batcher
+	Reporter *requestlog.Batcher
 	// Metrics count the reported and dropped events of served calls
 	// (cfgd_grpc_requestlog_sent_total, cfgd_grpc_requestlog_dropped_total);
 	// empty without a producer. The caller registers them.
@@ -91,20 +91,20 @@ func GRPC(cfg GRPCConfig, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now
 	if err := cfg.Validate(); err != nil {
 		return GRPCParts{}, err
 	}
-	if cfg.Report == (reqlog.BatcherConfig{}) {
-		cfg.Report = reqlog.DefaultBatcherConfig()
+	if cfg.Report == (requestlog.BatcherConfig{}) {
+		cfg.Report = requestlog.DefaultBatcherConfig()
 	}
-	keys := apikeyrm.NewKeys(pool, now)
+	keys := apikeyview.NewKeys(pool, now)
 	var db store.DB = pool
 	if cfg.Events != nil {
 		db = cfg.Events.Bind(pool)
 	}
 	var (
 		opts     []grpcserver.Option
-		reporter *reqlog.Batcher
+		reporter *requestlog.Batcher
 	)
 	if rl.Producer != nil {
-		b, err := reqlog.NewBatcher(cfg.Report, rl.Producer.Produce, log)
+		b, err := requestlog.NewBatcher(cfg.Report, rl.Producer.Produce, log)
 		if err != nil {
 			return GRPCParts{}, err
 		}
@@ -134,7 +134,7 @@ func GRPC(cfg GRPCConfig, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now
 	}
 	p := GRPCParts{
 		Server: srv, Keys: keys, Protos: dir,
-		Create: apikey.NewCreateHandler(db, now), Revoke: apikey.NewRevokeHandler(db, now), Reporter: reporter,
+		Create: apikeys.NewCreateHandler(db, now), Revoke: apikeys.NewRevokeHandler(db, now), Reporter: reporter,
 	}
 	if reporter != nil {
 		p.Metrics = []prometheus.Collector{
@@ -160,7 +160,7 @@ func GRPC(cfg GRPCConfig, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now
 				Protos: dir, ReadWait: cfg.ReadWait,
 			})
 		},
-		Projections: apikeyproj.All(),
+		Projections: projectors.APIKeys(),
 		Servers:     []process.Runner{{Name: "grpc", Run: serveGRPC(srv, reporter)}},
 	}
 	return p, nil
@@ -170,7 +170,7 @@ func GRPC(cfg GRPCConfig, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now
 // stops after the server, within the server stage, so the last calls'
 // events are flushed while the producer (a background runner, which stops
 // after every server) still takes them.
-func serveGRPC(srv *grpcserver.Server, reporter *reqlog.Batcher) func(context.Context) error {
+func serveGRPC(srv *grpcserver.Server, reporter *requestlog.Batcher) func(context.Context) error {
 	if reporter == nil {
 		return srv.Run
 	}

@@ -8,6 +8,7 @@ package modules
 
 import (
 	"errors"
+	"github.com/cfgd/cfgd/projections/projectors"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -17,8 +18,7 @@ import (
 	"github.com/cfgd/cfgd/api/rest/auth"
 	"github.com/cfgd/cfgd/api/rest/media"
 	"github.com/cfgd/cfgd/api/rest/profile"
-	"github.com/cfgd/cfgd/commands/signin"
-	identityproj "github.com/cfgd/cfgd/projections/identity"
+	"github.com/cfgd/cfgd/commands/app/signin"
 )
 
 // IdentityConfig of the module's HTTP side (the core has signin.Config).
@@ -64,6 +64,6 @@ func Identity(app *signin.App, cfg IdentityConfig, pool *pgxpool.Pool, now func(
 			analytics.Mount(r, a.Staff(), pool, now)
 			return nil
 		},
-		Projections: identityproj.All(),
+		Projections: projectors.Identity(),
 	}, a, nil
 }

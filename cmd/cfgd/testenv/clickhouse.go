@@ -11,7 +11,7 @@ import (
 )
 
 // ClickHouseAdminURL is the server tests create their databases on
-// (deploy/local/stack.sh starts it); override with
+// (deploy/scripts/local/stack.sh starts it); override with
 // CFGD_TEST_CLICKHOUSE_URL.
 func ClickHouseAdminURL() string {
 	if u := os.Getenv("CFGD_TEST_CLICKHOUSE_URL"); u != "" {
@@ -38,7 +38,7 @@ func ClickHouse(t testing.TB) (*clickhouse.Options, driver.Conn) {
 	defer admin.Close()
 	name := randomName("cfgd_test_")
 	if err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("testenv: clickhouse is not reachable (run deploy/local/stack.sh up): %v", err)
+		t.Fatalf("testenv: clickhouse is not reachable (run deploy/scripts/local/stack.sh up): %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

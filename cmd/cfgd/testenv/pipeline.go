@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/bus"
-	"github.com/cfgd/cfgd/events/relay"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/outbox"
 	"github.com/cfgd/cfgd/projections"
 	"github.com/cfgd/cfgd/projections/pipeline"
 )
@@ -25,9 +25,9 @@ func Quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 // It stops when t ends. wake, when not nil, is the pool's
 // store.CommitSignal, as in cfgd serve; without it the relay polls every
 // 20ms.
-func Pipeline(t testing.TB, pool *pgxpool.Pool, wake <-chan struct{}, c bus.Config, reg *events.Registry, ps ...*projections.Projection) {
+func Pipeline(t testing.TB, pool *pgxpool.Pool, wake <-chan struct{}, c kafka.Config, reg *events.Registry, ps ...*projections.Projection) {
 	t.Helper()
-	p, err := pipeline.New(pipeline.Config{Bus: c, Relay: relay.Config{Idle: 20 * time.Millisecond}, Wake: wake, Signer: Signer(t)}, pool, reg, Quiet(), ps...)
+	p, err := pipeline.New(pipeline.Config{Bus: c, Relay: outbox.Config{Idle: 20 * time.Millisecond}, Wake: wake, Signer: Signer(t)}, pool, reg, Quiet(), ps...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,12 +47,12 @@ func Pipeline(t testing.TB, pool *pgxpool.Pool, wake <-chan struct{}, c bus.Conf
 
 // SigningPublisher signs every message body before handing it to pub, as
 // the relay does when it has a signer.
-func SigningPublisher(pub relay.Publisher, s *events.Signer) relay.Publisher {
+func SigningPublisher(pub outbox.Publisher, s *events.Signer) outbox.Publisher {
 	return signing{pub: pub, s: s}
 }
 
 type signing struct {
-	pub relay.Publisher
+	pub outbox.Publisher
 	s   *events.Signer
 }
 

@@ -1,5 +1,5 @@
 // Package testenv gives integration tests their own real resources on the
-// local stack (deploy/local/stack.sh): a fresh Postgres database per test,
+// local stack (deploy/scripts/local/stack.sh): a fresh Postgres database per test,
 // a private in-process Kafka broker per test, and helpers to read topics.
 // Nothing here is a fake; isolation comes from fresh names, so tests can run
 // in parallel.
@@ -25,10 +25,10 @@ import (
 
 	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/bus"
+	"github.com/cfgd/cfgd/events/kafka"
 )
 
-// localPostgres is the server deploy/local/stack.sh starts (the default of
+// localPostgres is the server deploy/scripts/local/stack.sh starts (the default of
 // POSTGRES__URL, on its maintenance database).
 const localPostgres = "postgres:///postgres?host=/var/run/postgresql&user=postgres"
 
@@ -80,7 +80,7 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	name := "cfgd_tpl_" + fp
 	admin, err := pgx.Connect(ctx, PostgresAdminURL())
 	if err != nil {
-		return "", fmt.Errorf("testenv: postgres is not reachable (run deploy/local/stack.sh up): %w", err)
+		return "", fmt.Errorf("testenv: postgres is not reachable (run deploy/scripts/local/stack.sh up): %w", err)
 	}
 	defer admin.Close(ctx)
 	// Test binaries run in parallel; one builds the template, the rest wait.
@@ -194,19 +194,19 @@ func Postgres(t testing.TB) *pgxpool.Pool {
 
 // Kafka starts a private broker for t and returns a bus config for it with
 // the given partition count; the broker stops when t ends.
-func Kafka(t testing.TB, partitions int) bus.Config {
+func Kafka(t testing.TB, partitions int) kafka.Config {
 	t.Helper()
-	e, err := bus.StartEmbedded("", "127.0.0.1:0")
+	e, err := kafka.StartEmbedded("", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	return bus.Config{Brokers: []string{e.Addr()}, Partitions: partitions, TopicPrefix: randomName("t") + ".", ClientID: "cfgd-test", SASL: e.SASL()}
+	return kafka.Config{Brokers: []string{e.Addr()}, Partitions: partitions, TopicPrefix: randomName("t") + ".", ClientID: "cfgd-test", SASL: e.SASL()}
 }
 
 // ReadTopic reads every partition of topic from the oldest offset until want
 // records have arrived or timeout passes, and returns what it got.
-func ReadTopic(t testing.TB, c bus.Config, topic string, want int, timeout time.Duration) []*sarama.ConsumerMessage {
+func ReadTopic(t testing.TB, c kafka.Config, topic string, want int, timeout time.Duration) []*sarama.ConsumerMessage {
 	t.Helper()
 	return ReadTopicUntil(t, c, topic, func(got []*sarama.ConsumerMessage) bool { return len(got) >= want }, timeout)
 }
@@ -215,7 +215,7 @@ func ReadTopic(t testing.TB, c bus.Config, topic string, want int, timeout time.
 // until done says what arrived is enough (checked after each record) or
 // timeout passes, and returns what it got. Use it where duplicates make a
 // count of records the wrong test for "everything arrived".
-func ReadTopicUntil(t testing.TB, c bus.Config, topic string, done func([]*sarama.ConsumerMessage) bool, timeout time.Duration) []*sarama.ConsumerMessage {
+func ReadTopicUntil(t testing.TB, c kafka.Config, topic string, done func([]*sarama.ConsumerMessage) bool, timeout time.Duration) []*sarama.ConsumerMessage {
 	t.Helper()
 	cfg := c.ConsumerSarama()
 	consumer, err := sarama.NewConsumer(c.Brokers, cfg)

@@ -1,0 +1,179 @@
+// Package requestlog answers the request-log questions of SPEC.md 4.3
+// (the latest requests, and overview, services and methods statistics over
+// the last N hours) from ClickHouse. Statistics read the per-hour and
+// per-minute rollups, never raw rows; only the request list reads the raw
+// table. Transport-free: REST and the cfgd.monitor.v1 gRPC service are thin
+// adapters over Store.
+package requestlogview
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/cfgd/cfgd/deploy/migrations"
+	"github.com/cfgd/cfgd/events/requestlog"
+)
+
+// Limits of the query parameters.
+const (
+	DefaultHours    = 24
+	MaxHours        = 8760
+	DefaultPageSize = 100
+	MaxPageSize     = 1000
+)
+
+// InvalidError is a bad query parameter; transports answer 400 / InvalidArgument.
+type InvalidError struct{ Field, Message string }
+
+func (e *InvalidError) Error() string { return e.Field + ": " + e.Message }
+
+// ParseHours reads the hours parameter: empty is DefaultHours, else an
+// integer 1..MaxHours.
+func ParseHours(raw string) (int, error) {
+	if raw == "" {
+		return DefaultHours, nil
+	}
+	return parseInt("hours", raw, 1, MaxHours)
+}
+
+// ParsePage reads page (default 1) and page_size (default DefaultPageSize,
+// at most MaxPageSize).
+func ParsePage(page, size string) (int, int, error) {
+	p, s := 1, DefaultPageSize
+	var errs []error
+	var err error
+	if page != "" {
+		if p, err = parseInt("page", page, 1, 1<<31-1); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if size != "" {
+		if s, err = parseInt("page_size", size, 1, MaxPageSize); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return p, s, errors.Join(errs...)
+}
+
+func parseInt(field, raw string, lo, hi int) (int, error) {
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < lo || n > hi {
+		return 0, &InvalidError{Field: field, Message: fmt.Sprintf("must be an integer from %d to %d", lo, hi)}
+	}
+	return n, nil
+}
+
+// ActiveAPIKeys counts the API keys in use; it comes from the API-key read
+// model.
+type ActiveAPIKeys func(ctx context.Context) (int64, error)
+
+// Store answers the questions.
+type Store struct {
+	conn       driver.Conn
+	now        func() time.Time
+	activeKeys ActiveAPIKeys
+}
+
+// New returns a store over conn's database. activeKeys may be nil (then
+// active_api_keys is 0). A query that meets a replay's swap half done asks
+// again (swapTolerant).
+func New(conn driver.Conn, now func() time.Time, activeKeys ActiveAPIKeys) *Store {
+	return &Store{conn: swapTolerant{conn}, now: now, activeKeys: activeKeys}
+}
+
+// Request is one record of SPEC.md 2.7: the event as ingested, with the id
+// the sink gave it (its fields flatten into the JSON).
+type Request struct {
+	ID uint64 `json:"id"`
+	requestlog.Event
+}
+
+// Filter narrows the request list; empty fields do not filter.
+type Filter struct {
+	Service, Method, Status string
+	Page, PageSize          int
+}
+
+// Validate checks f, filling the paging defaults.
+func (f *Filter) Validate() error {
+	var errs []error
+	if f.Status != "" && !requestlog.ValidStatus(f.Status) {
+		errs = append(errs, &InvalidError{Field: "status", Message: "must be one of " + strings.Join(requestlog.Statuses(), ", ")})
+	}
+	if f.Page == 0 {
+		f.Page = 1
+	}
+	if f.PageSize == 0 {
+		f.PageSize = DefaultPageSize
+	}
+	if f.Page < 1 {
+		errs = append(errs, &InvalidError{Field: "page", Message: "must be at least 1"})
+	}
+	if f.PageSize < 1 || f.PageSize > MaxPageSize {
+		errs = append(errs, &InvalidError{Field: "page_size", Message: fmt.Sprintf("must be from 1 to %d", MaxPageSize)})
+	}
+	return errors.Join(errs...)
+}
+
+// Requests returns one page of the requests matching f, newest first, and
+// how many match in all.
+func (s *Store) Requests(ctx context.Context, f Filter) ([]Request, int64, error) {
+	if err := f.Validate(); err != nil {
+		return nil, 0, err
+	}
+	var where []string
+	var args []any
+	for _, c := range []struct{ col, v string }{{"service_name", f.Service}, {"method_name", f.Method}, {"status", f.Status}} {
+		if c.v != "" {
+			where = append(where, c.col+" = ?")
+			args = append(args, c.v)
+		}
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = " WHERE " + strings.Join(where, " AND ")
+	}
+	var count uint64
+	if err := s.conn.QueryRow(ctx, "SELECT count() FROM "+migrations.RequestLogRaw+cond, args...).Scan(&count); err != nil {
+		return nil, 0, fmt.Errorf("count requests: %w", err)
+	}
+	out := []Request{}
+	offset := (int64(f.Page) - 1) * int64(f.PageSize)
+	if offset >= int64(count) {
+		return out, int64(count), nil
+	}
+	q := `SELECT id, request_id, service_name, method_name, status, duration_ms, grpc_status_code, error_message,
+	created_at, created_ms, client_ip, user_id, username, is_authenticated, api_key_id, api_key_name
+FROM ` + migrations.RequestLogRaw + cond + `
+ORDER BY created_at DESC, created_ms DESC, id DESC
+LIMIT ` + strconv.FormatInt(offset, 10) + `, ` + strconv.Itoa(f.PageSize)
+	rows, err := s.conn.Query(ctx, q, args...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list requests: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r Request
+		var dur uint32
+		var ms uint16
+		var uid, kid uint64
+		var auth uint8
+		if err := rows.Scan(&r.ID, &r.RequestID, &r.ServiceName, &r.MethodName, &r.Status, &dur, &r.GRPCStatusCode, &r.ErrorMessage,
+			&r.CreatedAt, &ms, &r.ClientIP, &uid, &r.Username, &auth, &kid, &r.APIKeyName); err != nil {
+			return nil, 0, fmt.Errorf("list requests: %w", err)
+		}
+		r.DurationMS, r.UserID, r.APIKeyID, r.IsAuthenticated = int64(dur), int64(uid), int64(kid), auth == 1
+		r.CreatedAt = r.CreatedAt.UTC().Add(time.Duration(ms) * time.Millisecond)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("list requests: %w", err)
+	}
+	return out, int64(count), nil
+}

@@ -1,0 +1,262 @@
+package requestlogview
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/cfgd/cfgd/deploy/migrations"
+)
+
+// Overview is the answer of /api/grpc/monitor/overview/.
+type Overview struct {
+	TotalRequests      int64   `json:"total_requests"`
+	SuccessfulRequests int64   `json:"successful_requests"`
+	FailedRequests     int64   `json:"failed_requests"`
+	SuccessRate        float64 `json:"success_rate"`
+	AvgDurationMS      float64 `json:"avg_duration_ms"`
+	TotalServices      int64   `json:"total_services"`
+	ActiveAPIKeys      int64   `json:"active_api_keys"`
+}
+
+// Service is one row of /api/grpc/monitor/services/.
+type Service struct {
+	ServiceName        string  `json:"service_name"`
+	TotalRequests      int64   `json:"total_requests"`
+	SuccessfulRequests int64   `json:"successful_requests"`
+	FailedRequests     int64   `json:"failed_requests"`
+	SuccessRate        float64 `json:"success_rate"`
+	AvgDurationMS      float64 `json:"avg_duration_ms"`
+	MethodsCount       int64   `json:"methods_count"`
+	P95DurationMS      float64 `json:"p95_duration_ms"`
+}
+
+// Method is one row of /api/grpc/monitor/methods/.
+type Method struct {
+	ServiceName        string  `json:"service_name"`
+	MethodName         string  `json:"method_name"`
+	TotalRequests      int64   `json:"total_requests"`
+	SuccessfulRequests int64   `json:"successful_requests"`
+	FailedRequests     int64   `json:"failed_requests"`
+	SuccessRate        float64 `json:"success_rate"`
+	AvgDurationMS      float64 `json:"avg_duration_ms"`
+	MinDurationMS      int64   `json:"min_duration_ms"`
+	MaxDurationMS      int64   `json:"max_duration_ms"`
+	P95DurationMS      float64 `json:"p95_duration_ms"`
+}
+
+// span is a range [from, to) of unix seconds read from one rollup table.
+type span struct {
+	table    string
+	from, to int64
+}
+
+// window returns the rollup spans covering the last hours hours in whole
+// minutes: the current minute and the hours*60-1 before it. Whole days
+// inside it are read from the day rollup, whole hours around them from the
+// hour rollup and the ragged minute edges from the minute rollup, so a
+// 720-hour question reads about 30+48 rows per method plus at most two
+// hours of minutes.
+func window(now time.Time, hours int) []span {
+	end := now.UTC().Truncate(time.Minute).Add(time.Minute) // exclusive
+	start := end.Add(-time.Duration(hours) * time.Hour)
+	ceil := func(t time.Time, d time.Duration) time.Time {
+		if c := t.Truncate(d); c.Before(t) {
+			return c.Add(d)
+		}
+		return t
+	}
+	var out []span
+	add := func(table string, from, to time.Time) {
+		if from.Before(to) {
+			out = append(out, span{table, from.Unix(), to.Unix()})
+		}
+	}
+	hs, he := ceil(start, time.Hour), end.Truncate(time.Hour)
+	if !hs.Before(he) {
+		add(migrations.RequestLogMinute, start, end)
+		return out
+	}
+	// UTC days: the rollups bucket by whole days since the epoch.
+	ds, de := ceil(hs, 24*time.Hour), he.Truncate(24*time.Hour)
+	if ds.Before(de) {
+		add(migrations.RequestLogHour, hs, ds)
+		add(migrations.RequestLogDay, ds, de)
+		add(migrations.RequestLogHour, de, he)
+	} else {
+		add(migrations.RequestLogHour, hs, he)
+	}
+	add(migrations.RequestLogMinute, start, hs)
+	add(migrations.RequestLogMinute, he, end)
+	return out
+}
+
+var stateCols = func() string {
+	cols := "service_name, method_name, requests, successes, errors, timeouts, cancellations, duration_sum, duration_min, duration_max"
+	for _, b := range migrations.RequestLogDurationBounds {
+		cols += fmt.Sprintf(", duration_le_%d", b)
+	}
+	return cols
+}()
+
+// histogram is the SQL of the cumulative duration counts, as one array.
+var histogram = func() string {
+	var parts []string
+	for _, b := range migrations.RequestLogDurationBounds {
+		parts = append(parts, fmt.Sprintf("countIfMerge(duration_le_%d)", b))
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}()
+
+// source is a subquery of the rollup states inside the window, with its
+// arguments; service, when not empty, narrows it to one service.
+func source(spans []span, service string) (string, []any) {
+	var parts []string
+	var args []any
+	for _, sp := range spans {
+		q := "SELECT " + stateCols + " FROM " + sp.table + " WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?)"
+		args = append(args, sp.from, sp.to)
+		if service != "" {
+			q += " AND service_name = ?"
+			args = append(args, service)
+		}
+		parts = append(parts, q)
+	}
+	return "(" + strings.Join(parts, " UNION ALL ") + ")", args
+}
+
+// percentile reads the p-th percentile (0..1) from cumulative counts at
+// RequestLogDurationBounds, interpolating inside the bucket and clamping to
+// the observed min and max.
+func percentile(p float64, total uint64, cum []uint64, lo, hi float64) float64 {
+	if total == 0 {
+		return 0
+	}
+	target := math.Ceil(p * float64(total))
+	prevBound, prevCount := 0.0, 0.0
+	v := hi
+	for i, b := range migrations.RequestLogDurationBounds {
+		c := float64(cum[i])
+		if c >= target {
+			v = prevBound + (float64(b)-prevBound)*(target-prevCount)/(c-prevCount)
+			break
+		}
+		prevBound, prevCount = float64(b), c
+	}
+	return math.Min(math.Max(v, lo), hi)
+}
+
+const aggregates = `countMerge(requests) AS total, countIfMerge(successes) AS ok,
+	countIfMerge(errors) + countIfMerge(timeouts) + countIfMerge(cancellations) AS failed,
+	sumMerge(duration_sum) AS duration`
+
+type totals struct {
+	total, ok, failed, duration uint64
+}
+
+func (t totals) rate() float64 {
+	if t.total == 0 {
+		return 0
+	}
+	return float64(t.ok) / float64(t.total) * 100
+}
+
+func (t totals) avg() float64 {
+	if t.total == 0 {
+		return 0
+	}
+	return float64(t.duration) / float64(t.total)
+}
+
+// Overview answers over the last hours hours.
+func (s *Store) Overview(ctx context.Context, hours int) (Overview, error) {
+	if _, err := parseInt("hours", fmt.Sprint(hours), 1, MaxHours); err != nil {
+		return Overview{}, err
+	}
+	src, args := source(window(s.now(), hours), "")
+	var t totals
+	var services uint64
+	err := s.conn.QueryRow(ctx, "SELECT "+aggregates+", uniqExact(service_name) FROM "+src, args...).
+		Scan(&t.total, &t.ok, &t.failed, &t.duration, &services)
+	if err != nil {
+		return Overview{}, fmt.Errorf("overview: %w", err)
+	}
+	o := Overview{TotalRequests: int64(t.total), SuccessfulRequests: int64(t.ok), FailedRequests: int64(t.failed),
+		SuccessRate: t.rate(), AvgDurationMS: t.avg(), TotalServices: int64(services)}
+	if s.activeKeys != nil {
+		if o.ActiveAPIKeys, err = s.activeKeys(ctx); err != nil {
+			return Overview{}, fmt.Errorf("active api keys: %w", err)
+		}
+	}
+	return o, nil
+}
+
+// Services answers per service over the last hours hours, busiest first.
+func (s *Store) Services(ctx context.Context, hours int) ([]Service, error) {
+	if _, err := parseInt("hours", fmt.Sprint(hours), 1, MaxHours); err != nil {
+		return nil, err
+	}
+	src, args := source(window(s.now(), hours), "")
+	rows, err := s.conn.Query(ctx, "SELECT service_name, "+aggregates+`, uniqExact(method_name),
+	minMerge(duration_min), maxMerge(duration_max), `+histogram+`
+FROM `+src+` GROUP BY service_name ORDER BY total DESC, service_name`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("services: %w", err)
+	}
+	defer rows.Close()
+	out := []Service{}
+	for rows.Next() {
+		var r Service
+		var t totals
+		var methods uint64
+		var lo, hi uint32
+		var cum []uint64
+		if err := rows.Scan(&r.ServiceName, &t.total, &t.ok, &t.failed, &t.duration, &methods, &lo, &hi, &cum); err != nil {
+			return nil, fmt.Errorf("services: %w", err)
+		}
+		r.TotalRequests, r.SuccessfulRequests, r.FailedRequests = int64(t.total), int64(t.ok), int64(t.failed)
+		r.SuccessRate, r.AvgDurationMS, r.MethodsCount = t.rate(), t.avg(), int64(methods)
+		r.P95DurationMS = percentile(0.95, t.total, cum, float64(lo), float64(hi))
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("services: %w", err)
+	}
+	return out, nil
+}
+
+// Methods answers per method over the last hours hours, optionally of one
+// service only, busiest first.
+func (s *Store) Methods(ctx context.Context, hours int, service string) ([]Method, error) {
+	if _, err := parseInt("hours", fmt.Sprint(hours), 1, MaxHours); err != nil {
+		return nil, err
+	}
+	src, args := source(window(s.now(), hours), service)
+	rows, err := s.conn.Query(ctx, "SELECT service_name, method_name, "+aggregates+`,
+	minMerge(duration_min), maxMerge(duration_max), `+histogram+`
+FROM `+src+` GROUP BY service_name, method_name ORDER BY total DESC, service_name, method_name`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("methods: %w", err)
+	}
+	defer rows.Close()
+	out := []Method{}
+	for rows.Next() {
+		var r Method
+		var t totals
+		var lo, hi uint32
+		var cum []uint64
+		if err := rows.Scan(&r.ServiceName, &r.MethodName, &t.total, &t.ok, &t.failed, &t.duration, &lo, &hi, &cum); err != nil {
+			return nil, fmt.Errorf("methods: %w", err)
+		}
+		r.TotalRequests, r.SuccessfulRequests, r.FailedRequests = int64(t.total), int64(t.ok), int64(t.failed)
+		r.SuccessRate, r.AvgDurationMS, r.MinDurationMS, r.MaxDurationMS = t.rate(), t.avg(), int64(lo), int64(hi)
+		r.P95DurationMS = percentile(0.95, t.total, cum, float64(lo), float64(hi))
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("methods: %w", err)
+	}
+	return out, nil
+}

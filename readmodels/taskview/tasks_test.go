@@ -1,0 +1,82 @@
+package taskview_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/events/tasks"
+	"github.com/cfgd/cfgd/readmodels/taskview"
+)
+
+// counting is the real asynq inspector, counting the Redis rounds.
+type counting struct {
+	*asynq.Inspector
+	rounds atomic.Int64
+}
+
+func (c *counting) Queues() ([]string, error) {
+	c.rounds.Add(1)
+	return c.Inspector.Queues()
+}
+
+type noWorkers struct{}
+
+func (noWorkers) Live(context.Context) ([]tasks.WorkerState, error) { return nil, nil }
+
+// Many dashboards polling at once cost one Redis round per TTL, and a
+// task enqueued shows once the TTL passed.
+func TestLiveSnapshotIsSharedForItsTTL(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	opts, err := redis.ParseURL("redis://127.0.0.1:6379/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	q := "t" + hex.EncodeToString(b) + "-snap"
+	insp := &counting{Inspector: asynq.NewInspectorFromRedisClient(rdb)}
+	defer func() { _ = insp.DeleteQueue(q, true) }()
+	const ttl = 500 * time.Millisecond
+	r := taskview.NewReader(pool, insp, noWorkers{}, []string{q}, ttl)
+	ctx := context.Background()
+
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			qs, err := r.QueueStatus(ctx)
+			if err != nil || len(qs) != 1 || qs[0].Size != 0 {
+				t.Errorf("queue-status: %v %v", qs, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := insp.rounds.Load(); n != 1 {
+		t.Fatalf("50 polls made %d Redis rounds, want 1", n)
+	}
+	client := asynq.NewClientFromRedisClient(rdb)
+	if _, err := client.Enqueue(asynq.NewTask("demo:echo", nil), asynq.Queue(q)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ttl)
+	qs, err := r.QueueStatus(ctx)
+	if err != nil || qs[0].Size != 1 || qs[0].Pending != 1 {
+		t.Fatalf("after the ttl: %v %v", qs, err)
+	}
+	if n := insp.rounds.Load(); n != 2 {
+		t.Fatalf("%d Redis rounds, want 2", n)
+	}
+}
