@@ -15,8 +15,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/cfgd/cfgd/deploy/errcode"
@@ -98,22 +96,4 @@ func Retry[T any](ctx context.Context, attempt func(ctx context.Context) (T, err
 		}
 	}
 	return zero, ErrBusy
-}
-
-// ValidationError names each bad input field with a message safe to show.
-type ValidationError struct {
-	Fields map[string]string
-}
-
-func (e *ValidationError) Error() string {
-	parts := make([]string, 0, len(e.Fields))
-	for k, v := range e.Fields {
-		parts = append(parts, k+": "+v)
-	}
-	return "invalid input: " + joinSorted(parts)
-}
-
-func joinSorted(parts []string) string {
-	slices.Sort(parts)
-	return strings.Join(parts, "; ")
 }

@@ -2,6 +2,7 @@ package grpcserver
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 
@@ -51,8 +52,9 @@ func StatusOf(e *errcode.Error) *status.Status {
 }
 
 // answer is the status a call ends with: a status a handler (or gRPC
-// itself) made passes as it is; any other error goes through errcode.From
-// and Status. A failure on cfgd's side is logged with its cause, which the
+// itself) made passes as it is, a context's end becomes Canceled or
+// DeadlineExceeded, and any other error goes through errcode.From and
+// StatusOf. A failure on cfgd's side is logged with its cause, which the
 // caller never sees.
 func answer(ctx context.Context, log *slog.Logger, err error) error {
 	if err == nil {
@@ -61,7 +63,12 @@ func answer(ctx context.Context, log *slog.Logger, err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	e := errcode.From(err)
+	var e *errcode.Error
+	if !errors.As(err, &e) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		// gRPC has codes of its own for these: Canceled, DeadlineExceeded.
+		return status.FromContextError(err).Err()
+	}
+	e = errcode.From(err)
 	switch {
 	case e.Code == errcode.Internal && e.Err == nil:
 		// Made on purpose (a recovered panic): logged where it was made.

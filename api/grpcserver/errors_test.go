@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"testing"
 	"time"
 
@@ -72,7 +73,9 @@ func TestAnswerClassifiesPlainErrors(t *testing.T) {
 	}{
 		{"event too large", fmt.Errorf("append: %w", &store.TooLargeError{Stream: "user-1", Type: "user.profile_updated", Bytes: 2 << 20, Max: 900 << 10}), codes.InvalidArgument, "the request would record more data than cfgd accepts in one event"},
 		{"busy", fmt.Errorf("verify: %w", commands.ErrBusy), codes.Unavailable, "too much concurrent activity, try again; retry in 1s"},
-		{"deadline", fmt.Errorf("query: %w", context.DeadlineExceeded), codes.Unavailable, errcode.MessageUnavailable},
+		{"deadline", fmt.Errorf("query: %w", context.DeadlineExceeded), codes.DeadlineExceeded, "query: context deadline exceeded"},
+		{"client gone", fmt.Errorf("query: %w", context.Canceled), codes.Canceled, "query: context canceled"},
+		{"a dependency down", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, codes.Unavailable, errcode.MessageUnavailable},
 		{"a bug hides its text", errors.New("pq: secret_table"), codes.Internal, errcode.MessageInternal},
 		{"a status passes", made, codes.NotFound, "made by a handler"},
 	}

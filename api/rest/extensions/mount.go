@@ -172,11 +172,7 @@ func planMount(e *entry, registry map[string]mux.MiddlewareFunc, router *mux.Rou
 	for _, name := range e.app.MiddlewareClasses {
 		mw, ok := registry[name]
 		if !ok || mw == nil {
-			errs = append(errs, &config.Error{
-				Name: e.env() + "__MIDDLEWARE_CLASSES",
-				Want: "expected middleware names from: " + registryNames(registry),
-				Got:  name,
-			})
+			errs = append(errs, config.Problem(e.env()+"__MIDDLEWARE_CLASSES", "expected middleware names from: "+registryNames(registry), name))
 			continue
 		}
 		p.mws = append(p.mws, mw)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/api/rest/auth"
-	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/apikeys"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events"
@@ -57,11 +56,7 @@ func (h *handler) createKey(w http.ResponseWriter, r *http.Request) {
 		Name: req.Name, KeyType: req.KeyType, UserEmail: req.UserEmail, ExpiresAt: req.ExpiresAt, CreatedBy: by,
 		Meta: events.Metadata{CorrelationID: rest.RequestID(r.Context()), Actor: by},
 	})
-	var verr *commands.ValidationError
 	switch {
-	case errors.As(err, &verr):
-		rest.WriteError(w, errcode.Fields(verr.Fields))
-		return
 	case errors.Is(err, apikeys.ErrUnknownUser):
 		rest.WriteError(w, errcode.Fields(map[string]string{"user_email": err.Error()}))
 		return

@@ -167,14 +167,14 @@ func (h *Handlers) requests(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	page, size, err := requestlogview.ParsePage(q.Get("page"), q.Get("page_size"))
 	if err != nil {
-		invalid(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	results, count, err := h.queries.Requests(r.Context(), requestlogview.Filter{
 		Service: q.Get("service"), Method: q.Get("method"), Status: q.Get("status"), Page: page, PageSize: size,
 	})
 	if err != nil {
-		invalid(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	rest.JSON(w, http.StatusOK, map[string]any{"results": results, "count": count})
@@ -183,12 +183,12 @@ func (h *Handlers) requests(w http.ResponseWriter, r *http.Request) {
 func (h *Handlers) overview(w http.ResponseWriter, r *http.Request) {
 	hours, err := requestlogview.ParseHours(r.URL.Query().Get("hours"))
 	if err != nil {
-		invalid(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	o, err := h.queries.Overview(r.Context(), hours)
 	if err != nil {
-		invalid(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	rest.JSON(w, http.StatusOK, o)
@@ -197,12 +197,12 @@ func (h *Handlers) overview(w http.ResponseWriter, r *http.Request) {
 func (h *Handlers) services(w http.ResponseWriter, r *http.Request) {
 	hours, err := requestlogview.ParseHours(r.URL.Query().Get("hours"))
 	if err != nil {
-		invalid(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	s, err := h.queries.Services(r.Context(), hours)
 	if err != nil {
-		invalid(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	rest.JSON(w, http.StatusOK, map[string]any{"services": s})
@@ -211,12 +211,12 @@ func (h *Handlers) services(w http.ResponseWriter, r *http.Request) {
 func (h *Handlers) methods(w http.ResponseWriter, r *http.Request) {
 	hours, err := requestlogview.ParseHours(r.URL.Query().Get("hours"))
 	if err != nil {
-		invalid(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	m, err := h.queries.Methods(r.Context(), hours, r.URL.Query().Get("service"))
 	if err != nil {
-		invalid(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	rest.JSON(w, http.StatusOK, map[string]any{"methods": m})
@@ -226,37 +226,13 @@ func (h *Handlers) methods(w http.ResponseWriter, r *http.Request) {
 func (h *Handlers) timeline(w http.ResponseWriter, r *http.Request) {
 	hours, err := requestlogview.ParseTimelineHours(r.URL.Query().Get("hours"))
 	if err != nil {
-		invalid(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	tl, err := h.queries.Timeline(r.Context(), hours, r.URL.Query().Get("service"))
 	if err != nil {
-		invalid(w, r, err)
-		return
-	}
-	rest.JSON(w, http.StatusOK, tl)
-}
-
-// invalid answers 400 naming every bad parameter in err, or hands any
-// other error to rest.Fail.
-func invalid(w http.ResponseWriter, r *http.Request, err error) {
-	fields := map[string]string{}
-	collect(err, fields)
-	if len(fields) == 0 {
 		rest.Fail(w, r, err)
 		return
 	}
-	rest.WriteError(w, errcode.Fields(fields))
-}
-
-func collect(err error, into map[string]string) {
-	var inv *requestlogview.InvalidError
-	if errors.As(err, &inv) {
-		into[inv.Field] = inv.Message
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		for _, e := range j.Unwrap() {
-			collect(e, into)
-		}
-	}
+	rest.JSON(w, http.StatusOK, tl)
 }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/api/rest/auth"
-	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events"
@@ -119,10 +118,7 @@ func (h *handler) remove(r *http.Request, name string) {
 }
 
 func (h *handler) commandFailed(w http.ResponseWriter, r *http.Request, err error) {
-	var invalid *commands.ValidationError
 	switch {
-	case errors.As(err, &invalid):
-		rest.WriteError(w, errcode.Fields(invalid.Fields))
 	case errors.Is(err, user.ErrNoSuchUser):
 		rest.WriteError(w, errcode.New(errcode.NotFound, "no such user"))
 	default:

@@ -18,7 +18,6 @@ import (
 
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/api/rest/auth"
-	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events"
@@ -226,12 +225,9 @@ func (h *handler) patch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	version, err := h.updater.Handle(r.Context(), cmd)
-	var invalid *commands.ValidationError
 	switch {
 	case err == nil:
 		h.respond(w, r, p.UserID, max(version, p.UserVersion))
-	case errors.As(err, &invalid):
-		rest.WriteError(w, errcode.Fields(invalid.Fields))
 	case errors.Is(err, user.ErrNoSuchUser):
 		rest.WriteError(w, errcode.New(errcode.NotFound, "no such user"))
 	default:
