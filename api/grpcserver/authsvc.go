@@ -8,7 +8,6 @@ import (
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 
 	"github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
 	"github.com/cfgd/cfgd/commands/app/signin"
@@ -22,7 +21,9 @@ import (
 
 // Auth serves cfgd.auth.v1: the sign-in flows of the REST API over gRPC,
 // through the same core (signin.App) with the same limits. It needs no
-// credentials (Public).
+// credentials (Public). The core's errors are errcode outcomes
+// (invalid_otp, rate_limited, ...): returned as they are, the server's one
+// mapping answers them as the REST API does.
 type Auth struct {
 	authv1.UnimplementedAuthServiceServer
 	app *signin.App
@@ -42,7 +43,7 @@ func (s *Auth) RequestOTP(ctx context.Context, req *authv1.RequestOTPRequest) (*
 	}
 	err := s.app.RequestCode(ctx, otp.Request{Email: req.GetIdentifier(), SourceURL: req.GetSourceUrl(), Meta: callMeta(ctx)}, peerIP(ctx))
 	if err != nil {
-		return nil, s.fail(err)
+		return nil, err
 	}
 	// The same answer for every address: it says nothing about accounts.
 	return &authv1.RequestOTPResponse{Success: true, Message: "A verification code has been sent to the e-mail address."}, nil
@@ -58,7 +59,7 @@ func (s *Auth) VerifyOTP(ctx context.Context, req *authv1.VerifyOTPRequest) (*au
 	}
 	res, err := s.app.VerifyCode(ctx, otp.Verify{Email: req.GetIdentifier(), Code: req.GetOtpCode(), SourceURL: req.GetSourceUrl(), Meta: callMeta(ctx)}, peerIP(ctx))
 	if err != nil {
-		return nil, s.fail(err)
+		return nil, err
 	}
 	u := res.User
 	return &authv1.VerifyOTPResponse{
@@ -77,7 +78,7 @@ func (s *Auth) RefreshToken(ctx context.Context, req *authv1.RefreshTokenRequest
 		if errors.Is(err, session.ErrReused) {
 			s.log.WarnContext(ctx, "rotated refresh token reused; session revoked")
 		}
-		return nil, s.fail(err)
+		return nil, err
 	}
 	out := &authv1.RefreshTokenResponse{Access: res.Access.Token}
 	if res.Refresh != nil {
@@ -92,33 +93,9 @@ func (s *Auth) Logout(ctx context.Context, req *authv1.LogoutRequest) (*authv1.L
 		return nil, invalidField("refresh", "this field is required")
 	}
 	if err := s.app.EndSession(ctx, req.GetRefresh(), callMeta(ctx)); err != nil {
-		return nil, s.fail(err)
+		return nil, err
 	}
 	return &authv1.LogoutResponse{Success: true, Message: "Logged out"}, nil
-}
-
-// fail gives an outcome of the sign-in core its errcode, as the REST
-// handlers do; anything else goes to errcode.From (a dependency down is
-// Unavailable, an event too large InvalidArgument, the rest Internal).
-func (s *Auth) fail(err error) error {
-	var limited *otp.RateLimitedError
-	var throttled *signin.ThrottledError
-	switch {
-	case errors.As(err, &limited):
-		return errcode.RetryLater("Too many requests", limited.RetryAfter)
-	case errors.As(err, &throttled):
-		return errcode.RetryLater("Too many requests", throttled.RetryAfter)
-	case errors.Is(err, otp.ErrInvalidCode):
-		return errcode.Wrap(errcode.InvalidOTP, "Invalid or expired code", err)
-	case errors.Is(err, otp.ErrDeliveryFailed):
-		return errcode.Wrap(errcode.DeliveryFailed, "the verification code could not be sent, try again shortly", err)
-	case errors.Is(err, session.ErrInvalidToken), errors.Is(err, signin.ErrInvalidToken):
-		return errcode.Wrap(errcode.TokenNotValid, "Token is invalid or expired", err)
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return status.FromContextError(err).Err()
-	default:
-		return err
-	}
 }
 
 func invalidField(field, msg string) error { return errcode.Field(field, msg) }

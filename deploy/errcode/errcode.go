@@ -174,21 +174,6 @@ func (e *Error) FieldNames() []string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is matches another *Error of the same code and message, so a sentinel
-// *Error keeps matching after it is copied (for example by WithCause).
-func (e *Error) Is(target error) bool {
-	t, ok := target.(*Error)
-	return ok && t.Code == e.Code && t.Message == e.Message && len(t.Fields) == 0 && t.Err == nil
-}
-
-// WithCause returns a copy of e caused by err: it still matches e under
-// errors.Is, and errors.Is/As also reach err.
-func (e *Error) WithCause(err error) *Error {
-	c := *e
-	c.Err = err
-	return &c
-}
-
 // New returns an error with code and message.
 func New(code Code, msg string) *Error { return &Error{Code: code, Message: msg} }
 
