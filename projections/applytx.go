@@ -70,9 +70,6 @@ func NewCheckpoints(p *Projection) *Checkpoints {
 	return &Checkpoints{name: p.Name, versions: map[string]int64{}}
 }
 
-// Len is how many streams have a checkpoint.
-func (c *Checkpoints) Len() int { return len(c.versions) }
-
 func (c *Checkpoints) load(ps []*Projection, batch []*delivery) (map[ckey]int64, error) {
 	if len(ps) != 1 || ps[0].Name != c.name {
 		return nil, fmt.Errorf("projection %s: checkpoints of another projection", c.name)

@@ -1,8 +1,3 @@
-// Package rpc is cfgd's gRPC server: the standard health service, server
-// reflection, and cfgd's own services (api/protos), behind interceptors
-// for recovery (a panic becomes Internal and the server keeps serving),
-// logging (slog) and authentication (an API key in x-api-key or a Bearer
-// access token in authorization; health and reflection need neither).
 package grpcserver
 
 import (

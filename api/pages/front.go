@@ -1,8 +1,3 @@
-// Package front is cfgd's front door: GET / answers with an index of what
-// this server offers (JSON for programs, HTML for a browser), GET
-// /api/schema/ serves the OpenAPI document (docs/openapi.yaml, embedded in
-// the binary) and GET /api/docs/ renders it with Swagger UI from assets
-// embedded in the binary (api/static).
 package pages
 
 import (

@@ -1,15 +1,3 @@
-// Package static serves the files embedded in the binary that cfgd's pages
-// for people use (the API docs now; the task dashboard and the gRPC
-// monitoring page next). Third-party assets are vendored from npm under
-// assets/<package>/ with a README naming the version and licence; cfgd's
-// own scripts and stylesheets are under assets/cfgd/. Nothing is loaded
-// from a CDN, so the pages work offline and a Content-Security-Policy of
-// 'self' holds.
-//
-// A page links an asset with Assets.URL, which adds the content hash as a
-// query: a request carrying the current hash is cached for a year
-// (immutable), any other is revalidated with the ETag. An upgrade thus
-// never leaves a browser with a stale script.
 package pages
 
 import (

@@ -1,6 +1,3 @@
-// Package rest holds the HTTP plumbing every API package shares: the JSON
-// response and error shape of DESIGN.md section 5, body decoding that turns
-// every malformed input into a 400, and the middleware of the router.
 package rest
 
 import (

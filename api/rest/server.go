@@ -1,7 +1,3 @@
-// Package api is cfgd's HTTP front: the router every endpoint package mounts
-// on, and the server that drains in-flight requests on shutdown. Each
-// sub-package (health, auth, extensions, ...) owns its endpoints and calls
-// into commands (writes) and readmodels (reads).
 package rest
 
 import (

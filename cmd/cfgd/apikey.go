@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/cfgd/cfgd/commands/apikeys"
 	"github.com/cfgd/cfgd/deploy/migrations"
@@ -17,78 +18,63 @@ import (
 	"github.com/cfgd/cfgd/events/outbox"
 )
 
-const apikeyUsage = `usage: cfgd apikey create --name N --type service|cli|webhook|internal|development --user EMAIL [--expires 720h]
-       cfgd apikey revoke --id N
-`
-
-// parseAPIKeyCommand checks the arguments of `cfgd apikey ...` and returns
-// the command to run once settings are read.
-func parseAPIKeyCommand(args []string, stdout, stderr io.Writer) (action, error) {
-	if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
-		fmt.Fprint(stdout, apikeyUsage)
-		return nil, &exitError{code: 0}
-	}
-	if len(args) == 0 || (args[0] != "create" && args[0] != "revoke") {
-		fmt.Fprint(stderr, apikeyUsage)
-		if len(args) == 0 {
-			return nil, &exitError{code: 2}
-		}
-		return nil, &exitError{code: 2, err: fmt.Errorf("unknown apikey command %q", args[0])}
-	}
-	fs := flag.NewFlagSet("cfgd apikey "+args[0], flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, apikeyUsage) }
+// apikeyCommand is `cfgd apikey create|revoke`.
+func apikeyCommand() *cobra.Command {
 	var (
-		name    = fs.String("name", "", "the key's name (required)")
-		typ     = fs.String("type", "", "service, cli, webhook, internal or development (required)")
-		owner   = fs.String("user", "", "the owner's e-mail address (required)")
-		expires = fs.Duration("expires", 0, "lifetime, e.g. 720h; default: never expires")
-		id      = fs.Int64("id", 0, "the key to revoke")
+		name, typ, owner string
+		expires          time.Duration
 	)
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, &exitError{code: 0}
-		}
-		return nil, &exitError{code: 2}
-	}
-	if fs.NArg() > 0 {
-		return nil, &exitError{code: 2, err: fmt.Errorf("apikey %s takes no arguments, got %q", args[0], fs.Args())}
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if args[0] == "revoke" {
-		for _, f := range []string{"name", "type", "user", "expires"} {
-			if set[f] {
-				return nil, &exitError{code: 2, err: fmt.Errorf("apikey revoke takes only --id, not --%s", f)}
+	create := &cobra.Command{
+		Use:   "create --name N --type T --user EMAIL [--expires D]",
+		Short: "create an API key and print it once",
+		Long: `create makes an API key for an existing, active user and prints it once:
+only its hash is stored.`,
+		Example: "  cfgd apikey create --name ci --type service --user admin@example.com --expires 30d",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("expires") && expires <= 0 {
+				return &exitError{code: 2, err: fmt.Errorf("--expires: a positive duration such as 720h or 30d is required, got %s", newDaysDuration(&expires))}
 			}
-		}
-		if *id < 1 {
-			return nil, &exitError{code: 2, err: errors.New("--id: a positive key id is required")}
-		}
-		cmd := apikeys.Revoke{ID: *id, RevokedBy: "cli", Meta: events.Metadata{Actor: "cli"}}
-		return func(ctx context.Context, log *slog.Logger, app appSettings) error {
-			return revokeAPIKey(ctx, log, app, cmd, stdout)
-		}, nil
+			c := apikeys.Create{Name: name, KeyType: typ, UserEmail: owner, CreatedBy: "cli", Meta: events.Metadata{Actor: "cli"}}
+			// Check the input before any connection is made; the expiry
+			// is fixed when the command runs.
+			if _, err := c.Check(time.Now()); err != nil {
+				return &exitError{code: 2, err: cliFields(err)}
+			}
+			return withSettings(cmd.Context(), cmd.ErrOrStderr(), func(ctx context.Context, log *slog.Logger, app appSettings) error {
+				if expires > 0 {
+					at := time.Now().Add(expires)
+					c.ExpiresAt = &at
+				}
+				return createAPIKey(ctx, log, app, c, cmd.OutOrStdout())
+			})
+		},
 	}
-	if set["id"] {
-		return nil, &exitError{code: 2, err: errors.New("apikey create does not take --id")}
+	f := create.Flags()
+	f.StringVar(&name, "name", "", "the key's name (required)")
+	f.StringVar(&typ, "type", "", "service, cli, webhook, internal or development (required)")
+	f.StringVar(&owner, "user", "", "the owner's e-mail address (required)")
+	f.Var(newDaysDuration(&expires), "expires", "lifetime, e.g. 720h or 30d; default: never expires")
+
+	var id int64
+	revoke := &cobra.Command{
+		Use:     "revoke --id N",
+		Short:   "revoke an API key",
+		Long:    "revoke ends an API key; every running serve refuses it within about a second.",
+		Example: "  cfgd apikey revoke --id 3",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if id < 1 {
+				return &exitError{code: 2, err: errors.New("--id: a positive key id is required")}
+			}
+			c := apikeys.Revoke{ID: id, RevokedBy: "cli", Meta: events.Metadata{Actor: "cli"}}
+			return withSettings(cmd.Context(), cmd.ErrOrStderr(), func(ctx context.Context, log *slog.Logger, app appSettings) error {
+				return revokeAPIKey(ctx, log, app, c, cmd.OutOrStdout())
+			})
+		},
 	}
-	if set["expires"] && *expires <= 0 {
-		return nil, &exitError{code: 2, err: fmt.Errorf("--expires: a positive duration such as 720h is required, got %s", *expires)}
-	}
-	cmd := apikeys.Create{Name: *name, KeyType: *typ, UserEmail: *owner, CreatedBy: "cli", Meta: events.Metadata{Actor: "cli"}}
-	// Check the input before any connection is made; the expiry is fixed
-	// when the command runs.
-	if _, err := cmd.Check(time.Now()); err != nil {
-		return nil, &exitError{code: 2, err: cliFields(err)}
-	}
-	return func(ctx context.Context, log *slog.Logger, app appSettings) error {
-		if *expires > 0 {
-			at := time.Now().Add(*expires)
-			cmd.ExpiresAt = &at
-		}
-		return createAPIKey(ctx, log, app, cmd, stdout)
-	}, nil
+	revoke.Flags().Int64Var(&id, "id", 0, "the key to revoke (required)")
+	return parentCommand("apikey", "create and revoke API keys", create, revoke)
 }
 
 // cliFields names the flags behind a validation error.

@@ -42,17 +42,17 @@ func TestAPIKeyCommands(t *testing.T) {
 		stderr string
 		stdout string
 	}{
-		{[]string{"apikey"}, 2, "usage: cfgd apikey create", ""},
+		{[]string{"apikey"}, 2, "cfgd apikey [command]", ""},
 		{[]string{"apikey", "delete"}, 2, `unknown apikey command "delete"`, ""},
 		{[]string{"apikey", "create"}, 2, "--name: is required", ""},
 		{[]string{"apikey", "create", "--name", "x", "--type", "root", "--user", "keys@example.com"}, 2, "--type: must be one of", ""},
 		{[]string{"apikey", "create", "--name", "x", "--type", "cli", "--user", "nope"}, 2, "--user: enter a valid e-mail address", ""},
 		{[]string{"apikey", "create", "--name", "x", "--type", "cli", "--user", "keys@example.com", "--expires", "-1h"}, 2, "--expires", ""},
-		{[]string{"apikey", "create", "--name", "x", "--type", "cli", "--user", "keys@example.com", "--expires", "soon"}, 2, "invalid value", ""},
-		{[]string{"apikey", "create", "--name", "x", "--type", "cli", "--user", "keys@example.com", "--id", "3"}, 2, "does not take --id", ""},
+		{[]string{"apikey", "create", "--name", "x", "--type", "cli", "--user", "keys@example.com", "--expires", "soon"}, 2, `invalid argument "soon" for "--expires"`, ""},
+		{[]string{"apikey", "create", "--name", "x", "--type", "cli", "--user", "keys@example.com", "--id", "3"}, 2, "unknown flag: --id", ""},
 		{[]string{"apikey", "create", "--name", "x", "--type", "cli", "--user", "nobody@example.com"}, 1, "no active user", ""},
 		{[]string{"apikey", "revoke"}, 2, "--id: a positive key id is required", ""},
-		{[]string{"apikey", "revoke", "--id", "1", "--name", "x"}, 2, "takes only --id", ""},
+		{[]string{"apikey", "revoke", "--id", "1", "--name", "x"}, 2, "unknown flag: --name", ""},
 		{[]string{"apikey", "revoke", "--id", "999"}, 1, "no such API key", ""},
 		{[]string{"apikey", "create", "--name", "ci", "--type", "cli", "--user", "KEYS@example.com", "--expires", "720h"}, 0, "", "API key created: id="},
 	}

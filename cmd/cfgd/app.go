@@ -31,7 +31,7 @@ func readApp(r *config.Reader) (appSettings, error) {
 	app.Signin, app.Identity.HTTP = settings.ReadSignin(r, app.Core.HTTPAddr)
 	app.Identity.Media, app.Identity.Profile = settings.ReadMedia(r), settings.ReadProfile(r)
 	app.Front = settings.ReadFront(r)
-	app.GRPCProtoDir = r.String("GRPC__PROTO_DIR", "./data/protos")
+	app.GRPCProtoDir = app.Core.GRPCProtoDir
 	app.Tasks = settings.ReadTasks(r, app.Core.RedisURL)
 	app.RequestLog = settings.ReadRequestLog(r)
 	set, err := extensions.Load(r, extensions.Builtin())

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/cfgd/cfgd/cmd/settings"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/projections"
@@ -24,12 +26,20 @@ func deadletters(ctx context.Context, c settings.Core, stdout io.Writer) error {
 	return projections.ListDeadLetters(ctx, busCfg, stdout)
 }
 
-func parseDeadletters(args []string, stdout, stderr io.Writer) (action, error) {
-	if len(args) != 1 || args[0] != "list" {
-		fmt.Fprint(stderr, "usage: cfgd deadletters list\n")
-		return nil, &exitError{code: 2}
+// deadlettersCommand is `cfgd deadletters list`.
+func deadlettersCommand() *cobra.Command {
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "print the events projections set aside (dead-letter topic), one line each",
+		Long: `list prints the events projections set aside on the dead-letter topic, one line
+each: time, projection, stream, version, type, reason, origin. Without
+KAFKA__BROKERS it reads the embedded broker of a running cfgd serve.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withSettings(cmd.Context(), cmd.ErrOrStderr(), func(ctx context.Context, _ *slog.Logger, app appSettings) error {
+				return deadletters(ctx, app.Core, cmd.OutOrStdout())
+			})
+		},
 	}
-	return func(ctx context.Context, _ *slog.Logger, app appSettings) error {
-		return deadletters(ctx, app.Core, stdout)
-	}, nil
+	return parentCommand("deadletters", "inspect the events projections set aside", list)
 }

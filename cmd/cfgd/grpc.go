@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
+	"github.com/cfgd/cfgd/projections"
+	"github.com/cfgd/cfgd/projections/apikeyusage"
 
 	"github.com/cfgd/cfgd/api/grpcserver"
 	"github.com/cfgd/cfgd/api/rest/auth"
@@ -18,7 +20,14 @@ import (
 // Every call it serves is reported to the request log through prod, and
 // cfgd.ingest.v1 and the cfgd.monitor.v1 statistics are served.
 func grpcModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKeys requestlogview.ActiveAPIKeys) (modules.Module, error) {
+	// The usage counts the request-log module's consumer keeps in api_keys
+	// (same settings), rebuilt with the keys.
+	usage, err := apikeyusage.NewFeed(apikeyusage.DefaultConfig(w.bus), w.log)
+	if err != nil {
+		return modules.Module{}, err
+	}
 	p, err := modules.GRPC(modules.GRPCConfig{
+		KeyFeeds: []projections.Feed{usage},
 		RPC:      grpcserver.Config{Addr: w.app.Core.GRPCAddr, ShutdownTimeout: w.app.Core.ShutdownTimeout},
 		ProtoDir: w.app.GRPCProtoDir,
 		Events:   w.deps.events,

@@ -52,76 +52,20 @@ func main() {
 	os.Exit(code)
 }
 
-// action is a parsed command, run once settings are read.
+// action is a checked command, run once settings are read.
 type action func(ctx context.Context, log *slog.Logger, app appSettings) error
 
-// command is one entry of the CLI: the single list usage and dispatch
-// both come from.
-type command struct {
-	name  string
-	usage string // the lines under "commands:"
-	// parse checks the arguments before any setting is read, so a usage
-	// mistake is reported as one whatever the environment holds.
-	parse func(args []string, stdout, stderr io.Writer) (action, error)
-}
-
-func commandList() []command {
-	return []command{
-		{"serve", "serve     run HTTP, gRPC, the event relay, the projections and every module's runners", noArgs("serve", serve)},
-		{"migrate", "migrate   apply database migrations and exit", noArgs("migrate", migrate)},
-		{"worker", "worker    run a task worker process (TASKS__* settings)", noArgs("worker", runWorker)},
-		{"broker", "broker    run the embedded Kafka broker alone (KAFKA__EMBEDDED_ADDR, KAFKA__DATA_DIR) for serve, workers and the CLI to share", noArgs("broker", broker)},
-		{"task", "task enqueue --queue Q --type T [--payload JSON]\n          put a task on a queue", parseTaskCommand},
-		{"user", "user create-superuser --email E [--password P]\n          create a staff superuser (without --password: OTP sign-in only)", parseUserCommand},
-		{"deadletters", "deadletters list\n          print the events projections set aside (dead-letter topic), one line each", parseDeadletters},
-		{"replay", "replay NAME... | --all | --list\n          rebuild projections (Postgres from the event store, ClickHouse from the request-log topic) into shadow tables and swap them in", parseReplay},
-		{"apikey", "apikey create --name N --type service|cli|webhook|internal|development --user EMAIL [--expires 720h]\n          create an API key and print it once\napikey revoke --id N\n          revoke an API key", parseAPIKeyCommand},
-	}
-}
-
-func usage(cmds []command) string {
-	var b strings.Builder
-	b.WriteString("usage: cfgd <command> [flags]\n\ncommands:\n")
-	for _, c := range cmds {
-		fmt.Fprintf(&b, "  %s\n", strings.ReplaceAll(c.usage, "\n", "\n  "))
-	}
-	b.WriteString("  help      show this text\n\nSettings come from the environment, then the .env file named by\nCFGD_ENV_FILE (default ./.env), then defaults. See README.md.\n")
-	return b.String()
-}
-
-func noArgs(name string, fn func(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Writer) error) func([]string, io.Writer, io.Writer) (action, error) {
-	return func(args []string, stdout, _ io.Writer) (action, error) {
-		if len(args) > 0 {
-			return nil, &exitError{code: 2, err: fmt.Errorf("%s takes no arguments, got %q", name, args)}
-		}
-		return func(ctx context.Context, log *slog.Logger, app appSettings) error { return fn(ctx, log, app, stdout) }, nil
-	}
-}
-
+// run parses args with the command tree of cli.go and runs the command.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cmds := commandList()
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage(cmds))
-		return &exitError{code: 2}
-	}
-	name, rest := args[0], args[1:]
-	if name == "help" || name == "-h" || name == "--help" {
-		fmt.Fprint(stdout, usage(cmds))
-		return nil
-	}
-	var act action
-	for _, c := range cmds {
-		if c.name == name {
-			var err error
-			if act, err = c.parse(rest, stdout, stderr); err != nil {
-				return err
-			}
-		}
-	}
-	if act == nil {
-		fmt.Fprintf(stderr, "cfgd: unknown command %q\n\n%s", name, usage(cmds))
-		return &exitError{code: 2}
-	}
+	root := newRootCommand(stdout, stderr)
+	root.SetArgs(respell(root, args, stderr))
+	return root.ExecuteContext(ctx)
+}
+
+// withSettings reads every setting, then runs act. Commands check their
+// flags and arguments before calling it, so a usage mistake is reported
+// as one whatever the environment holds.
+func withSettings(ctx context.Context, stderr io.Writer, act action) error {
 	envFile := os.Getenv("CFGD_ENV_FILE")
 	if envFile == "" {
 		envFile = ".env"

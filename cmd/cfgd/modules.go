@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
+	"github.com/cfgd/cfgd/projections/replay"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -83,4 +84,11 @@ func buildModules(ctx context.Context, w wiring) ([]modules.Module, error) {
 		return nil, err
 	}
 	return []modules.Module{id, ext, grpc, tq, rl, front}, nil
+}
+
+// registry is the one list of what serve runs and replay rebuilds: every
+// module's projections (read from the events topic, with their feeds) and
+// other replayable tables.
+func registry(d *deps, reg *events.Registry, mods []modules.Module) (*replay.Registry, error) {
+	return replay.NewRegistry(d.pg, reg, modules.Projections(mods...), modules.Replayables(mods...)...)
 }

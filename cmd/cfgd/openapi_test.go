@@ -15,7 +15,9 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/config"
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/projections/replay"
 )
 
 // Every route cfgd serve mounts, with every extension turned on, is
@@ -59,19 +61,34 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// cfgd replay lists the projections itself (it runs without the
-	// modules' connections); it must know every one serve runs.
+	// serve runs, and cfgd replay rebuilds, what one registry built from
+	// the modules lists: every projection (the reactor only listed) and
+	// the request log's ClickHouse tables.
+	reg, err := events.NewRegistry(eventTypes()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr, err := registry(d, reg, mods)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var served, replayable []string
 	for _, p := range modules.Projections(mods...) {
 		served = append(served, p.Name)
 	}
-	for _, p := range postgresProjections() {
-		replayable = append(replayable, p.Name)
+	for _, e := range rr.All() {
+		if e.Target != nil || e.Kind == replay.KindReactor {
+			replayable = append(replayable, e.Name)
+		}
 	}
+	served = append(served, replay.RequestLogName)
 	slices.Sort(served)
 	slices.Sort(replayable)
 	if !slices.Equal(served, replayable) {
-		t.Errorf("serve runs projections %v, cfgd replay knows %v", served, replayable)
+		t.Errorf("serve runs %v, cfgd replay knows %v", served, replayable)
+	}
+	if got := len(rr.Projections()); got != len(modules.Projections(mods...)) {
+		t.Errorf("the registry hands serve %d projections, the modules declare %d", got, len(modules.Projections(mods...)))
 	}
 	metrics := prometheus.NewRegistry()
 	router, err := newRouter(log, metrics, d, busCfg, mods)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,193 +11,163 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cfgd/cfgd/projections/projectors"
-	"github.com/cfgd/cfgd/projections/reactors"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/kafka"
-	"github.com/cfgd/cfgd/projections"
-	"github.com/cfgd/cfgd/projections/apikeyusage"
 	"github.com/cfgd/cfgd/projections/replay"
-	"github.com/cfgd/cfgd/projections/tasks"
 )
 
-const replayUsage = `usage: cfgd replay NAME...   rebuild projections (Postgres ones from the event store and the Kafka topics
-                           that also feed them: API-key usage, task lifecycle; ` + chReplayName + `
-                           from the request-log topic) and swap them in
-       cfgd replay --all       rebuild every read-model projection (reactors never replay)
-       cfgd replay --list      every projection with its tables, checkpoint and lag
-`
-
-// postgresProjections lists every Postgres projection the modules run, for
-// replay. The task reactor is built without its queue and worker handles:
-// replay only lists it, never runs it.
-func postgresProjections() []*projections.Projection {
-	var all []*projections.Projection
-	all = append(all, projectors.Identity()...)
-	all = append(all, projectors.APIKeys()...)
-	all = append(all, reactors.Control(nil, nil, nil, nil), projectors.TaskQueues())
-	return all
+// replayCommand is `cfgd replay NAME... | --all | --list`.
+func replayCommand() *cobra.Command {
+	var (
+		all, list bool
+		batch     int
+	)
+	cmd := &cobra.Command{
+		Use:   "replay NAME... | --all | --list",
+		Short: "rebuild projections into shadow tables and swap them in",
+		Long: `replay rebuilds projections into shadow tables and swaps them in while serve
+keeps running: Postgres ones from the event store and the Kafka topics that
+also feed them (API-key usage, task lifecycle), ` + replay.RequestLogName + ` from the
+request-log topic. --all rebuilds every read-model projection (reactors never
+replay); --list shows every projection with its kind, the logs it is built
+from, its tables, checkpoint and lag.`,
+		Example: `  cfgd replay --list
+  cfgd replay identity.users apikey.keys
+  cfgd replay --all`,
+		// Names come from the registry, which needs the databases: no
+		// completion of names, and no file names either.
+		ValidArgsFunction: cobra.NoFileCompletions,
+		RunE: func(cmd *cobra.Command, names []string) error {
+			act, err := parseReplay(names, all, list, batch, cmd.OutOrStdout())
+			if err != nil {
+				if len(names) == 0 && !all && !list {
+					fmt.Fprint(cmd.ErrOrStderr(), cmd.UsageString())
+				}
+				return err
+			}
+			return withSettings(cmd.Context(), cmd.ErrOrStderr(), act)
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "replay every read-model projection, Postgres and ClickHouse")
+	cmd.Flags().BoolVar(&list, "list", false, "list the projections with their tables, checkpoint and lag")
+	cmd.Flags().IntVar(&batch, "batch", replay.DefaultBatchSize, "events per transaction")
+	return cmd
 }
 
-// withFeeds gives p the Kafka-sourced feeds its tables also hold, which
-// its replay rebuilds after the events: the request log's usage counts for
-// the API keys, the lifecycle topic's task statistics for the task views.
-func withFeeds(p *projections.Projection, b kafka.Config, log *slog.Logger) error {
-	switch p.Name {
-	case projectors.KeysName:
-		f, err := apikeyusage.NewFeed(apikeyusage.DefaultConfig(b), log)
-		if err != nil {
-			return err
-		}
-		p.Feeds = append(p.Feeds, f)
-	case projectors.QueuesName:
-		p.Feeds = append(p.Feeds, tasks.NewLifecycleFeed(b, log))
-	}
-	return nil
-}
-
-func parseReplay(args []string, stdout, stderr io.Writer) (action, error) {
-	fs := flag.NewFlagSet("cfgd replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, replayUsage) }
-	all := fs.Bool("all", false, "replay every read-model projection")
-	list := fs.Bool("list", false, "list the projections")
-	batch := fs.Int("batch", replay.DefaultBatchSize, "events per transaction")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, &exitError{code: 0}
-		}
-		return nil, &exitError{code: 2}
-	}
-	names := fs.Args()
+// parseReplay checks a replay's arguments before any setting is read;
+// names are looked up in the registry once the modules are built.
+func parseReplay(names []string, all, list bool, batch int, stdout io.Writer) (action, error) {
 	modes := 0
-	for _, on := range []bool{*all, *list, len(names) > 0} {
+	for _, on := range []bool{all, list, len(names) > 0} {
 		if on {
 			modes++
 		}
 	}
 	if modes != 1 {
-		fmt.Fprint(stderr, replayUsage)
 		return nil, &exitError{code: 2, err: errors.New("replay takes projection names, --all or --list (one of them)")}
 	}
-	cfg := replay.Config{BatchSize: *batch, LockTimeout: replay.DefaultLockTimeout}
+	cfg := replay.Config{BatchSize: batch, LockTimeout: replay.DefaultLockTimeout}
 	if err := cfg.Validate(); err != nil {
 		return nil, &exitError{code: 2, err: err}
 	}
-	known := map[string]*projections.Projection{}
-	for _, p := range postgresProjections() {
-		known[p.Name] = p
-	}
-	var chosen []*projections.Projection
-	clickhouseToo := *all
-	for _, n := range names {
-		if n == chReplayName {
-			clickhouseToo = true
-			continue
-		}
-		p, ok := known[n]
-		switch {
-		case !ok:
-			return nil, &exitError{code: 2, err: fmt.Errorf("unknown projection %q (cfgd replay --list shows them)", n)}
-		case p.Reactor:
-			return nil, &exitError{code: 2, err: fmt.Errorf("%s %w", n, replay.ErrReactor)}
-		}
-		chosen = append(chosen, p)
-	}
-	if *all {
-		for _, p := range postgresProjections() {
-			if !p.Reactor {
-				chosen = append(chosen, p)
-			}
-		}
-	}
 	return func(ctx context.Context, log *slog.Logger, app appSettings) error {
-		pool, err := pgxpool.New(ctx, app.Core.PostgresURL)
-		if err != nil {
-			return fmt.Errorf("POSTGRES__URL: %w", err)
-		}
-		defer pool.Close()
-		if *list {
-			return listProjections(ctx, pool, app, log, stdout)
-		}
-		reg, err := events.NewRegistry(eventTypes()...)
-		if err != nil {
-			return err
-		}
-		b := clientBus(app.Core)
-		for _, p := range chosen {
-			if err := withFeeds(p, b, log); err != nil {
-				return err
-			}
-		}
-		for _, p := range chosen {
-			if err := replayOne(ctx, pool, reg, p, cfg, stdout); err != nil {
-				return err
-			}
-		}
-		if clickhouseToo {
-			return replayClickHouse(ctx, pool, app, stdout)
-		}
-		return nil
+		return runReplay(ctx, log, app, names, all, list, cfg, stdout)
 	}, nil
 }
 
-func listProjections(ctx context.Context, pool *pgxpool.Pool, app appSettings, log *slog.Logger, stdout io.Writer) error {
-	ps := postgresProjections()
-	// Each projection names the logs it is built from: the event store and
-	// the topics of its feeds.
-	logs := map[string]string{}
-	b := clientBus(app.Core)
-	for _, p := range ps {
-		if err := withFeeds(p, b, log); err != nil {
-			return err
-		}
-		names := []string{"event store"}
-		for _, f := range p.Feeds {
-			names = append(names, f.Topic())
-		}
-		logs[p.Name] = strings.Join(names, " + ")
-	}
-	st, err := replay.List(ctx, pool, ps)
+// runReplay replays names (or every read model with all, or lists them
+// with list) from the registry serve runs: the modules, built as serve
+// builds them but with the Kafka a command talks to.
+func runReplay(ctx context.Context, log *slog.Logger, app appSettings, names []string, all, list bool, cfg replay.Config, stdout io.Writer) error {
+	d, err := openDeps(ctx, app.Core)
 	if err != nil {
 		return err
 	}
+	defer d.Close()
+	reg, err := events.NewRegistry(eventTypes()...)
+	if err != nil {
+		return err
+	}
+	mods, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: clientBus(app.Core)})
+	if err != nil {
+		return err
+	}
+	rr, err := registry(d, reg, mods)
+	if err != nil {
+		return err
+	}
+	if list {
+		return listReplayables(ctx, rr, stdout)
+	}
+	var chosen []replay.Replayable
+	for _, n := range names {
+		e, ok := rr.Lookup(n)
+		switch {
+		case !ok:
+			return &exitError{code: 2, err: fmt.Errorf("unknown projection %q (cfgd replay --list shows them)", n)}
+		case e.Target == nil:
+			return &exitError{code: 2, err: fmt.Errorf("%s %w", n, replay.ErrReactor)}
+		}
+		chosen = append(chosen, e)
+	}
+	if all {
+		for _, e := range rr.All() {
+			if e.Target != nil {
+				chosen = append(chosen, e)
+			}
+		}
+	}
+	for _, e := range chosen {
+		if err := replayOne(ctx, d, e, cfg, stdout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// listReplayables prints every entry with its kind, logs, tables and how
+// far its live builder is.
+func listReplayables(ctx context.Context, rr *replay.Registry, stdout io.Writer) error {
 	w := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "NAME\tKIND\tLOG\tTABLES\tSTREAMS\tPOSITION\tLAG")
-	for _, s := range st {
-		kind := "read model"
-		if s.Reactor {
-			kind = "reactor"
+	for _, e := range rr.All() {
+		st, err := e.Status(ctx)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", s.Name, kind, logs[s.Name], strings.Join(s.Tables, ","), s.Streams, s.Position, s.Lag)
+		streams, pos, lag := fmt.Sprint(st.Streams), fmt.Sprint(st.Position), fmt.Sprint(st.Lag)
+		if st.Streams < 0 {
+			streams = "-"
+		}
+		if st.Position < 0 {
+			pos, lag = "?", "?"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Kind, strings.Join(e.Logs, " + "), strings.Join(e.Tables, ","), streams, pos, lag)
 	}
-	fmt.Fprintln(w, clickhouseListLine(ctx, app))
 	return w.Flush()
 }
 
-// replayOne replays p, with a progress bar on a terminal and a line every
+// replayOne replays e, with a progress bar on a terminal and a line every
 // few seconds otherwise.
-func replayOne(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p *projections.Projection, cfg replay.Config, stdout io.Writer) error {
-	progress, feed, finish := newProgress(stdout, p.Name, "events")
+func replayOne(ctx context.Context, d *deps, e replay.Replayable, cfg replay.Config, stdout io.Writer) error {
+	progress, feed, finish := newProgress(stdout, e.Name, e.Unit)
 	cfg.FeedProgress = feed
-	res, err := replay.Run(ctx, pool, reg, p, cfg, progress)
+	t, err := e.Target(cfg)
+	if err != nil {
+		return err
+	}
+	res, err := replay.Rebuild(ctx, d.pg, t, progress)
 	finish(err)
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
-			return fmt.Errorf("%s: interrupted; the live tables are untouched, run the replay again to rebuild: %w", p.Name, err)
+			return fmt.Errorf("%s: interrupted; the live tables are untouched, run the replay again to rebuild: %w", e.Name, err)
 		}
 		return err
 	}
-	feeds := ""
-	if len(p.Feeds) > 0 {
-		feeds = fmt.Sprintf(" and %d records of its feeds", res.Records)
-	}
-	fmt.Fprintf(stdout, "%s: replayed %d events (%d applied)%s in %s, swapped in\n", p.Name, res.Events, res.Applied, feeds, res.Elapsed.Round(time.Millisecond))
+	fmt.Fprintln(stdout, e.Summary(res))
 	return nil
 }
 
@@ -264,19 +233,14 @@ func everyFewSeconds(stdout io.Writer, name, unit string) func(done, total int64
 		}
 		if now.Sub(last) >= 2*time.Second || done == total {
 			last = now
-			fmt.Fprintln(stdout, progressLineOf(name, unit, done, total, now.Sub(start)))
+			fmt.Fprintln(stdout, progressLine(name, unit, done, total, now.Sub(start)))
 		}
 	}
 }
 
-// progressLine is the plain progress report in events: done/total, rate
+// progressLine is the plain progress report in unit: done/total, rate
 // and ETA.
-func progressLine(name string, done, total int64, elapsed time.Duration) string {
-	return progressLineOf(name, "events", done, total, elapsed)
-}
-
-// progressLineOf is progressLine in unit.
-func progressLineOf(name, unit string, done, total int64, elapsed time.Duration) string {
+func progressLine(name, unit string, done, total int64, elapsed time.Duration) string {
 	rate := 0.0
 	if elapsed > 0 {
 		rate = float64(done) / elapsed.Seconds()

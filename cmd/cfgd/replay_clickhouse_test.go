@@ -15,6 +15,7 @@ import (
 	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/projections/replay"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
 )
 
@@ -73,9 +74,10 @@ func TestReplayClickHouseCommand(t *testing.T) {
 	go func() { done <- s.Run(sctx) }()
 	defer func() { stop(); <-done }()
 	// Caught up: its offsets committed.
+	entry := replay.ForClickHouse(replay.DefaultClickHouseConfig(c), chConn, pool, sink.Codec{}, cfg.Group)
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if st, err := sink.Status(ctx, c, cfg.Group); err == nil && st.Position == 50 {
+		if st, err := entry.Status(ctx); err == nil && st.Position == 50 {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -87,7 +89,7 @@ func TestReplayClickHouseCommand(t *testing.T) {
 	}{
 		// Position 50: ten events a record, 500 events committed; lag 0.
 		{[]string{"replay", "--list"}, []string{"requestlog.clickhouse clickhouse " + c.Topic(kafka.TopicRequestLogs) + " requestlog_raw,requestlog_minute,requestlog_hour,requestlog_day - 50 0\n"}},
-		{[]string{"replay", chReplayName}, []string{"requestlog.clickhouse: 50/50 records (100.0%)", "records/s, ETA",
+		{[]string{"replay", replay.RequestLogName}, []string{"requestlog.clickhouse: 50/50 records (100.0%)", "records/s, ETA",
 			"requestlog.clickhouse: replayed 50 records (500 events, 0 unreadable skipped)", "swapped in"}},
 		{[]string{"replay", "--all"}, []string{"identity.users: replayed", "requestlog.clickhouse: replayed 50 records"}},
 	}

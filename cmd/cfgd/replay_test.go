@@ -35,13 +35,13 @@ func TestReplayCommand(t *testing.T) {
 		stderr string // in the error or on stderr
 		stdout []string
 	}{
-		{[]string{"replay"}, 2, "usage: cfgd replay", nil},
+		{[]string{"replay"}, 2, "Usage:\n  cfgd replay NAME... | --all | --list", nil},
 		{[]string{"replay", "--all", "--list"}, 2, "one of them", nil},
 		{[]string{"replay", "--all", "identity.users"}, 2, "one of them", nil},
 		{[]string{"replay", "nope"}, 2, `unknown projection "nope"`, nil},
 		{[]string{"replay", "tasks.control"}, 2, "tasks.control is a reactor; replay never runs reactors", nil},
 		{[]string{"replay", "--batch", "0", "identity.users"}, 2, "batch size 0", nil},
-		{[]string{"replay", "--bogus"}, 2, "flag provided but not defined", nil},
+		{[]string{"replay", "--bogus"}, 2, "unknown flag: --bogus", nil},
 		// Events in the store, no projection has run yet.
 		{[]string{"user", "create-superuser", "--email", "replay@example.com"}, 0, "", []string{"superuser created"}},
 		{[]string{"replay", "--list"}, 0, "", []string{"identity.users", "users,profiles,registration_sources,user_registration_sources", "tasks.control", "reactor", "apikey.keys",
@@ -110,7 +110,7 @@ func TestProgressLine(t *testing.T) {
 		{50, 100, 2 * time.Second, "p: 50/100 events (50.0%), 25 events/s, ETA 2s"},
 		{0, 0, time.Second, "p: 0/0 events (100.0%), 0 events/s, ETA ?"},
 	} {
-		if got := progressLine("p", tc.done, tc.total, tc.elapsed); got != tc.want {
+		if got := progressLine("p", "events", tc.done, tc.total, tc.elapsed); got != tc.want {
 			t.Errorf("got %q, want %q", got, tc.want)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/cfgd/cfgd/api/rest/monitor"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/apikeyusage"
+	"github.com/cfgd/cfgd/projections/replay"
 	sink "github.com/cfgd/cfgd/projections/requestlog"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
@@ -47,6 +48,10 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKe
 	if err != nil {
 		return modules.Module{}, err
 	}
+	// `cfgd replay requestlog.clickhouse` rebuilds the tables the sink
+	// fills, with the sink's rows.
+	rc := replay.DefaultClickHouseConfig(w.bus)
+	rc.RetentionDays = c.Sink.RetentionDays
 	h := monitor.New(prod, requestlogview.New(w.deps.ch, time.Now, activeKeys), time.Now)
 	return modules.Module{
 		Name: "requestlog",
@@ -55,7 +60,8 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKe
 			// The page's assets are served by the front module.
 			return pages.MountMonitorDashboard(r, a.Staff(), w.assets)
 		},
-		Checks: []process.Check{{Name: "requestlog-sink", Ping: s.Ready}, {Name: "apikey-usage", Ping: usage.Ready}},
+		Replayables: []replay.Replayable{replay.ForClickHouse(rc, w.deps.ch, w.deps.pg, sink.Codec{}, c.Sink.Group)},
+		Checks:      []process.Check{{Name: "requestlog-sink", Ping: s.Ready}, {Name: "apikey-usage", Ping: usage.Ready}},
 		Background: []process.Runner{s.Runner(), usage.Runner(), {Name: "requestlog-producer", Run: func(ctx context.Context) error {
 			// Servers stop first, so nothing produces once this closes.
 			<-ctx.Done()

@@ -58,11 +58,15 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	if err != nil {
 		return err
 	}
+	replayables, err := registry(d, reg, mods)
+	if err != nil {
+		return err
+	}
 	signer, err := eventSigner(c)
 	if err != nil {
 		return err
 	}
-	pipe, err := pipeline.New(pipeline.Config{Bus: busCfg, Wake: d.commits.C(), Metrics: metrics, Signer: signer}, d.pg, reg, log, modules.Projections(mods...)...)
+	pipe, err := pipeline.New(pipeline.Config{Bus: busCfg, Wake: d.commits.C(), Metrics: metrics, Signer: signer}, d.pg, reg, log, replayables.Projections()...)
 	if err != nil {
 		return err
 	}

@@ -3,53 +3,40 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/cfgd/cfgd/commands/app/taskqueues"
 )
 
-const taskUsage = `usage: cfgd task enqueue --queue Q --type T [--payload JSON]
-types: demo:sleep ({"ms": N}), demo:echo (any JSON), demo:fail ({"message": "..."})
-`
+// taskCommand is `cfgd task enqueue`.
+func taskCommand() *cobra.Command {
+	var queue, typ, payload string
+	enqueue := &cobra.Command{
+		Use:   "enqueue --queue Q --type T [--payload JSON]",
+		Short: "put a task on a queue and print its id",
+		Long: `enqueue puts a task on a queue of TASKS__QUEUES and prints its id.
 
-// parseTaskCommand checks the arguments of `cfgd task ...`.
-func parseTaskCommand(args []string, stdout, stderr io.Writer) (action, error) {
-	if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
-		fmt.Fprint(stdout, taskUsage)
-		return nil, &exitError{code: 0}
+types: demo:sleep ({"ms": N}), demo:echo (any JSON), demo:fail ({"message": "..."})`,
+		Example: `  cfgd task enqueue --queue default --type demo:sleep --payload '{"ms": 3000}'`,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := taskqueues.ValidatePayload(typ, []byte(payload)); err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			return withSettings(cmd.Context(), cmd.ErrOrStderr(), func(ctx context.Context, log *slog.Logger, app appSettings) error {
+				return enqueueTask(ctx, log, app, queue, typ, []byte(payload), cmd.OutOrStdout())
+			})
+		},
 	}
-	if len(args) == 0 || args[0] != "enqueue" {
-		fmt.Fprint(stderr, taskUsage)
-		if len(args) == 0 {
-			return nil, &exitError{code: 2}
-		}
-		return nil, &exitError{code: 2, err: fmt.Errorf("unknown task command %q", args[0])}
-	}
-	fs := flag.NewFlagSet("cfgd task enqueue", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, taskUsage) }
-	queue := fs.String("queue", "default", "the queue (one of TASKS__QUEUES)")
-	typ := fs.String("type", "", "the task type (required)")
-	payload := fs.String("payload", "", "the task's JSON payload")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, &exitError{code: 0}
-		}
-		return nil, &exitError{code: 2}
-	}
-	if fs.NArg() > 0 {
-		return nil, &exitError{code: 2, err: fmt.Errorf("enqueue takes no arguments, got %q", fs.Args())}
-	}
-	if err := taskqueues.ValidatePayload(*typ, []byte(*payload)); err != nil {
-		return nil, &exitError{code: 2, err: err}
-	}
-	return func(ctx context.Context, log *slog.Logger, app appSettings) error {
-		return enqueueTask(ctx, log, app, *queue, *typ, []byte(*payload), stdout)
-	}, nil
+	enqueue.Flags().StringVar(&queue, "queue", "default", "the queue (one of TASKS__QUEUES)")
+	enqueue.Flags().StringVar(&typ, "type", "", "the task type (required)")
+	enqueue.Flags().StringVar(&payload, "payload", "", "the task's JSON payload")
+	return parentCommand("task", "put tasks on the queues", enqueue)
 }
 
 func enqueueTask(ctx context.Context, log *slog.Logger, app appSettings, queue, typ string, payload []byte, stdout io.Writer) error {

@@ -72,7 +72,7 @@ func TestWorkerAndTaskEnqueueCommands(t *testing.T) {
 		code int
 		msg  string
 	}{
-		{[]string{"task"}, 2, "usage: cfgd task enqueue"},
+		{[]string{"task"}, 2, "cfgd task [command]"},
 		{[]string{"task", "run"}, 2, `unknown task command "run"`},
 		{[]string{"task", "enqueue", "--type", "nope"}, 2, `unknown task type "nope"`},
 		{[]string{"task", "enqueue", "--type", "demo:sleep", "--payload", `{"ms": -1}`}, 2, "ms must be from 0 to 600000"},

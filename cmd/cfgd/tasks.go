@@ -17,7 +17,6 @@ import (
 	"github.com/cfgd/cfgd/commands/app/taskqueues"
 	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/projections"
-	"github.com/cfgd/cfgd/projections/projectors"
 	"github.com/cfgd/cfgd/projections/reactors"
 	"github.com/cfgd/cfgd/projections/tasks"
 )
@@ -54,7 +53,7 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (modules.Module, erro
 			taskadmin.Mount(r, staff, app)
 			return pages.MountTaskDashboard(r, staff, w.assets)
 		},
-		Projections: []*projections.Projection{reactors.Control(app.Inspector, app.Registry, pub, appends), projectors.TaskQueues()},
+		Projections: []*projections.Projection{reactors.Control(app.Inspector, app.Registry, pub, appends), tasks.ViewsWithLifecycle(w.bus, w.log)},
 		Checks:      checks,
 		Background: []process.Runner{
 			{Name: "tasks-lifecycle-sink", Run: sink.Run},

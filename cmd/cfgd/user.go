@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/cfgd/cfgd/commands/app/signin"
 	"github.com/cfgd/cfgd/commands/user"
@@ -16,45 +16,30 @@ import (
 	"github.com/cfgd/cfgd/events/outbox"
 )
 
-const userUsage = `usage: cfgd user create-superuser --email E [--password P]
-`
-
-// parseUserCommand checks the arguments of `cfgd user ...` and returns the
-// command to run once settings are read.
-func parseUserCommand(args []string, stdout, stderr io.Writer) (action, error) {
-	if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
-		fmt.Fprint(stdout, userUsage)
-		return nil, &exitError{code: 0}
+// userCommand is `cfgd user create-superuser`.
+func userCommand() *cobra.Command {
+	var email, password string
+	create := &cobra.Command{
+		Use:   "create-superuser --email E [--password P]",
+		Short: "create a staff superuser (without --password: OTP sign-in only)",
+		Long: `create-superuser creates a staff superuser. The password is hashed with
+argon2id; without one the user signs in with an e-mailed code only.`,
+		Example: "  cfgd user create-superuser --email admin@example.com --password 'correct horse battery'",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c := user.CreateSuperuser{Email: email, Password: password, Meta: events.Metadata{Actor: "cli"}}
+			// Check the input before any connection is made.
+			if _, err := c.Check(); err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			return withSettings(cmd.Context(), cmd.ErrOrStderr(), func(ctx context.Context, log *slog.Logger, app appSettings) error {
+				return createSuperuser(ctx, log, app, c, cmd.OutOrStdout())
+			})
+		},
 	}
-	if len(args) == 0 || args[0] != "create-superuser" {
-		fmt.Fprint(stderr, userUsage)
-		if len(args) == 0 {
-			return nil, &exitError{code: 2}
-		}
-		return nil, &exitError{code: 2, err: fmt.Errorf("unknown user command %q", args[0])}
-	}
-	fs := flag.NewFlagSet("cfgd user create-superuser", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, userUsage) }
-	email := fs.String("email", "", "the superuser's e-mail address (required)")
-	password := fs.String("password", "", "the password for the admin login; omit for OTP sign-in only")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, &exitError{code: 0}
-		}
-		return nil, &exitError{code: 2}
-	}
-	if fs.NArg() > 0 {
-		return nil, &exitError{code: 2, err: fmt.Errorf("create-superuser takes no arguments, got %q", fs.Args())}
-	}
-	cmd := user.CreateSuperuser{Email: *email, Password: *password, Meta: events.Metadata{Actor: "cli"}}
-	// Check the input before any connection is made.
-	if _, err := cmd.Check(); err != nil {
-		return nil, &exitError{code: 2, err: err}
-	}
-	return func(ctx context.Context, log *slog.Logger, app appSettings) error {
-		return createSuperuser(ctx, log, app, cmd, stdout)
-	}, nil
+	create.Flags().StringVar(&email, "email", "", "the superuser's e-mail address (required)")
+	create.Flags().StringVar(&password, "password", "", "the password for the admin login; omit for OTP sign-in only")
+	return parentCommand("user", "manage staff users", create)
 }
 
 func createSuperuser(ctx context.Context, log *slog.Logger, app appSettings, cmd user.CreateSuperuser, stdout io.Writer) error {

@@ -18,14 +18,14 @@ func TestCreateSuperuserCommand(t *testing.T) {
 		stderr string // in the error or on stderr
 		stdout string
 	}{
-		{[]string{"user"}, 2, "usage: cfgd user create-superuser", ""},
+		{[]string{"user"}, 2, "cfgd user [command]", ""},
 		{[]string{"user", "delete"}, 2, `unknown user command "delete"`, ""},
 		{[]string{"user", "create-superuser"}, 2, "Email is required", ""},
 		{[]string{"user", "create-superuser", "--email", ""}, 2, "Email is required", ""},
 		{[]string{"user", "create-superuser", "--email", "  "}, 2, "Email is required", ""},
 		{[]string{"user", "create-superuser", "--email", "nope"}, 2, "enter a valid e-mail address", ""},
 		{[]string{"user", "create-superuser", "--email", "a@example.com", "--password", "short"}, 2, "at least 8 characters", ""},
-		{[]string{"user", "create-superuser", "--bogus"}, 2, "flag provided but not defined", ""},
+		{[]string{"user", "create-superuser", "--bogus"}, 2, "unknown flag: --bogus", ""},
 		{[]string{"user", "create-superuser", "--email", "a@example.com", "extra"}, 2, "takes no arguments", ""},
 		{[]string{"user", "create-superuser", "--email", "Admin@Example.com", "--password", "long enough pw"}, 0, "", "superuser created: id=1 email=admin@example.com"},
 		{[]string{"user", "create-superuser", "--email", "admin@example.com", "--password", "long enough pw"}, 1, "already exists", ""},

@@ -14,6 +14,8 @@ type Core struct {
 	PostgresURL   string
 	ClickHouseURL string
 	RedisURL      string
+	// GRPCProtoDir is where the proto files are written and served from.
+	GRPCProtoDir string
 
 	KafkaBrokers      []string // empty: run the embedded broker
 	KafkaDataDir      string
@@ -43,45 +45,61 @@ type Core struct {
 	EventMaxBytes int
 }
 
-// Defaults of the core settings, shared with the README's settings table.
-const (
-	DefaultHTTPAddr      = "127.0.0.1:8080"
-	DefaultGRPCAddr      = "127.0.0.1:50051"
-	DefaultPostgresURL   = "postgres:///cfgd?host=/var/run/postgresql&user=postgres"
-	DefaultClickHouseURL = "clickhouse://127.0.0.1:9000/cfgd"
-	DefaultRedisURL      = "redis://127.0.0.1:6379/0"
-)
+// DefaultCore is the core settings with nothing set: the one place their
+// defaults are written (Table and docs/settings.md show them from here).
+func DefaultCore() Core {
+	return Core{
+		HTTPAddr:          "127.0.0.1:8080",
+		GRPCAddr:          "127.0.0.1:50051",
+		PostgresURL:       "postgres:///cfgd?host=/var/run/postgresql&user=postgres",
+		ClickHouseURL:     "clickhouse://127.0.0.1:9000/cfgd",
+		RedisURL:          "redis://127.0.0.1:6379/0",
+		GRPCProtoDir:      "./data/protos",
+		KafkaDataDir:      "./data/kafka",
+		KafkaEmbeddedAddr: "127.0.0.1:19092",
+		KafkaPartitions:   8,
+		KafkaTopicPrefix:  "cfgd.",
+		LogLevel:          "info",
+		ShutdownTimeout:   15 * time.Second,
+		EventMaxBytes:     store.DefaultMaxEventBytes,
+	}
+}
+
+func coreFields(c *Core) []field {
+	return []field{
+		hostPort(&c.HTTPAddr, "HTTP__ADDR", "HTTP listen address"),
+		positive(&c.ShutdownTimeout, "HTTP__SHUTDOWN_TIMEOUT", "how long SIGINT/SIGTERM waits for in-flight requests"),
+		hostPort(&c.GRPCAddr, "GRPC__ADDR", "gRPC listen address"),
+		str(&c.GRPCProtoDir, "GRPC__PROTO_DIR", "where the proto files are written (at start-up, and by `POST /cfg/grpc/proto-files/generate/`) and served from"),
+		urlOf(&c.PostgresURL, "POSTGRES__URL", "event store and read models", "postgres", "postgresql"),
+		urlOf(&c.ClickHouseURL, "CLICKHOUSE__URL", "analytics store (database created by `migrate`)", "clickhouse", "tcp"),
+		urlOf(&c.RedisURL, "REDIS__URL", "task queues and throttles", "redis", "rediss"),
+		list(&c.KafkaBrokers, "KAFKA__BROKERS", "comma-separated brokers; empty runs the embedded broker"),
+		str(&c.KafkaDataDir, "KAFKA__DATA_DIR", "embedded broker's log and login file (`client.properties`), in `serve` or `cfgd broker`"),
+		hostPort(&c.KafkaEmbeddedAddr, "KAFKA__EMBEDDED_ADDR", "embedded broker's listen address, in `serve` or `cfgd broker`"),
+		intRange(&c.KafkaPartitions, "KAFKA__PARTITIONS", "partitions of topics cfgd creates (1..1024)", 1, 1024),
+		str(&c.KafkaTopicPrefix, "KAFKA__TOPIC_PREFIX", "prefix of cfgd's topic names (`cfgd.events`, `cfgd.deadletters`, `cfgd.tasks.lifecycle`)"),
+		oneOf(&c.LogLevel, "LOG__LEVEL", "`debug`, `info`, `warn` or `error`; logs are JSON on stderr (every line, the default logger included)", "debug", "info", "warn", "error"),
+		optHostPort(&c.MetricsAddr, "METRICS__ADDR", "serve `/metrics` on a listener of its own (say `127.0.0.1:9090`) instead of `HTTP__ADDR`"),
+		secret(&c.MetricsToken, "METRICS__TOKEN", "when set, `/metrics` needs `Authorization: Bearer <token>`"),
+		oneOf(&c.KafkaSASLMechanism, "KAFKA__SASL_MECHANISM", "`PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512` to log in to a real cluster or a `cfgd broker` (`SCRAM-SHA-256`, user and password in its `client.properties`); the embedded broker of `serve` makes its own login",
+			"", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+		str(&c.KafkaSASLUser, "KAFKA__SASL_USERNAME", "the login's user name (with `KAFKA__SASL_MECHANISM`)"),
+		secret(&c.KafkaSASLPassword, "KAFKA__SASL_PASSWORD", "the login's password (never logged)"),
+		secret(&c.EventSigningKey, "EVENTS__SIGNING_KEY", "key (at least 32 bytes) of the HMAC every event on the bus carries; empty: a key file generated on first run beside `KAFKA__DATA_DIR` (`./data/signing.key`, mode 0600). Every `serve` of one deployment needs the same key"),
+		intRange(&c.EventMaxBytes, "EVENTS__MAX_BYTES", "largest encoded event accepted at append time (1024 up to this default; the producer's limit is 1 MiB)", 1024, store.DefaultMaxEventBytes),
+	}
+}
 
 // ReadCore reads the core settings; problems are left in r.
 func ReadCore(r *config.Reader) Core {
-	c := Core{
-		HTTPAddr:           r.HostPort("HTTP__ADDR", DefaultHTTPAddr),
-		GRPCAddr:           r.HostPort("GRPC__ADDR", DefaultGRPCAddr),
-		PostgresURL:        r.URL("POSTGRES__URL", DefaultPostgresURL, "postgres", "postgresql"),
-		ClickHouseURL:      r.URL("CLICKHOUSE__URL", DefaultClickHouseURL, "clickhouse", "tcp"),
-		RedisURL:           r.URL("REDIS__URL", DefaultRedisURL, "redis", "rediss"),
-		KafkaBrokers:       r.List("KAFKA__BROKERS", nil),
-		KafkaDataDir:       r.String("KAFKA__DATA_DIR", "./data/kafka"),
-		KafkaEmbeddedAddr:  r.HostPort("KAFKA__EMBEDDED_ADDR", "127.0.0.1:19092"),
-		KafkaPartitions:    r.IntRange("KAFKA__PARTITIONS", 8, 1, 1024),
-		KafkaTopicPrefix:   r.String("KAFKA__TOPIC_PREFIX", "cfgd."),
-		LogLevel:           r.OneOf("LOG__LEVEL", "info", "debug", "info", "warn", "error"),
-		ShutdownTimeout:    r.PositiveDuration("HTTP__SHUTDOWN_TIMEOUT", 15*time.Second),
-		MetricsToken:       config.NewSecret(r.Secret("METRICS__TOKEN", false)),
-		KafkaSASLMechanism: r.OneOf("KAFKA__SASL_MECHANISM", "", "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
-		KafkaSASLUser:      r.String("KAFKA__SASL_USERNAME", ""),
-		KafkaSASLPassword:  config.NewSecret(r.Secret("KAFKA__SASL_PASSWORD", false)),
-		EventSigningKey:    config.NewSecret(r.Secret("EVENTS__SIGNING_KEY", false)),
-		EventMaxBytes:      r.IntRange("EVENTS__MAX_BYTES", store.DefaultMaxEventBytes, 1024, store.DefaultMaxEventBytes),
-	}
+	c := DefaultCore()
+	readAll(r, coreFields(&c))
 	if c.KafkaSASLMechanism != "" && (c.KafkaSASLUser == "" || !c.KafkaSASLPassword.IsSet()) {
 		r.Fail("KAFKA__SASL_USERNAME", "KAFKA__SASL_USERNAME and KAFKA__SASL_PASSWORD are required with KAFKA__SASL_MECHANISM", "")
 	}
 	if c.EventSigningKey.IsSet() && len(c.EventSigningKey.Reveal()) < 32 {
 		r.Fail("EVENTS__SIGNING_KEY", "expected a secret of at least 32 bytes", "")
-	}
-	if r.Has("METRICS__ADDR") {
-		c.MetricsAddr = r.HostPort("METRICS__ADDR", "")
 	}
 	return c
 }

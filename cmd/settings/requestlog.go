@@ -1,8 +1,6 @@
 package settings
 
 import (
-	"time"
-
 	"github.com/cfgd/cfgd/deploy/config"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
@@ -17,17 +15,27 @@ type RequestLog struct {
 	Sink     sink.Config
 }
 
+func newRequestLogTarget() *RequestLog {
+	return &RequestLog{Producer: requestlog.DefaultProducerConfig(kafka.Config{}), Sink: sink.DefaultConfig(kafka.Config{})}
+}
+
+func (t *RequestLog) fields() []field {
+	p, s := &t.Producer, &t.Sink
+	return []field{
+		intRange(&s.RetentionDays, "CLICKHOUSE__RETENTION_DAYS", "raw partitions older than this many days are dropped", 1, 36500),
+		intRange(&s.BatchRows, "REQUESTLOG__BATCH_ROWS", "sink block size (rows)", 1, 1_000_000),
+		positive(&s.BatchWait, "REQUESTLOG__BATCH_WAIT", "sink block time bound"),
+		positive(&s.RetentionEvery, "REQUESTLOG__RETENTION_EVERY", "how often old partitions are dropped"),
+		str(&s.Group, "REQUESTLOG__CONSUMER_GROUP", "the sink's consumer group"),
+		intRange(&p.PackEvents, "REQUESTLOG__PACK_EVENTS", "events per Kafka record", 1, 4096),
+		positive(&p.Timeout, "REQUESTLOG__PRODUCE_TIMEOUT", "how long an ingest call waits for Kafka before 503"),
+		mebibytes(&p.MaxInFlightBytes, "REQUESTLOG__MAX_IN_FLIGHT_MB", "producer memory bound (MiB)", 1, 4096),
+	}
+}
+
 // ReadRequestLog reads the request-log settings; problems are left in r.
 func ReadRequestLog(r *config.Reader) RequestLog {
-	p := requestlog.DefaultProducerConfig(kafka.Config{})
-	s := sink.DefaultConfig(kafka.Config{})
-	p.PackEvents = r.IntRange("REQUESTLOG__PACK_EVENTS", p.PackEvents, 1, 4096)
-	p.Timeout = r.PositiveDuration("REQUESTLOG__PRODUCE_TIMEOUT", p.Timeout)
-	p.MaxInFlightBytes = int64(r.IntRange("REQUESTLOG__MAX_IN_FLIGHT_MB", int(p.MaxInFlightBytes>>20), 1, 4096)) << 20
-	s.RetentionDays = r.IntRange("CLICKHOUSE__RETENTION_DAYS", s.RetentionDays, 1, 36500)
-	s.BatchRows = r.IntRange("REQUESTLOG__BATCH_ROWS", s.BatchRows, 1, 1_000_000)
-	s.BatchWait = r.PositiveDuration("REQUESTLOG__BATCH_WAIT", s.BatchWait)
-	s.RetentionEvery = r.PositiveDuration("REQUESTLOG__RETENTION_EVERY", time.Hour)
-	s.Group = r.String("REQUESTLOG__CONSUMER_GROUP", s.Group)
-	return RequestLog{Producer: p, Sink: s}
+	t := newRequestLogTarget()
+	readAll(r, t.fields())
+	return *t
 }

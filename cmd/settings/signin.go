@@ -4,7 +4,6 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"time"
 
 	"github.com/cfgd/cfgd/api/rest/auth"
 	"github.com/cfgd/cfgd/commands/app/signin"
@@ -13,50 +12,68 @@ import (
 	"github.com/cfgd/cfgd/deploy/config"
 )
 
-// ReadSignin reads the sign-in settings (README.md, Passwordless sign-in,
-// has the table); problems are left in r, one per variable. Secrets are
-// read with r.Secret and kept as config.Secret, so the configuration can be
-// printed or logged whole without revealing them. httpAddr decides the
-// default of ADMIN__COOKIE_SECURE.
-func ReadSignin(r *config.Reader, httpAddr string) (signin.Config, auth.Config) {
-	d := signin.DefaultConfig()
-	s := signin.Config{
-		Email: signin.EmailConfig{
-			Backend:      r.OneOf("EMAIL__BACKEND", "console", "console", "smtp"),
-			From:         r.Email("EMAIL__FROM", "no-reply@localhost", false),
-			SMTPPort:     r.IntRange("EMAIL__SMTP_PORT", 587, 1, 65535),
-			SMTPSecurity: r.OneOf("EMAIL__SMTP_SECURITY", mail.SecurityStartTLS, mail.SecurityStartTLS, mail.SecurityTLS, mail.SecurityNone),
-			SMTPUsername: r.String("EMAIL__SMTP_USERNAME", ""),
-			SMTPPassword: config.NewSecret(r.Secret("EMAIL__SMTP_PASSWORD", false)),
-			SMTPTimeout:  r.PositiveDuration("EMAIL__SMTP_TIMEOUT", 10*time.Second),
-		},
-		JWT: signin.JWTConfig{
-			Algorithm:      r.OneOf("JWT__ALGORITHM", token.EdDSA, token.EdDSA, token.HS256),
-			SigningKey:     config.NewSecret(r.Secret("JWT__SIGNING_KEY", false)),
-			AccessTTL:      r.PositiveDuration("JWT__ACCESS_TTL", 15*time.Minute),
-			RefreshTTL:     r.PositiveDuration("JWT__REFRESH_TTL", 168*time.Hour),
-			RotateRefresh:  r.Bool("JWT__ROTATE_REFRESH", false),
-			Issuer:         r.String("JWT__ISSUER", "cfgd"),
-			Audience:       r.String("JWT__AUDIENCE", "cfgd"),
-			RevocationPoll: r.PositiveDuration("JWT__REVOCATION_POLL", time.Second),
-		},
-		OTPHMACKey:        config.NewSecret(r.Secret("OTP__HMAC_KEY", false)),
-		KeysDir:           r.String("AUTH__KEYS_DIR", "./data/keys"),
-		IPRequests:        r.IntRange("OTP__IP_REQUESTS", 20, 1, 1_000_000),
-		IPVerifications:   r.IntRange("OTP__IP_VERIFICATIONS", 60, 1, 1_000_000),
-		IPWindow:          r.PositiveDuration("OTP__IP_WINDOW", time.Hour),
-		SessionTTL:        r.PositiveDuration("ADMIN__SESSION_TTL", 12*time.Hour),
-		LoginFailures:     r.IntRange("LOGIN__MAX_FAILURES", 5, 1, 1000),
-		LoginIPFailures:   r.IntRange("LOGIN__IP_MAX_FAILURES", 20, 1, 100_000),
-		LoginWindow:       r.PositiveDuration("LOGIN__WINDOW", 15*time.Minute),
-		RedisPrefix:       r.String("AUTH__REDIS_PREFIX", "cfgd:auth:"),
-		DashboardHosts:    lower(r.List("SOURCES__DASHBOARD_HOSTS", []string{"dashboard.localhost"})),
-		RegistrationPaths: r.List("SOURCES__REGISTRATION_PATHS", []string{"/register/", "/signup/"}),
+// signinTarget is what the sign-in settings are read into: the core's
+// Config and the two HTTP-side values that are read as text first.
+type signinTarget struct {
+	cfg          signin.Config
+	cookieSecure string // auto, true or false
+	proxies      []string
+}
+
+func newSigninTarget() *signinTarget {
+	return &signinTarget{cfg: signin.DefaultConfig(), cookieSecure: "auto"}
+}
+
+func (t *signinTarget) fields() []field {
+	c, e, j := &t.cfg, &t.cfg.Email, &t.cfg.JWT
+	return []field{
+		oneOf(&e.Backend, "EMAIL__BACKEND", "`console` prints each message (codes included: development only) to stdout; `smtp` sends it", "console", "smtp"),
+		email(&e.From, "EMAIL__FROM", "sender address"),
+		str(&e.SMTPHost, "EMAIL__SMTP_HOST", "SMTP server (required when `EMAIL__BACKEND=smtp`)"),
+		intRange(&e.SMTPPort, "EMAIL__SMTP_PORT", "SMTP server port", 1, 65535),
+		oneOf(&e.SMTPSecurity, "EMAIL__SMTP_SECURITY", "`starttls` (refuses a server without it), `tls` (implicit, port 465) or `none`",
+			mail.SecurityStartTLS, mail.SecurityTLS, mail.SecurityNone),
+		str(&e.SMTPUsername, "EMAIL__SMTP_USERNAME", "AUTH PLAIN user name when set"),
+		secret(&e.SMTPPassword, "EMAIL__SMTP_PASSWORD", "AUTH PLAIN password (required with `EMAIL__SMTP_USERNAME`)"),
+		positive(&e.SMTPTimeout, "EMAIL__SMTP_TIMEOUT", "bound on one send; connections are kept and reused"),
+		oneOf(&j.Algorithm, "JWT__ALGORITHM", "`EdDSA` or `HS256`", token.EdDSA, token.HS256),
+		secret(&j.SigningKey, "JWT__SIGNING_KEY", "EdDSA: PKCS#8 PEM or base64 32-byte seed; HS256: at least 32 bytes. Empty: a key file in `AUTH__KEYS_DIR`"),
+		positive(&j.AccessTTL, "JWT__ACCESS_TTL", "access token lifetime"),
+		positive(&j.RefreshTTL, "JWT__REFRESH_TTL", "refresh token (and API session) lifetime"),
+		boolean(&j.RotateRefresh, "JWT__ROTATE_REFRESH", "hand out a new refresh token on each refresh; reuse of an old one revokes the session"),
+		str(&j.Issuer, "JWT__ISSUER", "`iss` of the tokens"),
+		str(&j.Audience, "JWT__AUDIENCE", "`aud` of the tokens"),
+		positive(&j.RevocationPoll, "JWT__REVOCATION_POLL", "how often an instance reloads the revocation set"),
+		secret(&c.OTPHMACKey, "OTP__HMAC_KEY", "key the stored code HMACs use (at least 32 bytes); empty: a key file in `AUTH__KEYS_DIR`"),
+		str(&c.KeysDir, "AUTH__KEYS_DIR", "where keys are generated on first start (mode 0600, directory 0700)"),
+		intRange(&c.IPRequests, "OTP__IP_REQUESTS", "OTP requests per client IP per window (any addresses)", 1, 1_000_000),
+		intRange(&c.IPVerifications, "OTP__IP_VERIFICATIONS", "OTP verifications per client IP per window", 1, 1_000_000),
+		positive(&c.IPWindow, "OTP__IP_WINDOW", "window of the two limits above"),
+		positive(&c.SessionTTL, "ADMIN__SESSION_TTL", "admin cookie session lifetime"),
+		intRange(&c.LoginFailures, "LOGIN__MAX_FAILURES", "failed password logins per address per window", 1, 1000),
+		intRange(&c.LoginIPFailures, "LOGIN__IP_MAX_FAILURES", "failed password logins per client IP per window", 1, 100_000),
+		positive(&c.LoginWindow, "LOGIN__WINDOW", "window of the two limits above"),
+		str(&c.RedisPrefix, "AUTH__REDIS_PREFIX", "prefix of the throttle keys in Redis"),
+		list(&c.DashboardHosts, "SOURCES__DASHBOARD_HOSTS", "host names categorised as `Dashboard`"),
+		list(&c.RegistrationPaths, "SOURCES__REGISTRATION_PATHS", "paths categorised as `Website Registration`"),
+		oneOf(&t.cookieSecure, "ADMIN__COOKIE_SECURE", "`auto`: the admin cookies are `Secure` (sent over HTTPS only) unless `HTTP__ADDR` is a loopback address (plain-HTTP local development); `true` or `false` override",
+			"auto", "true", "false"),
+		list(&t.proxies, "AUTH__TRUSTED_PROXIES", "IPs/CIDRs whose `X-Forwarded-For` is believed (rightmost untrusted hop is the client)"),
 	}
-	if s.Email.Backend == "smtp" {
-		s.Email.SMTPHost = r.Required("EMAIL__SMTP_HOST", "the SMTP server's host name when EMAIL__BACKEND=smtp")
-	} else {
-		s.Email.SMTPHost = r.String("EMAIL__SMTP_HOST", "")
+}
+
+// ReadSignin reads the sign-in settings (docs/settings.md has the table);
+// problems are left in r, one per variable. Secrets are kept as
+// config.Secret, so the configuration can be printed or logged whole
+// without revealing them. httpAddr decides the default of
+// ADMIN__COOKIE_SECURE.
+func ReadSignin(r *config.Reader, httpAddr string) (signin.Config, auth.Config) {
+	t := newSigninTarget()
+	readAll(r, t.fields())
+	s := t.cfg
+	s.DashboardHosts = lower(s.DashboardHosts)
+	if s.Email.Backend == "smtp" && s.Email.SMTPHost == "" {
+		r.Fail("EMAIL__SMTP_HOST", "required: the SMTP server's host name when EMAIL__BACKEND=smtp", "")
 	}
 	if s.Email.SMTPUsername != "" && !s.Email.SMTPPassword.IsSet() {
 		r.Fail("EMAIL__SMTP_PASSWORD", "required when EMAIL__SMTP_USERNAME is set", "")
@@ -79,8 +96,8 @@ func ReadSignin(r *config.Reader, httpAddr string) (signin.Config, auth.Config) 
 	if s.JWT.RefreshTTL < s.JWT.AccessTTL {
 		r.Fail("JWT__REFRESH_TTL", "expected a duration at least as long as JWT__ACCESS_TTL", s.JWT.RefreshTTL.String())
 	}
-	h := auth.Config{CookieSecure: cookieSecure(r, httpAddr)}
-	for _, p := range r.List("AUTH__TRUSTED_PROXIES", nil) {
+	h := auth.Config{CookieSecure: cookieSecure(t.cookieSecure, httpAddr)}
+	for _, p := range t.proxies {
 		pfx, err := parsePrefix(p)
 		if err != nil {
 			r.Fail("AUTH__TRUSTED_PROXIES", "expected IP addresses or CIDR prefixes such as 10.0.0.0/8", p)
@@ -93,16 +110,15 @@ func ReadSignin(r *config.Reader, httpAddr string) (signin.Config, auth.Config) 
 			r.Fail("SOURCES__REGISTRATION_PATHS", "expected paths starting with /", p)
 		}
 	}
-	s.FailureFloor, s.ReadWait = d.FailureFloor, d.ReadWait
 	return s, h
 }
 
-// cookieSecure reads ADMIN__COOKIE_SECURE: true, false, or auto (the
-// default), which marks the admin cookies Secure unless cfgd serves plain
-// HTTP on a loopback address (local development), where a browser would
-// drop a Secure cookie.
-func cookieSecure(r *config.Reader, httpAddr string) bool {
-	switch r.OneOf("ADMIN__COOKIE_SECURE", "auto", "auto", "true", "false") {
+// cookieSecure turns ADMIN__COOKIE_SECURE (true, false, or auto) into
+// whether the admin cookies are Secure: auto marks them so unless cfgd
+// serves plain HTTP on a loopback address (local development), where a
+// browser would drop a Secure cookie.
+func cookieSecure(mode, httpAddr string) bool {
+	switch mode {
 	case "true":
 		return true
 	case "false":

@@ -11,7 +11,7 @@ import (
 
 func TestReadSigninDefaults(t *testing.T) {
 	r := config.NewReader(config.FromMaps(nil, nil))
-	s, _ := ReadSignin(r, DefaultHTTPAddr)
+	s, _ := ReadSignin(r, DefaultCore().HTTPAddr)
 	if err := r.Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestSettingsNeverPrintSecrets(t *testing.T) {
 		"OTP__HMAC_KEY": "otp-secret-0123456789-0123456789-xyz", "EMAIL__SMTP_USERNAME": "u", "EMAIL__SMTP_PASSWORD": "smtp-pass-42",
 	}
 	r := config.NewReader(config.FromMaps(secrets, nil))
-	s, _ := ReadSignin(r, DefaultHTTPAddr)
+	s, _ := ReadSignin(r, DefaultCore().HTTPAddr)
 	if err := r.Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestReadSigninProblems(t *testing.T) {
 	}
 	for _, tc := range tests {
 		r := config.NewReader(config.FromMaps(tc.env, nil))
-		ReadSignin(r, DefaultHTTPAddr)
+		ReadSignin(r, DefaultCore().HTTPAddr)
 		err := r.Err()
 		if err == nil {
 			t.Errorf("%v: no error", tc.env)

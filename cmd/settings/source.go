@@ -1,6 +1,8 @@
 // Package settings reads cfgd's configuration from the process: the
-// environment first, then a .env file, then the defaults written next to
-// each read. Names are nested with double underscores (SECTION__VARIABLE).
+// environment first, then a .env file, then the defaults of each package's
+// DefaultConfig. Names are nested with double underscores
+// (SECTION__VARIABLE); each is written once, with its help, in the table
+// that loading, Table (the CLI's listing) and docs/settings.md share.
 // Every problem is collected so that start-up can stop with one clear line
 // per bad value. It is the only place that reads the environment; what it
 // reads flows down into each package's own Config.

@@ -1,6 +1,3 @@
-// Package apikey holds the command handlers of the API key aggregate
-// (stream apikey-<id>): create and revoke. Only administrators reach them,
-// through the CLI or the staff-only admin endpoints.
 package apikeys
 
 import (

@@ -1,6 +1,3 @@
-// Package bus connects cfgd to Kafka: the sarama settings every client uses,
-// topic creation, the batch publisher (a Watermill publisher), and the embedded
-// Kafka-protocol broker used when no brokers are configured.
 package kafka
 
 import (

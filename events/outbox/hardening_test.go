@@ -578,15 +578,21 @@ func TestHeldBackTimeIsExposed(t *testing.T) {
 		t.Fatal(err)
 	}
 	runRelay(t, r)
-	time.Sleep(400 * time.Millisecond)
-	if got := gauge(t, reg, "cfgd_relay_held_back_seconds"); got < 0.3 {
-		t.Fatalf("held back %.3fs after 0.4s behind an open transaction", got)
+	// The gauge grows while the open transaction holds the event back; on a
+	// loaded machine the relay may take a while to start, so wait for it to
+	// pass 0.3 s rather than sleeping a fixed time.
+	deadline := time.Now().Add(10 * time.Second)
+	for got := gauge(t, reg, "cfgd_relay_held_back_seconds"); got < 0.3; got = gauge(t, reg, "cfgd_relay_held_back_seconds") {
+		if time.Now().After(deadline) {
+			t.Fatalf("held back %.3fs after 10s behind an open transaction", got)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if err := holder.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
 	waitDelivered(t, c, 1)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(5 * time.Second)
 	for gauge(t, reg, "cfgd_relay_held_back_seconds") != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("held-back time not reset after the events went out")

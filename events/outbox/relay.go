@@ -1,19 +1,3 @@
-// Package relay moves appended events from the Postgres event store to Kafka
-// (the transactional outbox). Delivery is at least once and in per-stream
-// order. Rows are read in commit order, (tx_id, position), and only below the
-// oldest running transaction (pg_snapshot_xmin), so an event whose
-// transaction took an earlier position but commits later is never skipped.
-// The checkpoint moves only after Kafka acknowledged the batch: a crash in
-// between re-sends the batch, and consumers drop the duplicates by stream
-// version. When Kafka stored only part of a batch, the relay publishes again
-// from the first event it did not store, so every event after a gap is sent
-// again after the gap is filled.
-//
-// One relay of a name leads at a time, holding a Postgres advisory lock on a
-// connection of its own. It checks that it still holds the lock before each
-// publish and each checkpoint save, and the checkpoint never moves
-// backwards, so a leader whose lock connection dropped stops within a step.
-// Every message carries an HMAC of its body (events.HeaderSignature).
 package outbox
 
 import (

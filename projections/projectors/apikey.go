@@ -1,7 +1,3 @@
-// Package apikey projects API key events into the api_keys read model,
-// which answers the read-only REST and gRPC queries and authenticates
-// gRPC callers. The projection name is a consumer group and checkpoint
-// key: never rename it.
 package projectors
 
 import (

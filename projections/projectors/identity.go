@@ -1,13 +1,3 @@
-// Package identity projects the sign-in events into Postgres read models:
-// users with their profiles and registration sources, and session
-// revocations (which feed the access-token revocation set). The projection names
-// are checkpoint keys (and, through projections.Each, consumer groups):
-// never rename them.
-//
-// The otp-<email> streams have no read model: nothing queries codes, and
-// the write side decides from the stream alone. Every projection still
-// checkpoints every stream it sees, so a model nobody reads would only cost
-// writes.
 package projectors
 
 import (

@@ -1,10 +1,3 @@
-// Package tasks projects task-queue management into Postgres: the
-// tasks.control reactor carries out the staff's queue and worker commands
-// (asynq's inspector for queues, the worker registry for workers); the
-// tasks.queues read model records the resulting state from the same
-// events; the lifecycle sink turns the lifecycle records (the workers',
-// and the reactor's for cleared tasks) into per-task rows that the
-// statistics count.
 package reactors
 
 import (

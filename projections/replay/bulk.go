@@ -2,7 +2,6 @@ package replay
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -15,7 +14,7 @@ import (
 // batch cost about as much as applying it. It returns once a read finds
 // nothing more; the caller's loop then reads in its batches' transactions
 // again, up to the swap.
-func (r *replayer) bulk(ctx context.Context) error {
+func (r *Postgres) bulk(ctx context.Context) error {
 	type read struct {
 		batch []events.Envelope
 		next  cursor
@@ -59,8 +58,5 @@ func (r *replayer) bulk(ctx context.Context) error {
 		}
 		r.progress(r.res.Events, r.total)
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("replay %s: %w", r.p.Name, err)
-	}
-	return nil
+	return ctx.Err()
 }

@@ -11,7 +11,7 @@ import (
 // rebuildFeeds folds each of the projection's feeds into the shadow tables
 // once the events are applied, so the tables hold both sources before the
 // swap catches both up.
-func (r *replayer) rebuildFeeds(ctx context.Context) error {
+func (r *Postgres) rebuildFeeds(ctx context.Context) error {
 	for _, f := range r.p.Feeds {
 		report := func(read, total int64) {
 			if r.cfg.FeedProgress != nil {
@@ -20,7 +20,7 @@ func (r *replayer) rebuildFeeds(ctx context.Context) error {
 		}
 		n, err := f.Rebuild(ctx, r.conn, r.drain, report)
 		if err != nil {
-			return fmt.Errorf("replay %s: feed %s: %w", r.p.Name, f.Name(), err)
+			return fmt.Errorf("feed %s: %w", f.Name(), err)
 		}
 		r.res.Records += n
 	}
@@ -30,7 +30,7 @@ func (r *replayer) rebuildFeeds(ctx context.Context) error {
 // drain applies the events committed so far to the shadow tables,
 // waiting, as the main loop does, for committed events that a running
 // transaction still hides from the relay order.
-func (r *replayer) drain(ctx context.Context) error {
+func (r *Postgres) drain(ctx context.Context) error {
 	for {
 		n, err := r.batch(ctx)
 		if err != nil {
@@ -42,14 +42,14 @@ func (r *replayer) drain(ctx context.Context) error {
 		var hidden bool
 		if err := r.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM public.events WHERE (tx_id, position) > ($1::bigint::text::xid8, $2))`,
 			r.cursor.txID, r.cursor.position).Scan(&hidden); err != nil {
-			return fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
+			return fmt.Errorf("read events: %w", err)
 		}
 		if !hidden {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("replay %s: %w", r.p.Name, ctx.Err())
+			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -57,7 +57,7 @@ func (r *replayer) drain(ctx context.Context) error {
 
 // lockFeeds takes, first in the swap, the locks each feed's live consumer
 // takes before it writes the live tables.
-func (r *replayer) lockFeeds(ctx context.Context, tx pgx.Tx) error {
+func (r *Postgres) lockFeeds(ctx context.Context, tx pgx.Tx) error {
 	for _, f := range r.p.Feeds {
 		if err := f.Lock(ctx, tx); err != nil {
 			return fmt.Errorf("feed %s: lock: %w", f.Name(), err)
@@ -68,7 +68,7 @@ func (r *replayer) lockFeeds(ctx context.Context, tx pgx.Tx) error {
 
 // catchUpFeeds brings each feed's shadow up to its live consumer inside
 // the swap, the live tables locked.
-func (r *replayer) catchUpFeeds(ctx context.Context, tx pgx.Tx) error {
+func (r *Postgres) catchUpFeeds(ctx context.Context, tx pgx.Tx) error {
 	for _, f := range r.p.Feeds {
 		n, err := f.CatchUp(ctx, tx, r.schema)
 		if err != nil {

@@ -1,23 +1,17 @@
-// Package replay rebuilds a Postgres projection from the event store. The
-// projection is applied, from the first event on, into shadow copies of its
-// tables in a schema of their own (replay_<name>) that also holds a copy of
-// projection_checkpoints, through a dedicated connection whose search_path
-// puts that schema before public: the handlers' unqualified table names
-// then land in the shadow tables and nothing live is written. Once the
-// shadow has caught up, one transaction locks the live tables and the
-// checkpoints, applies what arrived meanwhile, drops the live tables, moves
-// the shadow ones into public and replaces the projection's checkpoints:
-// readers see the old tables until that commit and the new ones after it.
+// Package replay rebuilds a projection's tables from its logs beside the
+// live ones and swaps them in once caught up, so queries keep answering
+// during a rebuild. One engine (Rebuild) drives two targets:
 //
-// Until the shadow has caught up, its checkpoints are kept in memory
-// (projections.ApplyTxMem) and written once, before the swap: the replay
-// alone writes the shadow and reads the log in order. What the log holds
-// when the replay starts is read on a second connection, a batch ahead of
-// the one being applied (bulk.go).
+//   - Postgres (NewPostgres): a projection of the event store, applied
+//     into shadow copies of its tables in a schema of their own, then
+//     moved into public in one transaction (postgres.go);
+//   - ClickHouse (NewClickHouse): the request-log tables, rebuilt from
+//     their topic under a suffix, then renamed in under a fence that holds
+//     the live sink back (clickhouse.go, fence.go).
 //
-// Events are read like the relay publishes them, in (tx_id, position)
-// order below the oldest running transaction, so a transaction that commits
-// late with a lower position is never stepped over.
+// The engine holds the "another replay of it is running" lock, builds the
+// shadow, swaps it in, and drops it when anything stops the run before
+// the swap. The Registry lists what serve runs and replay rebuilds.
 package replay
 
 import (
@@ -25,567 +19,143 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"regexp"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/store"
-	"github.com/cfgd/cfgd/projections"
 )
 
-// Config tunes a replay.
-type Config struct {
-	// BatchSize is how many events one transaction applies.
-	BatchSize int
-	// LockTimeout bounds each of the swap's attempts to lock the live
-	// tables (a projection batch or a long query holding them); readers
-	// arriving meanwhile queue behind the request, so keep it short.
-	LockTimeout time.Duration
-	// FeedProgress, when set, is called as the projection's feeds read
-	// their topics (see projections.Feed).
-	FeedProgress FeedProgress
+// Target is what a replay rebuilds: a set of live tables, the logs they
+// are built from and how a rebuilt copy takes their place.
+type Target interface {
+	// Name is what it rebuilds (`cfgd replay NAME`); one replay of a name
+	// runs at a time.
+	Name() string
+	// Shadow builds the rebuilt tables beside the live ones from the
+	// logs, close to where the live ones are, reporting progress.
+	Shadow(ctx context.Context, progress Progress) error
+	// Swap catches the shadow up with what arrived meanwhile and puts it
+	// in the live tables' place: readers see the old tables, then the
+	// new ones, never a mix.
+	Swap(ctx context.Context) error
+	// Drop removes whatever Shadow built, leaving the live tables as they
+	// were; it runs after a failed or cancelled run, with a context that
+	// is not cancelled, and must cope with a shadow half built.
+	Drop(ctx context.Context) error
+	// Result is what the run did so far.
+	Result() Result
 }
 
-// FeedProgress reports a feed's records read out of those to read.
-type FeedProgress func(feed string, read, total int64)
-
-// Defaults: see Config.
-const (
-	DefaultBatchSize   = 1000
-	DefaultLockTimeout = 2 * time.Second
-)
-
-// WithDefaults fills the zero fields.
-func (c Config) WithDefaults() Config {
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.LockTimeout == 0 {
-		c.LockTimeout = DefaultLockTimeout
-	}
-	return c
-}
-
-// Validate joins every problem of c.
-func (c Config) Validate() error {
-	var errs []error
-	if c.BatchSize < 1 || c.BatchSize > 100_000 {
-		errs = append(errs, fmt.Errorf("replay: batch size %d is outside 1..100000", c.BatchSize))
-	}
-	if c.LockTimeout < time.Millisecond {
-		errs = append(errs, fmt.Errorf("replay: lock timeout %v is under 1ms", c.LockTimeout))
-	}
-	return errors.Join(errs...)
-}
-
-// Progress is called after every batch: done events read out of total
-// (the store's count when the replay started plus what arrived since).
+// Progress is called as a replay reads its log: done units (events or
+// Kafka records, see Replayable.Unit) out of total (those the log held
+// when the replay started plus what arrived since).
 type Progress func(done, total int64)
 
-// ErrReactor refuses a reactor: its handlers have side effects.
-var ErrReactor = errors.New("is a reactor; replay never runs reactors")
-
-// ErrBusy refuses a second replay of a projection already being replayed.
-var ErrBusy = errors.New("another replay of it is running; wait for that one to finish or stop it")
-
-// advisoryClass is the first key of replay's advisory locks ("rply").
-const advisoryClass = 0x72706c79
-
-// Result is what a finished replay did.
+// Result is what a replay did.
 type Result struct {
-	Events  int64 // events read from the store
-	Applied int64 // events a handler ran for
-	Records int64 // records read by the projection's feeds
-	Elapsed time.Duration
+	Events  int64 // events read (ClickHouse: rows inserted, one per event)
+	Applied int64 // events a handler ran for (Postgres)
+	// Records are the Kafka records read: a Postgres projection's feeds',
+	// or the ClickHouse tables' topic.
+	Records  int64
+	Poisoned int64 // records skipped as unreadable (the live sink dead-lettered them)
+	Swapped  bool
+	Elapsed  time.Duration
+	// Load is the time a ClickHouse build took to read the topic into the
+	// shadow raw table, Rollups the time filling its rollups took.
+	Load, Rollups time.Duration
 }
 
-// Run rebuilds p from the event store and swaps the rebuilt tables in.
-// Cancelling ctx stops it with the live tables untouched; running it again
-// starts over.
-func Run(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p *projections.Projection, cfg Config, progress Progress) (Result, error) {
-	cfg = cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		return Result{}, err
-	}
-	if p.Reactor {
-		return Result{}, fmt.Errorf("replay %s: %w", p.Name, ErrReactor)
-	}
-	if err := p.Validate(); err != nil {
-		return Result{}, fmt.Errorf("replay: %w", err)
-	}
+// ErrBusy refuses a second replay of a name already being replayed.
+var ErrBusy = errors.New("another replay of it is running; wait for that one to finish or stop it")
+
+// busyClass is the first key of replay's advisory locks ("rply"); the
+// second is the FNV-32a of the name.
+const busyClass = 0x72706c79
+
+// Rebuild runs t: it takes t's busy lock in pool, builds the shadow and
+// swaps it in. Cancelling ctx before the swap leaves the live tables
+// untouched and drops the shadow; running it again starts over.
+func Rebuild(ctx context.Context, pool *pgxpool.Pool, t Target, progress Progress) (Result, error) {
 	if progress == nil {
 		progress = func(int64, int64) {}
 	}
-	r := &replayer{pool: pool, reg: reg, p: p, cfg: cfg, progress: progress, schema: SchemaName(p.Name)}
 	start := time.Now()
-	res, err := r.run(ctx)
+	res, err := rebuild(ctx, pool, t, progress)
 	res.Elapsed = time.Since(start)
-	return res, err
-}
-
-var unsafe = regexp.MustCompile(`[^a-z0-9_]+`)
-
-// SchemaName is the shadow schema of the projection called name.
-func SchemaName(name string) string {
-	s := "replay_" + unsafe.ReplaceAllString(strings.ToLower(name), "_")
-	if len(s) > 50 {
-		h := fnv.New32a()
-		h.Write([]byte(name))
-		s = fmt.Sprintf("%s_%08x", s[:40], h.Sum32())
-	}
-	return s
-}
-
-type replayer struct {
-	pool     *pgxpool.Pool
-	reg      *events.Registry
-	p        *projections.Projection
-	cfg      Config
-	progress Progress
-	schema   string
-	conn     *pgx.Conn
-	// mem holds the shadow's checkpoints until the shadow has caught up;
-	// they are written then, and the swap's catch-up uses the table.
-	mem    *projections.Checkpoints
-	cursor cursor
-	res    Result
-	total  int64
-}
-
-// cursor is the last event read, in relay order.
-type cursor struct{ txID, position int64 }
-
-func (r *replayer) run(ctx context.Context) (Result, error) {
-	cc := r.pool.Config().ConnConfig.Copy()
-	if cc.RuntimeParams == nil {
-		cc.RuntimeParams = map[string]string{}
-	}
-	// The handlers' unqualified names resolve to the shadow tables first.
-	cc.RuntimeParams["search_path"] = r.schema + ", public"
-	// The shadow build's commits need not wait for the WAL flush: a crash
-	// loses at most its last batches, and an interrupted replay starts
-	// over anyway. The swap commits durably (and so flushes them too).
-	cc.RuntimeParams["synchronous_commit"] = "off"
-	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return r.res, fmt.Errorf("replay %s: connect: %w", r.p.Name, err)
+		return res, fmt.Errorf("replay %s: %w", t.Name(), err)
 	}
-	r.conn = conn
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(cctx) // also releases the session's advisory lock
-	}()
+	return res, nil
+}
 
-	h := fnv.New32a()
-	h.Write([]byte(r.p.Name))
-	var locked bool
-	// A replay stopped a moment ago (its connection closed on Ctrl-C) may
-	// hold the lock until its backend has exited: ask a few times.
-	for try := 0; !locked && try < 5; try++ {
-		if try > 0 {
-			select {
-			case <-ctx.Done():
-				return r.res, fmt.Errorf("replay %s: %w", r.p.Name, ctx.Err())
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, int32(advisoryClass), int32(h.Sum32())).Scan(&locked); err != nil {
-			return r.res, fmt.Errorf("replay %s: lock: %w", r.p.Name, err)
-		}
+func rebuild(ctx context.Context, pool *pgxpool.Pool, t Target, progress Progress) (Result, error) {
+	unlock, err := lockBusy(ctx, pool, t.Name())
+	if err != nil {
+		return t.Result(), err
 	}
-	if !locked {
-		return r.res, fmt.Errorf("replay %s: %w", r.p.Name, ErrBusy)
-	}
-	defer func() {
-		// Explicitly: a closed connection's backend may still hold the
-		// lock for a moment, and a replay started right after would be
-		// refused.
-		if !conn.IsClosed() {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_, _ = conn.Exec(cctx, `SELECT pg_advisory_unlock($1, $2)`, int32(advisoryClass), int32(h.Sum32()))
-		}
-	}()
-	if err := r.createShadow(ctx); err != nil {
-		return r.res, err
-	}
+	defer unlock()
 	swapped := false
 	defer func() {
 		if swapped {
 			return
 		}
-		// Only the shadow schema is dropped: the live tables were never
-		// written. A failure here is harmless, the next run drops it first.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		// A failure here is harmless: the next run drops leftovers first.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		// A cancelled query closes the connection (and so frees the
-		// lock): the pool drops the schema then.
-		drop := `DROP SCHEMA IF EXISTS ` + ident(r.schema) + ` CASCADE`
-		if conn.IsClosed() {
-			_, _ = r.pool.Exec(cctx, drop)
-		} else {
-			_, _ = conn.Exec(cctx, drop)
-		}
+		_ = t.Drop(cctx)
 	}()
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&r.total); err != nil {
-		return r.res, fmt.Errorf("replay %s: count events: %w", r.p.Name, err)
+	if err := t.Shadow(ctx, progress); err != nil {
+		return t.Result(), err
 	}
-	r.progress(0, r.total)
-	r.mem = projections.NewCheckpoints(r.p)
-	if err := r.bulk(ctx); err != nil {
-		return r.res, err
-	}
-	for {
-		n, err := r.batch(ctx)
-		if err != nil {
-			return r.res, err
-		}
-		if n > 0 {
-			continue
-		}
-		// Nothing below the oldest running transaction: caught up, unless
-		// committed events wait behind one (any database's). Wait for it
-		// rather than swap in tables that lack them.
-		var hidden bool
-		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM public.events WHERE (tx_id, position) > ($1::bigint::text::xid8, $2))`,
-			r.cursor.txID, r.cursor.position).Scan(&hidden); err != nil {
-			return r.res, fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
-		}
-		if !hidden {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return r.res, fmt.Errorf("replay %s: %w", r.p.Name, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	if err := r.rebuildFeeds(ctx); err != nil {
-		return r.res, err
-	}
-	if err := r.writeCheckpoints(ctx); err != nil {
-		return r.res, err
-	}
-	if err := r.swapRetrying(ctx); err != nil {
-		return r.res, err
+	if err := t.Swap(ctx); err != nil {
+		return t.Result(), err
 	}
 	swapped = true
-	return r.res, nil
+	res := t.Result()
+	res.Swapped = true
+	return res, nil
 }
 
-func ident(parts ...string) string { return pgx.Identifier(parts).Sanitize() }
-
-// createShadow (re)creates the shadow schema: each table like the live one
-// with its constraints and indexes under their live names (so a later
-// migration that names them still finds them after the swap), and an
-// empty projection_checkpoints.
-func (r *replayer) createShadow(ctx context.Context) error {
-	// Definitions are read through the pool (default search_path), so a
-	// foreign key names its table unqualified and, created on the replay
-	// connection, points at the shadow table.
-	type def struct{ table, name, sql string }
-	rows, err := r.pool.Query(ctx, `
-		SELECT c.relname, k.conname, pg_get_constraintdef(k.oid)
-		FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = 'public' AND c.relname = ANY($1) AND k.contype IN ('p', 'u', 'f', 'x')
-		ORDER BY k.contype = 'f', c.relname, k.conname`, r.p.Tables)
+// lockBusy takes the session-level advisory lock of name on a connection
+// of its own (a cancelled query closes a connection, and the lock must
+// outlive the target's), and returns what releases it.
+func lockBusy(ctx context.Context, pool *pgxpool.Pool, name string) (func(), error) {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	key := int32(h.Sum32())
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("replay %s: read constraints: %w", r.p.Name, err)
+		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	var cons []def
-	var d def
-	if _, err := pgx.ForEachRow(rows, []any{&d.table, &d.name, &d.sql}, func() error { cons = append(cons, d); return nil }); err != nil {
-		return fmt.Errorf("replay %s: read constraints: %w", r.p.Name, err)
-	}
-	rows, err = r.pool.Query(ctx, `
-		SELECT c.relname, i.relname, pg_get_indexdef(i.oid)
-		FROM pg_index x JOIN pg_class c ON c.oid = x.indrelid JOIN pg_class i ON i.oid = x.indexrelid
-		JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = 'public' AND c.relname = ANY($1)
-		  AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = x.indexrelid AND k.conrelid = x.indrelid)
-		ORDER BY 1, 2`, r.p.Tables)
-	if err != nil {
-		return fmt.Errorf("replay %s: read indexes: %w", r.p.Name, err)
-	}
-	var idx []def
-	if _, err := pgx.ForEachRow(rows, []any{&d.table, &d.name, &d.sql}, func() error { idx = append(idx, d); return nil }); err != nil {
-		return fmt.Errorf("replay %s: read indexes: %w", r.p.Name, err)
-	}
-
-	s := ident(r.schema)
-	stmts := []string{`DROP SCHEMA IF EXISTS ` + s + ` CASCADE`, `CREATE SCHEMA ` + s}
-	for _, t := range r.p.Tables {
-		stmts = append(stmts, fmt.Sprintf(`CREATE TABLE %s (LIKE %s INCLUDING ALL EXCLUDING INDEXES)`, ident(r.schema, t), ident("public", t)))
-	}
-	for _, c := range cons {
-		stmts = append(stmts, fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s %s`, ident(r.schema, c.table), ident(c.name), c.sql))
-	}
-	for _, i := range idx {
-		on := " ON " + ident("public", i.table) + " "
-		if !strings.Contains(i.sql, on) {
-			on = " ON public." + i.table + " "
-		}
-		if !strings.Contains(i.sql, on) {
-			return fmt.Errorf("replay %s: cannot copy index %s: %s", r.p.Name, i.name, i.sql)
-		}
-		stmts = append(stmts, strings.Replace(i.sql, on, " ON "+ident(r.schema, i.table)+" ", 1))
-	}
-	stmts = append(stmts, fmt.Sprintf(`CREATE TABLE %s (LIKE public.projection_checkpoints INCLUDING ALL)`, ident(r.schema, "projection_checkpoints")))
-	err = pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error {
-		for _, q := range stmts {
-			if _, err := tx.Exec(ctx, q); err != nil {
-				return fmt.Errorf("%s: %w", q, err)
+	var locked bool
+	// A replay stopped a moment ago (its process killed) may hold the lock
+	// until its backend has exited: ask a few times.
+	for try := 0; !locked && try < 5; try++ {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				conn.Release()
+				return nil, ctx.Err()
+			case <-time.After(100 * time.Millisecond):
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("replay %s: create shadow tables: %w", r.p.Name, err)
-	}
-	return nil
-}
-
-// writeCheckpoints writes the checkpoints held in memory into the shadow's
-// table; from then on the batches use the table.
-func (r *replayer) writeCheckpoints(ctx context.Context) error {
-	err := pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error { return r.mem.Copy(ctx, tx) })
-	if err != nil {
-		return fmt.Errorf("replay %s: %w", r.p.Name, err)
-	}
-	r.mem = nil
-	return nil
-}
-
-// batch applies the next batch of events in a transaction of its own and
-// returns how many it read.
-func (r *replayer) batch(ctx context.Context) (int, error) {
-	var n int
-	err := pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error {
-		var err error
-		n, err = r.applyNext(ctx, tx)
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	if n > 0 {
-		// Outside the transaction: a slow reporter must not hold back
-		// the relay, which waits for the oldest running transaction.
-		r.progress(r.res.Events, r.total)
-	}
-	return n, nil
-}
-
-// applyNext reads the events after the cursor in relay order, applies them
-// in tx and moves the cursor (which only counts once tx commits: a failed
-// batch ends the replay).
-func (r *replayer) applyNext(ctx context.Context, tx pgx.Tx) (int, error) {
-	batch, next, err := r.read(ctx, tx, r.cursor)
-	if err != nil {
-		return 0, err
-	}
-	if err := r.apply(ctx, tx, batch, next); err != nil {
-		return 0, err
-	}
-	return len(batch), nil
-}
-
-// read reads up to a batch of events after cur, in relay order, below the
-// oldest running transaction, and returns them with the cursor after them.
-func (r *replayer) read(ctx context.Context, db interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}, cur cursor) ([]events.Envelope, cursor, error) {
-	rows, err := db.Query(ctx, `
-		SELECT tx_id::text::bigint, event_id, stream_id, stream_version, position, type, occurred_at, metadata, data
-		FROM public.events
-		WHERE (tx_id, position) > ($1::bigint::text::xid8, $2)
-		  AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
-		ORDER BY events.tx_id, events.position
-		LIMIT $3`, cur.txID, cur.position, r.cfg.BatchSize)
-	if err != nil {
-		return nil, cur, fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
-	}
-	defer rows.Close()
-	batch := make([]events.Envelope, 0, r.cfg.BatchSize)
-	next := cur
-	for rows.Next() {
-		e, err := store.ScanAfter(rows, &next.txID)
-		if err != nil {
-			return nil, cur, fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
-		}
-		next.position = e.Position
-		batch = append(batch, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, cur, fmt.Errorf("replay %s: read events: %w", r.p.Name, err)
-	}
-	return batch, next, nil
-}
-
-// apply applies batch, read after the cursor up to next, in tx and moves
-// the cursor.
-func (r *replayer) apply(ctx context.Context, tx pgx.Tx, batch []events.Envelope, next cursor) error {
-	var applied int
-	var err error
-	if r.mem != nil {
-		applied, err = projections.ApplyTxMem(ctx, tx, r.reg, r.p, batch, r.mem)
-	} else {
-		applied, err = projections.ApplyTx(ctx, tx, r.reg, r.p, batch)
-	}
-	if err != nil {
-		return fmt.Errorf("replay %s: %w", r.p.Name, err)
-	}
-	r.cursor = next
-	r.res.Events += int64(len(batch))
-	r.res.Applied += int64(applied)
-	if r.res.Events > r.total {
-		r.total = r.res.Events
-	}
-	return nil
-}
-
-// swapAttempts bounds how often the swap waits LockTimeout for the live
-// tables before the replay gives up.
-const swapAttempts = 5
-
-// lockNotAvailable is the SQLSTATE of a lock_timeout.
-const lockNotAvailable = "55P03"
-
-// swapRetrying runs swap until it gets its locks. A waiting ACCESS
-// EXCLUSIVE request queues every new reader behind it, so each attempt
-// waits only LockTimeout and then lets the readers through for a moment.
-func (r *replayer) swapRetrying(ctx context.Context) error {
-	for attempt := 1; ; attempt++ {
-		cur, res := r.cursor, r.res
-		err := r.swap(ctx)
-		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != lockNotAvailable || attempt == swapAttempts {
-			return err
-		}
-		// The rolled-back catch-up is read again.
-		r.cursor, r.res = cur, res
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("replay %s: %w", r.p.Name, ctx.Err())
-		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, int32(busyClass), key).Scan(&locked); err != nil {
+			conn.Release()
+			return nil, fmt.Errorf("lock: %w", err)
 		}
 	}
-}
-
-// swap catches up and replaces the live tables in one transaction. It
-// locks the live tables first (waiting for a projection batch that holds
-// them to commit), then the checkpoints against writes: from then on no
-// projection moves a checkpoint, so every event the live tables reflect is
-// committed and read by the catch-up, and the checkpoints copied match
-// the tables moved in. A runner batch that waited on the locks finds its
-// events already applied (its checkpoint write misses and it retries them
-// as duplicates) or applies later ones on the new tables.
-func (r *replayer) swap(ctx context.Context) error {
-	live := make([]string, len(r.p.Tables))
-	for i, t := range r.p.Tables {
-		live[i] = ident("public", t)
+	if !locked {
+		conn.Release()
+		return nil, ErrBusy
 	}
-	begin := fmt.Sprintf("BEGIN; SET LOCAL synchronous_commit = on; SET LOCAL lock_timeout = %d", r.cfg.LockTimeout.Milliseconds())
-	err := pgx.BeginTxFunc(ctx, r.conn, pgx.TxOptions{BeginQuery: begin}, func(tx pgx.Tx) error {
-		if err := r.lockFeeds(ctx, tx); err != nil {
-			return err
+	return func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(cctx, `SELECT pg_advisory_unlock($1, $2)`, int32(busyClass), key); err != nil {
+			// Never hand a connection holding the lock back to the pool.
+			_ = conn.Hijack().Close(cctx)
+			return
 		}
-		if _, err := tx.Exec(ctx, `LOCK TABLE `+strings.Join(live, ", ")+` IN ACCESS EXCLUSIVE MODE`); err != nil {
-			return fmt.Errorf("lock live tables: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `LOCK TABLE public.projection_checkpoints IN SHARE ROW EXCLUSIVE MODE`); err != nil {
-			return fmt.Errorf("lock checkpoints: %w", err)
-		}
-		for {
-			n, err := r.applyNext(ctx, tx)
-			if err != nil {
-				return err
-			}
-			if n == 0 {
-				break
-			}
-		}
-		if err := r.catchUpFeeds(ctx, tx); err != nil {
-			return err
-		}
-		stmts := []string{`DROP TABLE ` + strings.Join(live, ", ")}
-		for _, t := range r.p.Tables {
-			stmts = append(stmts, fmt.Sprintf(`ALTER TABLE %s SET SCHEMA public`, ident(r.schema, t)))
-		}
-		for _, q := range stmts {
-			if _, err := tx.Exec(ctx, q); err != nil {
-				return fmt.Errorf("%s: %w", q, err)
-			}
-		}
-		// The live checkpoints become the shadow's. Only the rows that
-		// differ are written: when the live projection is caught up that
-		// is none, where deleting and inserting every stream's row took
-		// seconds under the locks.
-		shadow := ident(r.schema, "projection_checkpoints")
-		if _, err := tx.Exec(ctx, `DELETE FROM public.projection_checkpoints c WHERE c.projection = $1
-			AND NOT EXISTS (SELECT 1 FROM `+shadow+` s WHERE s.projection = c.projection AND s.stream_id = c.stream_id AND s.version = c.version)`, r.p.Name); err != nil {
-			return fmt.Errorf("replace checkpoints: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO public.projection_checkpoints SELECT * FROM `+shadow+` s
-			WHERE NOT EXISTS (SELECT 1 FROM public.projection_checkpoints c
-				WHERE c.projection = s.projection AND c.stream_id = s.stream_id AND c.version = s.version)`); err != nil {
-			return fmt.Errorf("replace checkpoints: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO public.projection_positions (projection, position, updated_at) VALUES ($1, $2, now())
-			ON CONFLICT (projection) DO UPDATE SET position = greatest(projection_positions.position, excluded.position), updated_at = now()`,
-			r.p.Name, r.cursor.position); err != nil {
-			return fmt.Errorf("projection position: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `DROP SCHEMA `+ident(r.schema)+` CASCADE`); err != nil {
-			return fmt.Errorf("drop shadow schema: %w", err)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("replay %s: swap: %w", r.p.Name, err)
-	}
-	r.progress(r.res.Events, r.total)
-	return nil
-}
-
-// Status is one projection's line of `cfgd replay --list`.
-type Status struct {
-	Name    string
-	Tables  []string
-	Reactor bool
-	Streams int64 // checkpoint rows: streams the projection has seen
-	// Position is the highest store position the projection applied (as
-	// the runner last flushed it); Lag is the store's highest minus it.
-	Position int64
-	Lag      int64
-}
-
-// List reports every projection of ps with its checkpoint and lag.
-func List(ctx context.Context, db interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}, ps []*projections.Projection) ([]Status, error) {
-	var head int64
-	if err := db.QueryRow(ctx, `SELECT coalesce(max(position), 0) FROM events`).Scan(&head); err != nil {
-		return nil, fmt.Errorf("replay list: %w", err)
-	}
-	out := make([]Status, 0, len(ps))
-	for _, p := range ps {
-		s := Status{Name: p.Name, Tables: p.Tables, Reactor: p.Reactor}
-		err := db.QueryRow(ctx, `SELECT
-			(SELECT count(*) FROM projection_checkpoints WHERE projection = $1),
-			coalesce((SELECT position FROM projection_positions WHERE projection = $1), 0)`, p.Name).Scan(&s.Streams, &s.Position)
-		if err != nil {
-			return nil, fmt.Errorf("replay list %s: %w", p.Name, err)
-		}
-		s.Lag = max(head-s.Position, 0)
-		out = append(out, s)
-	}
-	return out, nil
+		conn.Release()
+	}, nil
 }

@@ -2,20 +2,18 @@ package requestlog
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/migrations"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/projections/replay"
 )
 
 // replayEnv is env plus the Postgres database the fence lives in.
@@ -73,257 +71,14 @@ func (e *replayEnv) fencedSink(fence Fence) *Sink {
 	return s
 }
 
-func (e *replayEnv) replay(ctx context.Context, progress Progress) (ReplayResult, error) {
-	cfg := DefaultReplayConfig(e.bus)
+func (e *replayEnv) replay(ctx context.Context) (replay.Result, error) {
+	cfg := replay.DefaultClickHouseConfig(e.bus)
 	cfg.BatchRows = 1000
-	return Replay(ctx, cfg, e.conn, e.pool, progress)
-}
-
-// lines returns every row of q, each row's columns joined by "|".
-func lines(t *testing.T, conn driver.Conn, q string) []string {
-	t.Helper()
-	rs, err := conn.Query(context.Background(), q)
+	t, err := replay.NewClickHouse(cfg, e.conn, e.pool, Codec{})
 	if err != nil {
-		t.Fatalf("%s: %v", q, err)
+		return replay.Result{}, err
 	}
-	defer rs.Close()
-	var out []string
-	for rs.Next() {
-		var s string
-		if err := rs.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
-	}
-	if err := rs.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func joined(cols []string) string {
-	for i, c := range cols {
-		cols[i] = "toString(" + c + ")"
-	}
-	return "arrayStringConcat([" + strings.Join(cols, ", ") + "], '|')"
-}
-
-// rawSnapshot is every column of every raw row, ordered by id.
-func rawSnapshot(t *testing.T, conn driver.Conn) []string {
-	return lines(t, conn, "SELECT "+joined(strings.Split(Columns, ", "))+" FROM "+migrations.RequestLogRaw+" ORDER BY id")
-}
-
-// finals are the rollup columns finalised, in table order.
-func finals(merge bool) []string {
-	agg := []string{"count", "countIf", "countIf", "countIf", "countIf", "sum", "min", "max"}
-	cols := []string{"requests", "successes", "errors", "timeouts", "cancellations", "duration_sum", "duration_min", "duration_max"}
-	raw := []string{"count()", "countIf(status = 'success')", "countIf(status = 'error')", "countIf(status = 'timeout')",
-		"countIf(status = 'cancelled')", "sum(duration_ms)", "min(duration_ms)", "max(duration_ms)"}
-	var out []string
-	for i := range cols {
-		if merge {
-			out = append(out, agg[i]+"Merge("+cols[i]+")")
-		} else {
-			out = append(out, raw[i])
-		}
-	}
-	for _, b := range migrations.RequestLogDurationBounds {
-		if merge {
-			out = append(out, fmt.Sprintf("countIfMerge(duration_le_%d)", b))
-		} else {
-			out = append(out, fmt.Sprintf("countIf(duration_ms <= %d)", b))
-		}
-	}
-	return out
-}
-
-var rollups = []struct {
-	table   string
-	seconds int
-}{{migrations.RequestLogMinute, 60}, {migrations.RequestLogHour, 3600}, {migrations.RequestLogDay, 86400}}
-
-// rollupSnapshot is every rollup finalised per bucket, service and method.
-func rollupSnapshot(t *testing.T, conn driver.Conn, table string) []string {
-	cols := append([]string{"bucket", "service_name", "method_name"}, finals(true)...)
-	return lines(t, conn, "SELECT "+joined(cols)+" FROM "+table+" GROUP BY bucket, service_name, method_name ORDER BY bucket, service_name, method_name")
-}
-
-// rollupFromRaw is rollupSnapshot computed from the raw table.
-func rollupFromRaw(t *testing.T, conn driver.Conn, seconds int) []string {
-	bucket := fmt.Sprintf("toDateTime(intDiv(toUInt32(created_at), %d) * %d)", seconds, seconds)
-	cols := append([]string{"b", "service_name", "method_name"}, finals(false)...)
-	return lines(t, conn, "SELECT "+joined(cols)+" FROM (SELECT *, "+bucket+" AS b FROM "+migrations.RequestLogRaw+
-		") GROUP BY b, service_name, method_name ORDER BY b, service_name, method_name")
-}
-
-func sameLines(t *testing.T, what string, got, want []string) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d rows, want %d", what, len(got), len(want))
-	}
-	for i := range got {
-		if got[i] != want[i] {
-			t.Fatalf("%s: row %d is\n%s\nwant\n%s", what, i, got[i], want[i])
-		}
-	}
-}
-
-func snapshot(t *testing.T, conn driver.Conn) map[string][]string {
-	out := map[string][]string{migrations.RequestLogRaw: rawSnapshot(t, conn)}
-	for _, r := range rollups {
-		out[r.table] = rollupSnapshot(t, conn, r.table)
-	}
-	return out
-}
-
-// tables are the request-log tables and views of conn's database.
-func tables(t *testing.T, conn driver.Conn) []string {
-	return lines(t, conn, "SELECT name FROM system.tables WHERE database = currentDatabase() AND name LIKE 'requestlog%' ORDER BY name")
-}
-
-func TestReplayRebuildsTheSameRowsAndRollups(t *testing.T) {
-	t.Parallel()
-	e := newReplayEnv(t, 3)
-	// Two and a half days back from now, one event every 40 s: many
-	// minutes, hours and three days, inside the retention.
-	now := time.Now().UTC()
-	e.spread(5400, now.Add(-60*time.Hour), 40*time.Second)
-	e.fencedSink(nil)
-	exact(t, e.conn, 5400)
-	before := snapshot(t, e.conn)
-	if len(before[migrations.RequestLogDay]) < 3*3*4 || len(before[migrations.RequestLogHour]) < 60 {
-		t.Fatalf("the data spans too little: %d day rows, %d hour rows", len(before[migrations.RequestLogDay]), len(before[migrations.RequestLogHour]))
-	}
-	var last [2]int64
-	res, err := e.replay(context.Background(), func(done, total int64) { last = [2]int64{done, total} })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.Swapped || res.Events != 5400 || last[0] != last[1] || last[0] != res.Records {
-		t.Fatalf("result %+v, last progress %v", res, last)
-	}
-	after := snapshot(t, e.conn)
-	for table, rows := range before {
-		sameLines(t, table+" after replay", after[table], rows)
-	}
-	want := []string{"requestlog_day", "requestlog_day_mv", "requestlog_hour", "requestlog_hour_mv", "requestlog_minute", "requestlog_minute_mv", "requestlog_raw"}
-	if got := tables(t, e.conn); strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Fatalf("tables after the swap: %v, want %v", got, want)
-	}
-	// The swapped-in raw table feeds the swapped-in rollups.
-	e.spread(100, now, time.Millisecond)
-	exact(t, e.conn, 5500)
-	for _, r := range rollups {
-		sameLines(t, r.table+" after more traffic", rollupSnapshot(t, e.conn, r.table), rollupFromRaw(t, e.conn, r.seconds))
-	}
-}
-
-func TestReplayWhileTheSinkIngests(t *testing.T) {
-	t.Parallel()
-	e := newReplayEnv(t, 3)
-	now := time.Now().UTC()
-	e.spread(3000, now.Add(-30*time.Hour), 30*time.Second)
-	e.fencedSink(nil)
-	exact(t, e.conn, 3000)
-	// Traffic goes on through the replay and its swap.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-				e.spread(40, time.Now(), time.Millisecond)
-			}
-		}
-	}()
-	time.Sleep(200 * time.Millisecond)
-	res, err := e.replay(context.Background(), nil)
-	time.Sleep(200 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	if err != nil {
-		t.Fatal(err)
-	}
-	produced := e.seq.Load()
-	if res.Events <= 3000 || res.Events >= produced {
-		t.Fatalf("replay read %d events of %d: not a replay under traffic", res.Events, produced)
-	}
-	exact(t, e.conn, uint64(produced))
-	for _, r := range rollups {
-		sameLines(t, r.table, rollupSnapshot(t, e.conn, r.table), rollupFromRaw(t, e.conn, r.seconds))
-	}
-}
-
-func TestReplayCancelLeavesLiveTables(t *testing.T) {
-	t.Parallel()
-	e := newReplayEnv(t, 2)
-	e.spread(3000, time.Now().Add(-3*time.Hour), time.Second)
-	e.fencedSink(nil)
-	exact(t, e.conn, 3000)
-	before := snapshot(t, e.conn)
-	liveTables := tables(t, e.conn)
-	ctx, cancel := context.WithCancel(context.Background())
-	var sawShadow bool
-	_, err := e.replay(ctx, func(done, total int64) {
-		if done > 0 && done < total {
-			sawShadow = len(tables(t, e.conn)) > len(liveTables)
-			cancel()
-		}
-	})
-	if !errors.Is(err, context.Canceled) || !sawShadow {
-		t.Fatalf("replay returned %v (shadow seen: %v), want it cancelled midway", err, sawShadow)
-	}
-	if got := tables(t, e.conn); strings.Join(got, ",") != strings.Join(liveTables, ",") {
-		t.Fatalf("tables after the cancel: %v, want %v", got, liveTables)
-	}
-	after := snapshot(t, e.conn)
-	for table, rows := range before {
-		sameLines(t, table+" after a cancelled replay", after[table], rows)
-	}
-	// It can be started again.
-	if _, err := e.replay(context.Background(), nil); err != nil {
-		t.Fatal(err)
-	}
-	exact(t, e.conn, 3000)
-}
-
-func TestSecondReplayIsRefused(t *testing.T) {
-	t.Parallel()
-	e := newReplayEnv(t, 1)
-	e.spread(2000, time.Now().Add(-time.Hour), time.Second)
-	started, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	first := make(chan error, 1)
-	go func() {
-		_, err := e.replay(context.Background(), func(done, _ int64) {
-			if done > 0 {
-				once.Do(func() { close(started); <-release })
-			}
-		})
-		first <- err
-	}()
-	select {
-	case <-started:
-	case err := <-first:
-		t.Fatalf("first replay ended before it could be raced: %v", err)
-	}
-	_, err := e.replay(context.Background(), nil)
-	close(release)
-	if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "requestlog.clickhouse: another replay of it is running") {
-		t.Fatalf("second replay: %v, want ErrBusy", err)
-	}
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	// Once the first is done the lock is free again.
-	if _, err := e.replay(context.Background(), nil); err != nil {
-		t.Fatal(err)
-	}
-	exact(t, e.conn, 2000)
+	return replay.Rebuild(ctx, e.pool, t, nil)
 }
 
 // gate holds the sink back before it reaches the fence, so a test can make
@@ -351,7 +106,7 @@ func TestSinkReloadsHeldOffsetsAfterASwap(t *testing.T) {
 	// hold them.
 	g.mu.Lock()
 	e.spread(600, time.Now(), time.Millisecond)
-	res, err := e.replay(context.Background(), nil)
+	res, err := e.replay(context.Background())
 	if err != nil {
 		g.mu.Unlock()
 		t.Fatal(err)

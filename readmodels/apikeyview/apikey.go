@@ -1,7 +1,3 @@
-// Package apikey answers queries about API keys from the api_keys read
-// model built by projections/apikey, and authenticates a presented key by
-// its hash. It never reads the event store, so a revocation reaches every
-// process through the projection.
 package apikeyview
 
 import (

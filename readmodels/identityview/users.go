@@ -1,6 +1,3 @@
-// Package identity answers queries about users, profiles, registration
-// sources and session revocations from the read models built by
-// projections/identity. It never reads the event store.
 package identityview
 
 import (

@@ -1,9 +1,3 @@
-// Package requestlog answers the request-log questions of SPEC.md 4.3
-// (the latest requests, and overview, services and methods statistics over
-// the last N hours) from ClickHouse. Statistics read the per-hour and
-// per-minute rollups, never raw rows; only the request list reads the raw
-// table. Transport-free: REST and the cfgd.monitor.v1 gRPC service are thin
-// adapters over Store.
 package requestlogview
 
 import (

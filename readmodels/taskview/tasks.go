@@ -1,7 +1,3 @@
-// Package tasks answers the task-queue queries: queue status (live sizes
-// from Redis, cached for the dashboard's poll interval, with the pause flag
-// from the tasks.control read model), task statistics and recent tasks
-// from the lifecycle read model, and the live workers.
 package taskview
 
 import (

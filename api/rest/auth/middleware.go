@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/gorilla/mux"
@@ -163,12 +162,4 @@ func splitAuthorization(r *http.Request) (scheme, cred string) {
 	}
 	scheme, cred, _ = strings.Cut(h, " ")
 	return scheme, strings.TrimSpace(cred)
-}
-
-// actor names the principal in event metadata.
-func actor(p *Principal) string {
-	if p == nil {
-		return ""
-	}
-	return "user:" + strconv.FormatInt(p.UserID, 10)
 }

@@ -1,9 +1,3 @@
-// Package grpc serves the REST side of cfgd's gRPC monitoring: read-only
-// API key views and stats (/api/grpc/api-keys/), the live server's health
-// (/api/grpc/monitor/health/), the proto files (/cfg/grpc/proto-files/),
-// and the staff-only admin actions that create and revoke keys
-// (/admin/api-keys/). Reads come from readmodels/apikey, writes go through
-// commands/apikeys.
 package grpcadmin
 
 import (

@@ -1,6 +1,3 @@
-// Package tasks serves the task-queue endpoints (SPEC 4.4) over the task
-// core (commands/tasks): queue status, statistics, workers and recent
-// tasks for the dashboard, and the staff's queue and worker commands.
 package taskadmin
 
 import (

@@ -11,7 +11,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"github.com/cfgd/cfgd/projections/projectors"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -19,6 +18,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cfgd/cfgd/projections/projectors"
 
 	"github.com/cfgd/cfgd/api/pages"
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
@@ -187,15 +188,6 @@ func (e *Env) Replica(t testing.TB) *Env {
 	r := *e
 	r.URL, r.Server, r.API, r.App = srv.URL, srv, a, app
 	return &r
-}
-
-// Router is the root router with the identity and front modules mounted
-// as cfgd serve mounts them (api/identity.New, api/pages.Module), media in
-// a fresh temporary folder.
-func Router(t testing.TB, app *signin.App, pool *pgxpool.Pool, now func() time.Time) *mux.Router {
-	t.Helper()
-	r, _ := newRouter(t, app, pool, now, t.TempDir())
-	return r
 }
 
 func newRouter(t testing.TB, app *signin.App, pool *pgxpool.Pool, now func() time.Time, mediaDir string) (*mux.Router, *auth.API) {

@@ -3,9 +3,11 @@ package modules
 import (
 	"context"
 	"errors"
-	"github.com/cfgd/cfgd/projections/projectors"
 	"log/slog"
 	"time"
+
+	"github.com/cfgd/cfgd/projections"
+	"github.com/cfgd/cfgd/projections/projectors"
 
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,10 +15,10 @@ import (
 
 	"github.com/cfgd/cfgd/api/grpcserver"
 	"github.com/cfgd/cfgd/api/protos"
-	"github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
-	"github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
-	"github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
-	"github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	apikeysv1 "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
+	authv1 "github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
+	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
+	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 	"github.com/cfgd/cfgd/api/rest/auth"
 	"github.com/cfgd/cfgd/api/rest/grpcadmin"
 	"github.com/cfgd/cfgd/commands/apikeys"
@@ -39,6 +41,9 @@ type GRPCConfig struct {
 	// Report batches the request-log events of the calls the server serves
 	// (requestlog.DefaultBatcherConfig when zero).
 	Report requestlog.BatcherConfig
+	// KeyFeeds are the API-key projection's other sources (the usage
+	// counts from the request log), which its replay rebuilds.
+	KeyFeeds []projections.Feed
 }
 
 // Validate joins every problem of c.
@@ -150,6 +155,8 @@ func GRPC(cfg GRPCConfig, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now
 			}, func() float64 { return float64(reporter.Dropped()) }),
 		)
 	}
+	keysProjection := projectors.Keys()
+	keysProjection.Feeds = append(keysProjection.Feeds, cfg.KeyFeeds...)
 	p.Module = Module{
 		Name: "grpc",
 		Routes: func(r *mux.Router) error {
@@ -162,7 +169,7 @@ func GRPC(cfg GRPCConfig, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now
 				Protos: dir, ReadWait: cfg.ReadWait,
 			})
 		},
-		Projections: projectors.APIKeys(),
+		Projections: []*projections.Projection{keysProjection},
 		Servers:     []process.Runner{{Name: "grpc", Run: serveGRPC(srv, reporter)}},
 	}
 	return p, nil

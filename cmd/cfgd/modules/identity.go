@@ -1,9 +1,3 @@
-// Package identity assembles the sign-in capability's module: the HTTP side
-// of the sign-in core (api/auth), the profile and avatar endpoints, the
-// uploaded media, the registration-source analytics, and the identity
-// projections. cfgd serve and the component tests (api/auth/authtest) both
-// build it with New, so a test runs exactly the routes serve mounts.
-// Imported as identityapi (README, Import aliases).
 package modules
 
 import (
@@ -28,7 +22,7 @@ type IdentityConfig struct {
 	Profile profile.Config
 }
 
-// DefaultIdentityConfig has every default of the README.
+// DefaultIdentityConfig has every default (docs/settings.md shows them).
 func DefaultIdentityConfig() IdentityConfig {
 	return IdentityConfig{Media: media.DefaultConfig(), Profile: profile.DefaultConfig()}
 }

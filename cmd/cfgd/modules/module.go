@@ -1,11 +1,3 @@
-// Package module is the shape of a cfgd capability. A module declares what
-// it brings: HTTP routes, projections (each naming the tables it owns and
-// whether it is a reactor), readiness checks and background runners (the
-// relay and projection runner today; a ClickHouse sink, task workers and
-// the gRPC server as they land). cmd/cfgd reads settings into each
-// module's Config, builds the modules, mounts their routes and runs their
-// runners in one ordered group (Run). Adding a capability means adding a
-// module; no other module changes.
 package modules
 
 import (
@@ -17,6 +9,7 @@ import (
 
 	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/projections"
+	"github.com/cfgd/cfgd/projections/replay"
 )
 
 // Module is one capability, assembled.
@@ -25,8 +18,12 @@ type Module struct {
 	// Routes mounts the module's HTTP endpoints; nil for none. An error
 	// (say, two modules claiming one path) stops start-up.
 	Routes func(r *mux.Router) error
-	// Projections are fed from the events topic by the shared runner.
+	// Projections are fed from the events topic by the shared runner;
+	// replay rebuilds them (each with its feeds) or lists them (reactors).
 	Projections []*projections.Projection
+	// Replayables are the other tables replay rebuilds (the request log's
+	// ClickHouse tables, filled live by a sink among Background).
+	Replayables []replay.Replayable
 	// Checks join /readyz.
 	Checks []process.Check
 	// Background runners start before the servers and stop after them.
@@ -53,6 +50,15 @@ func Projections(ms ...Module) []*projections.Projection {
 	var out []*projections.Projection
 	for _, m := range ms {
 		out = append(out, m.Projections...)
+	}
+	return out
+}
+
+// Replayables lists every module's Replayables.
+func Replayables(ms ...Module) []replay.Replayable {
+	var out []replay.Replayable
+	for _, m := range ms {
+		out = append(out, m.Replayables...)
 	}
 	return out
 }

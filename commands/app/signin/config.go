@@ -12,7 +12,7 @@ import (
 )
 
 // Config of the sign-in capability. cmd/settings fills it from the
-// environment (README.md, Passwordless sign-in, has the variable of each
+// environment (docs/settings.md has the variable of each
 // field); tests start from DefaultConfig and change what they need.
 type Config struct {
 	Email EmailConfig
@@ -80,7 +80,8 @@ type JWTConfig struct {
 // plus an append) on a loaded host.
 const DefaultFailureFloor = 40 * time.Millisecond
 
-// DefaultConfig is the configuration with every default of the README.
+// DefaultConfig is the configuration with every default; cmd/settings
+// reads each variable over it and docs/settings.md shows them.
 func DefaultConfig() Config {
 	return Config{
 		Email: EmailConfig{

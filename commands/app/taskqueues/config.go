@@ -1,7 +1,3 @@
-// Package tasks is cfgd's task-queue core on Redis (asynq): enqueueing,
-// the worker process that runs task servers, the staff commands on queues
-// and workers (appended as events, carried out by reactors), the live
-// worker registry and the lifecycle telemetry producer.
 package taskqueues
 
 import (

@@ -1,17 +1,18 @@
-package requestlog
+package replay
 
-// Replay rebuilds the ClickHouse request-log tables from the request-log
-// topic. The tables are rebuilt beside the live ones under a suffix
-// (requestlog_raw__replay and its rollups) with the sink's own rows and
-// ids, read with plain partition consumers from the oldest offset of every
-// partition. The bulk of the topic goes into the raw table alone; the
-// rollups are then filled in one pass each and get their own materialized
-// views for the rest. Once nearly caught up, the replay takes the fence exclusively (the sink finishes its batch
-// and waits), reads the rest, and swaps: one RENAME moves the live tables
-// to __old and the shadow ones to the live names, the views are re-created
-// so the live raw table feeds the live rollups, the generation is bumped,
-// the fence is released, and the __old tables are dropped. Queries read
-// the old tables until that RENAME.
+// The ClickHouse target rebuilds the request-log tables from the
+// request-log topic. The tables are rebuilt beside the live ones under a
+// suffix (requestlog_raw__replay and its rollups) with the live sink's own
+// rows and ids (its Codec), read with plain partition consumers from the
+// oldest offset of every partition. The bulk of the topic goes into the
+// raw table alone; the rollups are then filled in one pass each and get
+// their own materialized views for the rest. Once nearly caught up, the
+// swap takes the fence exclusively (the sink finishes its batch and
+// waits), reads the rest, and swaps: one RENAME moves the live tables to
+// __old and the shadow ones to the live names, the views are re-created so
+// the live raw table feeds the live rollups, the generation is bumped, the
+// fence is released, and the __old tables are dropped. Queries read the
+// old tables until that RENAME.
 
 import (
 	"context"
@@ -33,21 +34,45 @@ import (
 	"github.com/cfgd/cfgd/events/kafka"
 )
 
-// ReplayName is the projection's name for `cfgd replay`.
-const ReplayName = "requestlog.clickhouse"
+// RequestLogName is the request-log tables' name for `cfgd replay`.
+const RequestLogName = "requestlog.clickhouse"
 
-// Suffixes of a replay's tables: the shadow tables it builds, and the live
-// tables between the swap and their drop.
+// Suffixes of a ClickHouse replay's tables: the shadow tables it builds,
+// and the live tables between the swap and their drop.
 const (
 	ShadowSuffix = "__replay"
 	OldSuffix    = "__old"
 )
 
-// ErrBusy refuses a second replay while one is running.
-var ErrBusy = errors.New("another replay of it is running; wait for that one to finish or stop it")
+// Codec is how the live sink turns the topic's records into rows: a
+// rebuild builds the same rows, with the same ids.
+type Codec interface {
+	// Decode reads one record; it runs on one goroutine per partition.
+	Decode(m *sarama.ConsumerMessage) Decoded
+	// NewBlock returns an empty block of rows for one insert.
+	NewBlock() Block
+}
 
-// ReplayConfig tunes a replay.
-type ReplayConfig struct {
+// Decoded is a record a Codec read, handed to Block.Add in partition
+// order.
+type Decoded interface {
+	Message() *sarama.ConsumerMessage
+}
+
+// Block is the rows of one insert into a shadow raw table.
+type Block interface {
+	// Add adds a record's rows, or counts it as poisoned when the sink
+	// would have dead-lettered it.
+	Add(d Decoded)
+	Rows() int
+	Records() int
+	Poisoned() int
+	// Insert writes the rows in one INSERT into table.
+	Insert(ctx context.Context, conn driver.Conn, table string) error
+}
+
+// ClickHouseConfig tunes a ClickHouse replay.
+type ClickHouseConfig struct {
 	Bus kafka.Config
 	// BatchRows bounds one insert into the shadow raw table (one
 	// ClickHouse block: at most 1,000,000).
@@ -61,18 +86,15 @@ type ReplayConfig struct {
 	// CatchUpRecords: once the topic is at most this many records ahead,
 	// the replay holds the sink back and reads the rest.
 	CatchUpRecords int64
-	// BuildOnly builds the shadow tables and drops them instead of
-	// swapping (the benchmark).
-	BuildOnly bool
 }
 
-// DefaultReplayConfig returns the defaults for bus c.
-func DefaultReplayConfig(c kafka.Config) ReplayConfig {
-	return ReplayConfig{Bus: c, BatchRows: 250_000, Inserters: 2, RetentionDays: 30, CatchUpRecords: 200}
+// DefaultClickHouseConfig returns the defaults for bus c.
+func DefaultClickHouseConfig(c kafka.Config) ClickHouseConfig {
+	return ClickHouseConfig{Bus: c, BatchRows: 250_000, Inserters: 2, RetentionDays: 30, CatchUpRecords: 200}
 }
 
 // Validate joins every problem of c.
-func (c ReplayConfig) Validate() error {
+func (c ClickHouseConfig) Validate() error {
 	var errs []error
 	if err := c.Bus.Validate(); err != nil {
 		errs = append(errs, err)
@@ -92,66 +114,29 @@ func (c ReplayConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Progress reports done Kafka records out of total (the topic's records
-// when the replay started plus what arrived since). Records, not events:
-// a record packs many events and the count of events is known only once
-// read.
-type Progress func(done, total int64)
-
-// ReplayResult is what a replay did.
-type ReplayResult struct {
-	Records  int64 // Kafka records read
-	Events   int64 // rows inserted
-	Poisoned int64 // records skipped as unreadable (the sink dead-lettered them)
-	Swapped  bool
-	Elapsed  time.Duration
-	// Load is the time the bulk load took (reading the topic into the
-	// shadow raw table), Rollups the time filling the rollups took.
-	Load, Rollups time.Duration
-}
-
-// Replay rebuilds the request-log tables of conn's database from the
-// topic and swaps them in, coordinating with the sink through pool's
-// advisory locks and generation. Cancelling ctx before the swap leaves the
-// live tables untouched and drops the shadow ones.
-func Replay(ctx context.Context, cfg ReplayConfig, conn driver.Conn, pool *pgxpool.Pool, progress Progress) (ReplayResult, error) {
-	if err := cfg.Validate(); err != nil {
-		return ReplayResult{}, err
-	}
-	if progress == nil {
-		progress = func(int64, int64) {}
-	}
-	live := migrations.LiveRequestLogTables()
-	r := &replayer{cfg: cfg, conn: conn, pool: pool, progress: progress, topic: cfg.Bus.Topic(kafka.TopicRequestLogs),
-		live: live, shadow: live.Suffixed(ShadowSuffix), old: live.Suffixed(OldSuffix)}
-	start := time.Now()
-	err := r.run(ctx)
-	r.res.Elapsed = time.Since(start)
-	r.res.Records, r.res.Events, r.res.Poisoned = r.records.Load(), r.events.Load(), r.poisoned.Load()
-	if err != nil {
-		return r.res, fmt.Errorf("replay %s: %w", ReplayName, err)
-	}
-	return r.res, nil
-}
-
-type replayer struct {
-	cfg                ReplayConfig
+// ClickHouse is the Target of the request-log tables. Its progress counts
+// Kafka records, not events: a record packs many events and the count of
+// events is known only once read.
+type ClickHouse struct {
+	cfg                ClickHouseConfig
 	conn               driver.Conn
-	pool               *pgxpool.Pool
+	fence              PostgresFence
+	codec              Codec
 	progress           Progress
 	topic              string
 	live, shadow, old  migrations.RequestLogTables
 	features           migrations.ClickHouseFeatures
-	res                ReplayResult
+	res                Result
 	records, events    atomic.Int64
 	poisoned, total    atomic.Int64
 	progressMu         sync.Mutex
 	client             sarama.Client
 	partitions         []int32
 	pos                map[int32]int64 // next offset to read, per partition
-	in                 chan decoded
-	b                  *batch
-	work               chan *batch
+	target             map[int32]int64 // where the build stopped reading
+	in                 chan Decoded
+	b                  Block
+	work               chan Block
 	inflight           sync.WaitGroup
 	inserters          sync.WaitGroup
 	failed             chan error
@@ -162,31 +147,36 @@ type replayer struct {
 	partitionConsumers []sarama.PartitionConsumer
 }
 
-func (r *replayer) run(ctx context.Context) error {
-	busy, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	var locked bool
-	if err := busy.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, int32(replayClass), replayKey()).Scan(&locked); err != nil {
-		busy.Release()
-		return fmt.Errorf("lock: %w", err)
-	}
-	if !locked {
-		busy.Release()
-		return ErrBusy
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, err := busy.Exec(cctx, `SELECT pg_advisory_unlock($1, $2)`, int32(replayClass), replayKey()); err != nil {
-			// Never hand a connection holding the lock back to the pool.
-			_ = busy.Hijack().Close(cctx)
-			return
-		}
-		busy.Release()
-	}()
+var _ Target = (*ClickHouse)(nil)
 
+// NewClickHouse returns the target that rebuilds the request-log tables of
+// conn's database from the topic, with codec's rows; it coordinates with
+// the live sink through pool's fence (PostgresFence).
+func NewClickHouse(cfg ClickHouseConfig, conn driver.Conn, pool *pgxpool.Pool, codec Codec) (*ClickHouse, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	live := migrations.LiveRequestLogTables()
+	return &ClickHouse{cfg: cfg, conn: conn, fence: PostgresFence{Pool: pool}, codec: codec, topic: cfg.Bus.Topic(kafka.TopicRequestLogs),
+		live: live, shadow: live.Suffixed(ShadowSuffix), old: live.Suffixed(OldSuffix)}, nil
+}
+
+// Name implements Target.
+func (r *ClickHouse) Name() string { return RequestLogName }
+
+// Result implements Target.
+func (r *ClickHouse) Result() Result {
+	res := r.res
+	res.Records, res.Events, res.Poisoned = r.records.Load(), r.events.Load(), r.poisoned.Load()
+	return res
+}
+
+// Shadow implements Target: it creates the shadow tables, reads the topic
+// into the raw one until it is at most CatchUpRecords behind, then fills
+// the rollups and gives them their views.
+func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) error {
+	r.progress = progress
+	var err error
 	if r.features, err = migrations.ServerFeatures(ctx, r.conn); err != nil {
 		return err
 	}
@@ -205,14 +195,6 @@ func (r *replayer) run(ctx context.Context) error {
 			return fmt.Errorf("drop leftover %s: %w", t, err)
 		}
 	}
-	defer func() {
-		if r.res.Swapped {
-			return
-		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_ = r.dropShadow(cctx)
-	}()
 	// No views yet: the bulk load fills the raw table alone.
 	for _, stmt := range migrations.RequestLogTableDDL(r.shadow, r.features, r.cfg.RetentionDays) {
 		if err := r.conn.Exec(ctx, stmt); err != nil {
@@ -223,9 +205,7 @@ func (r *replayer) run(ctx context.Context) error {
 	if err := r.open(ctx); err != nil {
 		return err
 	}
-	defer r.close()
-
-	target, err := r.highWatermarks()
+	target, err := Ends(r.client, r.topic)
 	if err != nil {
 		return err
 	}
@@ -240,7 +220,7 @@ func (r *replayer) run(ctx context.Context) error {
 		if err := r.consumeTo(ctx, target); err != nil {
 			return err
 		}
-		next, err := r.highWatermarks()
+		next, err := Ends(r.client, r.topic)
 		if err != nil {
 			return err
 		}
@@ -250,6 +230,7 @@ func (r *replayer) run(ctx context.Context) error {
 		r.grow(target, next)
 		target = next
 	}
+	r.target = target
 	// The rollups in one pass each over what the bulk load wrote, then the
 	// views for the rest (nothing inserts meanwhile: the replay is the only
 	// writer of its shadow).
@@ -271,14 +252,24 @@ func (r *replayer) run(ctx context.Context) error {
 		}
 	}
 	r.res.Rollups = time.Since(start)
-	if r.cfg.BuildOnly {
-		return nil
-	}
-	return r.catchUpAndSwap(ctx, target)
+	return nil
+}
+
+// Swap implements Target: it holds the sink back, reads what is left and
+// renames the shadow tables in.
+func (r *ClickHouse) Swap(ctx context.Context) error {
+	defer r.close()
+	return r.catchUpAndSwap(ctx, r.target)
+}
+
+// Drop implements Target: the shadow views, then the shadow tables.
+func (r *ClickHouse) Drop(ctx context.Context) error {
+	r.close()
+	return r.dropShadow(ctx)
 }
 
 // dropShadow drops the shadow views, then the shadow tables.
-func (r *replayer) dropShadow(ctx context.Context) error {
+func (r *ClickHouse) dropShadow(ctx context.Context) error {
 	for _, t := range append(r.shadow.Views(), r.shadow.All()...) {
 		if err := r.conn.Exec(ctx, "DROP TABLE IF EXISTS "+t); err != nil {
 			return fmt.Errorf("drop shadow %s: %w", t, err)
@@ -289,7 +280,7 @@ func (r *replayer) dropShadow(ctx context.Context) error {
 
 // open starts a partition consumer at the oldest offset of every
 // partition, all feeding r.in, and the inserters.
-func (r *replayer) open(ctx context.Context) error {
+func (r *ClickHouse) open(ctx context.Context) error {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if err := kafka.EnsureTopics(ctx, r.cfg.Bus, quiet, kafka.TopicRequestLogs); err != nil {
 		return err
@@ -311,8 +302,9 @@ func (r *replayer) open(ctx context.Context) error {
 		return fmt.Errorf("kafka consumer: %w", err)
 	}
 	r.pos = map[int32]int64{}
-	r.in = make(chan decoded, 256)
-	r.stopConsumers = make(chan struct{})
+	r.in = make(chan Decoded, 256)
+	stop := make(chan struct{})
+	r.stopConsumers = stop
 	for _, p := range r.partitions {
 		oldest, err := client.GetOffset(r.topic, p, sarama.OffsetOldest)
 		if err != nil {
@@ -331,8 +323,8 @@ func (r *replayer) open(ctx context.Context) error {
 				// Decoded here, one goroutine per partition, so the
 				// batch builder only appends rows.
 				select {
-				case r.in <- decode(m):
-				case <-r.stopConsumers:
+				case r.in <- r.codec.Decode(m):
+				case <-stop:
 					return
 				}
 			}
@@ -344,8 +336,8 @@ func (r *replayer) open(ctx context.Context) error {
 			}
 		}()
 	}
-	r.b = newBatch()
-	r.work = make(chan *batch)
+	r.b = r.codec.NewBlock()
+	r.work = make(chan Block)
 	r.failed = make(chan error, r.cfg.Inserters)
 	r.insertCtx, r.cancelInsert = context.WithCancel(ctx)
 	r.inserters.Add(r.cfg.Inserters)
@@ -355,30 +347,36 @@ func (r *replayer) open(ctx context.Context) error {
 	return nil
 }
 
-func (r *replayer) close() {
+// close stops the consumers and inserters open started; a second call
+// does nothing.
+func (r *ClickHouse) close() {
 	if r.work != nil {
 		r.cancelInsert()
 		close(r.work)
 		r.inserters.Wait()
+		r.work = nil
 	}
 	if r.stopConsumers != nil {
 		close(r.stopConsumers)
+		r.stopConsumers = nil
 	}
 	for _, pc := range r.partitionConsumers {
 		pc.AsyncClose()
 	}
+	r.partitionConsumers = nil
 	r.consumerWG.Wait()
 	if r.client != nil {
 		_ = r.client.Close()
+		r.client = nil
 	}
 }
 
-func (r *replayer) inserter() {
+func (r *ClickHouse) inserter() {
 	defer r.inserters.Done()
 	for b := range r.work {
 		var err error
-		if b.rows.Len() > 0 {
-			err = b.rows.InsertInto(r.insertCtx, r.conn, r.shadow.Raw)
+		if b.Rows() > 0 {
+			err = b.Insert(r.insertCtx, r.conn, r.shadow.Raw)
 		}
 		if err != nil {
 			select {
@@ -387,9 +385,9 @@ func (r *replayer) inserter() {
 			}
 			r.cancelInsert()
 		} else {
-			r.events.Add(int64(b.rows.Len()))
-			r.poisoned.Add(int64(len(b.poison)))
-			done := r.records.Add(int64(b.records))
+			r.events.Add(int64(b.Rows()))
+			r.poisoned.Add(int64(b.Poisoned()))
+			done := r.records.Add(int64(b.Records()))
 			r.progressMu.Lock()
 			r.progress(done, r.total.Load())
 			r.progressMu.Unlock()
@@ -398,21 +396,8 @@ func (r *replayer) inserter() {
 	}
 }
 
-// highWatermarks are the next offsets to be written, per partition.
-func (r *replayer) highWatermarks() (map[int32]int64, error) {
-	out := make(map[int32]int64, len(r.partitions))
-	for _, p := range r.partitions {
-		off, err := r.client.GetOffset(r.topic, p, sarama.OffsetNewest)
-		if err != nil {
-			return nil, fmt.Errorf("kafka high watermark of %s/%d: %w", r.topic, p, err)
-		}
-		out[p] = off
-	}
-	return out, nil
-}
-
 // behind is how many records the replay has yet to read up to hwm.
-func (r *replayer) behind(hwm map[int32]int64) int64 {
+func (r *ClickHouse) behind(hwm map[int32]int64) int64 {
 	var n int64
 	for _, p := range r.partitions {
 		n += max(hwm[p]-r.pos[p], 0)
@@ -421,7 +406,7 @@ func (r *replayer) behind(hwm map[int32]int64) int64 {
 }
 
 // grow adds what arrived between two high-watermark readings to the total.
-func (r *replayer) grow(from, to map[int32]int64) {
+func (r *ClickHouse) grow(from, to map[int32]int64) {
 	var n int64
 	for _, p := range r.partitions {
 		n += to[p] - from[p]
@@ -431,16 +416,17 @@ func (r *replayer) grow(from, to map[int32]int64) {
 
 // consumeTo reads every partition up to target (exclusive), inserts what
 // it read, and returns once every insert is done.
-func (r *replayer) consumeTo(ctx context.Context, target map[int32]int64) error {
+func (r *ClickHouse) consumeTo(ctx context.Context, target map[int32]int64) error {
 	for r.behind(target) > 0 {
 		select {
 		case d := <-r.in:
 			// Partition consumers deliver each partition in order, from the
 			// oldest offset on: the shadow holds a prefix of every
 			// partition, as the sink's skip-what-is-held logic expects.
-			r.b.addDecoded(d)
-			r.pos[d.msg.Partition] = d.msg.Offset + 1
-			if r.b.rows.Len() >= r.cfg.BatchRows {
+			r.b.Add(d)
+			m := d.Message()
+			r.pos[m.Partition] = m.Offset + 1
+			if r.b.Rows() >= r.cfg.BatchRows {
 				if err := r.send(ctx); err != nil {
 					return err
 				}
@@ -464,14 +450,14 @@ func (r *replayer) consumeTo(ctx context.Context, target map[int32]int64) error 
 }
 
 // send hands the batch being built to an inserter.
-func (r *replayer) send(ctx context.Context) error {
-	if r.b.records == 0 {
+func (r *ClickHouse) send(ctx context.Context) error {
+	if r.b.Records() == 0 {
 		return nil
 	}
 	r.inflight.Add(1)
 	select {
 	case r.work <- r.b:
-		r.b = newBatch()
+		r.b = r.codec.NewBlock()
 		return nil
 	case err := <-r.failed:
 		r.inflight.Done()
@@ -486,20 +472,16 @@ func (r *replayer) send(ctx context.Context) error {
 // is left and swaps the tables. The fence is a transaction-level lock:
 // whatever ends this transaction (commit, an error, the process dying)
 // releases it.
-func (r *replayer) catchUpAndSwap(ctx context.Context, target map[int32]int64) error {
-	tx, err := r.pool.Begin(ctx)
+func (r *ClickHouse) catchUpAndSwap(ctx context.Context, target map[int32]int64) error {
+	tx, err := r.fence.hold(ctx)
 	if err != nil {
-		return fmt.Errorf("postgres: %w", err)
+		return err
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = tx.Rollback(cctx)
 	}()
-	// Waits for the sink's batch in flight; new ones wait behind it.
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, int32(fenceClass), int32(fenceKey)); err != nil {
-		return fmt.Errorf("hold the sink back: %w", err)
-	}
 	// Partitions added since the start would be missing from the shadow.
 	if err := r.client.RefreshMetadata(r.topic); err != nil {
 		return fmt.Errorf("kafka metadata of %s: %w", r.topic, err)
@@ -507,7 +489,7 @@ func (r *replayer) catchUpAndSwap(ctx context.Context, target map[int32]int64) e
 	if now, err := r.client.Partitions(r.topic); err != nil || len(now) != len(r.partitions) {
 		return errors.Join(fmt.Errorf("%s went from %d partitions to %d during the replay; run it again", r.topic, len(r.partitions), len(now)), err)
 	}
-	final, err := r.highWatermarks()
+	final, err := Ends(r.client, r.topic)
 	if err != nil {
 		return err
 	}
@@ -523,11 +505,9 @@ func (r *replayer) catchUpAndSwap(ctx context.Context, target map[int32]int64) e
 	if _, err := migrations.DropExpiredRequestLogTables(sctx, r.conn, r.shadow, r.cfg.RetentionDays, time.Now()); err != nil {
 		return err
 	}
-	// The generation first, committed on its own: the sink reads it only
-	// once the fence is free again, and a bump without a swap (the replay
-	// dying right after it) only costs the sink a reload of its offsets.
-	if _, err := r.pool.Exec(sctx, `UPDATE requestlog_generation SET generation = generation + 1`); err != nil {
-		return fmt.Errorf("bump generation: %w", err)
+	// The generation first (see bump).
+	if err := r.fence.bump(sctx); err != nil {
+		return err
 	}
 	if err := r.swap(sctx); err != nil {
 		// Whatever step failed, the live names get their views back.
@@ -536,6 +516,7 @@ func (r *replayer) catchUpAndSwap(ctx context.Context, target map[int32]int64) e
 		}
 		return err
 	}
+	// Whatever the commit says, the tables are swapped.
 	r.res.Swapped = true
 	if err := tx.Commit(sctx); err != nil {
 		// The connection is gone with the lock; the swap stands.
@@ -555,7 +536,7 @@ func (r *replayer) catchUpAndSwap(ctx context.Context, target map[int32]int64) e
 // ones, so rather than rely on either, every view is dropped before the
 // RENAME and the live ones are created after it; nothing inserts in
 // between (the sink is held back by the fence).
-func (r *replayer) swap(ctx context.Context) error {
+func (r *ClickHouse) swap(ctx context.Context) error {
 	for _, v := range append(r.live.Views(), r.shadow.Views()...) {
 		if err := r.conn.Exec(ctx, "DROP TABLE IF EXISTS "+v); err != nil {
 			return fmt.Errorf("drop view %s: %w", v, err)
@@ -580,19 +561,11 @@ func (r *replayer) swap(ctx context.Context) error {
 	return nil
 }
 
-// ReplayStatus is the projection's line of `cfgd replay --list`.
-type ReplayStatus struct {
-	Name   string
-	Tables []string
-	// Position is the sum over partitions of the offsets the live sink's
-	// group committed; Lag is the sum of high watermarks minus them.
-	Position, Lag int64
-}
-
-// Status reports the live sink's position on the topic (its consumer
-// group is group).
-func Status(ctx context.Context, c kafka.Config, group string) (ReplayStatus, error) {
-	st := ReplayStatus{Name: ReplayName, Tables: migrations.LiveRequestLogTables().All()}
+// clickhouseStatus reports the live sink's position on the request-log
+// topic (its consumer group is group): the sum over partitions of the
+// offsets it committed, and the high watermarks' sum minus that as lag.
+func clickhouseStatus(ctx context.Context, c kafka.Config, group string) (Status, error) {
+	st := Status{Streams: -1}
 	sc := c.Sarama()
 	// A listing answers quickly or says it cannot.
 	sc.Net.DialTimeout = 2 * time.Second

@@ -1,0 +1,428 @@
+package replay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/IBM/sarama"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/deploy/migrations"
+	"github.com/cfgd/cfgd/events/kafka"
+	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/projections/replay"
+	"github.com/cfgd/cfgd/projections/requestlog"
+)
+
+// chEnv is a private broker, ClickHouse database with the live request-log
+// tables, producer and the Postgres database the fence and the busy lock
+// live in.
+type chEnv struct {
+	t    *testing.T
+	bus  kafka.Config
+	conn driver.Conn
+	prod *reqlog.Producer
+	pool *pgxpool.Pool
+	seq  atomic.Int64 // events produced so far (request ids)
+}
+
+func newCHEnv(t *testing.T, partitions int) *chEnv {
+	t.Helper()
+	c := testenv.Kafka(t, partitions)
+	_, conn := testenv.ClickHouse(t)
+	pc := reqlog.DefaultProducerConfig(c)
+	pc.PackEvents = 50
+	pc.Timeout = 10 * time.Second
+	p, err := reqlog.NewProducer(pc, testenv.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	if err := migrations.UpRequestLog(context.Background(), conn, 30); err != nil {
+		t.Fatal(err)
+	}
+	return &chEnv{t: t, bus: c, conn: conn, prod: p, pool: testenv.Postgres(t)}
+}
+
+// spread produces n events, the i-th at from + i*step, across services,
+// methods, statuses and duration buckets, with every column filled.
+func (e *chEnv) spread(n int, from time.Time, step time.Duration) {
+	e.t.Helper()
+	statuses := reqlog.Statuses()
+	evs := make([]reqlog.Event, n)
+	for i := range evs {
+		k := int(e.seq.Add(1))
+		st := statuses[k%len(statuses)]
+		evs[i] = reqlog.Event{RequestID: fmt.Sprintf("r%d", k), ServiceName: fmt.Sprintf("svc.S%d", k%3), MethodName: fmt.Sprintf("M%d", k%4),
+			Status: st, DurationMS: int64(k*37) % 70000, CreatedAt: from.Add(time.Duration(i) * step).UTC(),
+			ErrorMessage: map[bool]string{true: "boom", false: ""}[st == reqlog.StatusError], ClientIP: "10.0.0.1",
+			UserID: int64(k % 7), Username: fmt.Sprintf("u%d", k%7), IsAuthenticated: k%2 == 0, APIKeyID: int64(k % 5), APIKeyName: "key"}
+	}
+	for i := 0; i < n; i += 200 {
+		if err := e.prod.Produce(context.Background(), evs[i:min(i+200, n)]); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// fencedSink starts the live sink behind the Postgres fence, as serve runs
+// it.
+func (e *chEnv) fencedSink() *requestlog.Sink {
+	e.t.Helper()
+	cfg := requestlog.DefaultConfig(e.bus)
+	cfg.Group = "live"
+	cfg.BatchRows = 300
+	cfg.BatchWait = 50 * time.Millisecond
+	cfg.MaxBackoff = 200 * time.Millisecond
+	s, err := requestlog.NewFenced(cfg, e.conn, replay.PostgresFence{Pool: e.pool}, testenv.Quiet())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	e.t.Cleanup(func() { cancel(); <-done })
+	return s
+}
+
+func (e *chEnv) replay(ctx context.Context, progress replay.Progress) (replay.Result, error) {
+	cfg := replay.DefaultClickHouseConfig(e.bus)
+	cfg.BatchRows = 1000
+	t, err := replay.NewClickHouse(cfg, e.conn, e.pool, requestlog.Codec{})
+	if err != nil {
+		return replay.Result{}, err
+	}
+	return replay.Rebuild(ctx, e.pool, t, progress)
+}
+
+func counts(t *testing.T, conn driver.Conn) (raw, minute, hour, distinctIDs uint64) {
+	t.Helper()
+	ctx := context.Background()
+	if err := conn.QueryRow(ctx, "SELECT count(), uniqExact(id) FROM requestlog_raw").Scan(&raw, &distinctIDs); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT countMerge(requests) FROM requestlog_minute").Scan(&minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT countMerge(requests) FROM requestlog_hour").Scan(&hour); err != nil {
+		t.Fatal(err)
+	}
+	return
+}
+
+// exact waits until the tables hold want rows, then checks none shows up
+// twice.
+func exact(t *testing.T, conn driver.Conn, want uint64) {
+	t.Helper()
+	var raw, minute, hour, ids uint64
+	// The rollups are written just after the raw rows (materialized views).
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		raw, minute, hour, ids = counts(t, conn)
+		if raw >= want && minute >= want && hour >= want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %d rows", want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // let a duplicate show, if any
+	raw, minute, hour, ids = counts(t, conn)
+	if raw != want || minute != want || hour != want || ids != want {
+		t.Fatalf("raw %d, minute rollup %d, hour rollup %d, distinct ids %d; want %d each", raw, minute, hour, ids, want)
+	}
+}
+
+// lines returns every row of q, each row's columns joined by "|".
+func lines(t *testing.T, conn driver.Conn, q string) []string {
+	t.Helper()
+	rs, err := conn.Query(context.Background(), q)
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	defer rs.Close()
+	var out []string
+	for rs.Next() {
+		var s string
+		if err := rs.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if err := rs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func joined(cols []string) string {
+	for i, c := range cols {
+		cols[i] = "toString(" + c + ")"
+	}
+	return "arrayStringConcat([" + strings.Join(cols, ", ") + "], '|')"
+}
+
+// rawSnapshot is every column of every raw row, ordered by id.
+func rawSnapshot(t *testing.T, conn driver.Conn) []string {
+	return lines(t, conn, "SELECT "+joined(strings.Split(requestlog.Columns, ", "))+" FROM "+migrations.RequestLogRaw+" ORDER BY id")
+}
+
+// finals are the rollup columns finalised, in table order.
+func finals(merge bool) []string {
+	agg := []string{"count", "countIf", "countIf", "countIf", "countIf", "sum", "min", "max"}
+	cols := []string{"requests", "successes", "errors", "timeouts", "cancellations", "duration_sum", "duration_min", "duration_max"}
+	raw := []string{"count()", "countIf(status = 'success')", "countIf(status = 'error')", "countIf(status = 'timeout')",
+		"countIf(status = 'cancelled')", "sum(duration_ms)", "min(duration_ms)", "max(duration_ms)"}
+	var out []string
+	for i := range cols {
+		if merge {
+			out = append(out, agg[i]+"Merge("+cols[i]+")")
+		} else {
+			out = append(out, raw[i])
+		}
+	}
+	for _, b := range migrations.RequestLogDurationBounds {
+		if merge {
+			out = append(out, fmt.Sprintf("countIfMerge(duration_le_%d)", b))
+		} else {
+			out = append(out, fmt.Sprintf("countIf(duration_ms <= %d)", b))
+		}
+	}
+	return out
+}
+
+var rollups = []struct {
+	table   string
+	seconds int
+}{{migrations.RequestLogMinute, 60}, {migrations.RequestLogHour, 3600}, {migrations.RequestLogDay, 86400}}
+
+// rollupSnapshot is every rollup finalised per bucket, service and method.
+func rollupSnapshot(t *testing.T, conn driver.Conn, table string) []string {
+	cols := append([]string{"bucket", "service_name", "method_name"}, finals(true)...)
+	return lines(t, conn, "SELECT "+joined(cols)+" FROM "+table+" GROUP BY bucket, service_name, method_name ORDER BY bucket, service_name, method_name")
+}
+
+// rollupFromRaw is rollupSnapshot computed from the raw table.
+func rollupFromRaw(t *testing.T, conn driver.Conn, seconds int) []string {
+	bucket := fmt.Sprintf("toDateTime(intDiv(toUInt32(created_at), %d) * %d)", seconds, seconds)
+	cols := append([]string{"b", "service_name", "method_name"}, finals(false)...)
+	return lines(t, conn, "SELECT "+joined(cols)+" FROM (SELECT *, "+bucket+" AS b FROM "+migrations.RequestLogRaw+
+		") GROUP BY b, service_name, method_name ORDER BY b, service_name, method_name")
+}
+
+func sameLines(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d rows, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("%s: row %d is\n%s\nwant\n%s", what, i, got[i], want[i])
+		}
+	}
+}
+
+func chSnapshot(t *testing.T, conn driver.Conn) map[string][]string {
+	out := map[string][]string{migrations.RequestLogRaw: rawSnapshot(t, conn)}
+	for _, r := range rollups {
+		out[r.table] = rollupSnapshot(t, conn, r.table)
+	}
+	return out
+}
+
+// tables are the request-log tables and views of conn's database.
+func tables(t *testing.T, conn driver.Conn) []string {
+	return lines(t, conn, "SELECT name FROM system.tables WHERE database = currentDatabase() AND name LIKE 'requestlog%' ORDER BY name")
+}
+
+func TestReplayRebuildsTheSameRowsAndRollups(t *testing.T) {
+	t.Parallel()
+	e := newCHEnv(t, 3)
+	// Two and a half days back from now, one event every 40 s: many
+	// minutes, hours and three days, inside the retention.
+	now := time.Now().UTC()
+	e.spread(5400, now.Add(-60*time.Hour), 40*time.Second)
+	e.fencedSink()
+	exact(t, e.conn, 5400)
+	before := chSnapshot(t, e.conn)
+	if len(before[migrations.RequestLogDay]) < 3*3*4 || len(before[migrations.RequestLogHour]) < 60 {
+		t.Fatalf("the data spans too little: %d day rows, %d hour rows", len(before[migrations.RequestLogDay]), len(before[migrations.RequestLogHour]))
+	}
+	var last [2]int64
+	res, err := e.replay(context.Background(), func(done, total int64) { last = [2]int64{done, total} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Swapped || res.Events != 5400 || last[0] != last[1] || last[0] != res.Records {
+		t.Fatalf("result %+v, last progress %v", res, last)
+	}
+	after := chSnapshot(t, e.conn)
+	for table, rows := range before {
+		sameLines(t, table+" after replay", after[table], rows)
+	}
+	want := []string{"requestlog_day", "requestlog_day_mv", "requestlog_hour", "requestlog_hour_mv", "requestlog_minute", "requestlog_minute_mv", "requestlog_raw"}
+	if got := tables(t, e.conn); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("tables after the swap: %v, want %v", got, want)
+	}
+	// The swapped-in raw table feeds the swapped-in rollups.
+	e.spread(100, now, time.Millisecond)
+	exact(t, e.conn, 5500)
+	for _, r := range rollups {
+		sameLines(t, r.table+" after more traffic", rollupSnapshot(t, e.conn, r.table), rollupFromRaw(t, e.conn, r.seconds))
+	}
+}
+
+func TestReplayWhileTheSinkIngests(t *testing.T) {
+	t.Parallel()
+	e := newCHEnv(t, 3)
+	now := time.Now().UTC()
+	e.spread(3000, now.Add(-30*time.Hour), 30*time.Second)
+	e.fencedSink()
+	exact(t, e.conn, 3000)
+	// Traffic goes on through the replay and its swap.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				e.spread(40, time.Now(), time.Millisecond)
+			}
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	res, err := e.replay(context.Background(), nil)
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	produced := e.seq.Load()
+	if res.Events <= 3000 || res.Events >= produced {
+		t.Fatalf("replay read %d events of %d: not a replay under traffic", res.Events, produced)
+	}
+	exact(t, e.conn, uint64(produced))
+	for _, r := range rollups {
+		sameLines(t, r.table, rollupSnapshot(t, e.conn, r.table), rollupFromRaw(t, e.conn, r.seconds))
+	}
+}
+
+func TestReplayCancelLeavesLiveTables(t *testing.T) {
+	t.Parallel()
+	e := newCHEnv(t, 2)
+	e.spread(3000, time.Now().Add(-3*time.Hour), time.Second)
+	e.fencedSink()
+	exact(t, e.conn, 3000)
+	before := chSnapshot(t, e.conn)
+	liveTables := tables(t, e.conn)
+	ctx, cancel := context.WithCancel(context.Background())
+	var sawShadow bool
+	_, err := e.replay(ctx, func(done, total int64) {
+		if done > 0 && done < total {
+			sawShadow = len(tables(t, e.conn)) > len(liveTables)
+			cancel()
+		}
+	})
+	if !errors.Is(err, context.Canceled) || !sawShadow {
+		t.Fatalf("replay returned %v (shadow seen: %v), want it cancelled midway", err, sawShadow)
+	}
+	if got := tables(t, e.conn); strings.Join(got, ",") != strings.Join(liveTables, ",") {
+		t.Fatalf("tables after the cancel: %v, want %v", got, liveTables)
+	}
+	after := chSnapshot(t, e.conn)
+	for table, rows := range before {
+		sameLines(t, table+" after a cancelled replay", after[table], rows)
+	}
+	// It can be started again.
+	if _, err := e.replay(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	exact(t, e.conn, 3000)
+}
+
+func TestSecondReplayIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newCHEnv(t, 1)
+	e.spread(2000, time.Now().Add(-time.Hour), time.Second)
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	first := make(chan error, 1)
+	go func() {
+		_, err := e.replay(context.Background(), func(done, _ int64) {
+			if done > 0 {
+				once.Do(func() { close(started); <-release })
+			}
+		})
+		first <- err
+	}()
+	select {
+	case <-started:
+	case err := <-first:
+		t.Fatalf("first replay ended before it could be raced: %v", err)
+	}
+	_, err := e.replay(context.Background(), nil)
+	close(release)
+	if !errors.Is(err, replay.ErrBusy) || !strings.Contains(err.Error(), "requestlog.clickhouse: another replay of it is running") {
+		t.Fatalf("second replay: %v, want replay.ErrBusy", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	// Once the first is done the lock is free again.
+	if _, err := e.replay(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	exact(t, e.conn, 2000)
+}
+
+// A partition added to the topic during a replay would be missing from the
+// rebuilt tables: the swap refuses, the live tables stay as they were and
+// no shadow table is left.
+func TestReplayRefusesATopicThatGainedPartitions(t *testing.T) {
+	t.Parallel()
+	e := newCHEnv(t, 1)
+	e.spread(2000, time.Now().Add(-time.Hour), time.Second)
+	e.fencedSink()
+	exact(t, e.conn, 2000)
+	before := chSnapshot(t, e.conn)
+	liveTables := tables(t, e.conn)
+	admin, err := sarama.NewClusterAdmin(e.bus.Brokers, e.bus.Sarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	var once sync.Once
+	var added error
+	_, err = e.replay(context.Background(), func(done, _ int64) {
+		if done > 0 {
+			once.Do(func() { added = admin.CreatePartitions(e.bus.Topic(kafka.TopicRequestLogs), 2, nil, false) })
+		}
+	})
+	if added != nil {
+		t.Fatal(added)
+	}
+	if err == nil || !strings.Contains(err.Error(), "went from 1 partitions to 2 during the replay; run it again") {
+		t.Fatalf("replay across a new partition: %v", err)
+	}
+	if got := tables(t, e.conn); strings.Join(got, ",") != strings.Join(liveTables, ",") {
+		t.Fatalf("tables after the refused swap: %v, want %v", got, liveTables)
+	}
+	after := chSnapshot(t, e.conn)
+	for table, rows := range before {
+		sameLines(t, table+" after a refused swap", after[table], rows)
+	}
+}
