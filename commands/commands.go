@@ -13,13 +13,11 @@ package commands
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"strings"
 	"time"
 
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/store"
 )
 
@@ -31,9 +29,9 @@ import (
 // always suffices unless the resource is genuinely flooded (ErrBusy).
 const MaxAttempts = 12
 
-// ErrBusy is returned when a command kept losing the race for its stream.
-// Callers answer it as 503: retrying later will work.
-var ErrBusy = errors.New("too much concurrent activity on this resource, try again")
+// ErrBusy is returned when a command kept losing the race for its stream:
+// retrying shortly will work (errcode.Busy, retry after a second).
+var ErrBusy = &errcode.Error{Code: errcode.Busy, Message: "too much concurrent activity, try again", RetryAfter: time.Second}
 
 // Decision is what one attempt of a command decided.
 type Decision[R any] struct {
@@ -98,22 +96,4 @@ func Retry[T any](ctx context.Context, attempt func(ctx context.Context) (T, err
 		}
 	}
 	return zero, ErrBusy
-}
-
-// ValidationError names each bad input field with a message safe to show.
-type ValidationError struct {
-	Fields map[string]string
-}
-
-func (e *ValidationError) Error() string {
-	parts := make([]string, 0, len(e.Fields))
-	for k, v := range e.Fields {
-		parts = append(parts, k+": "+v)
-	}
-	return "invalid input: " + joinSorted(parts)
-}
-
-func joinSorted(parts []string) string {
-	slices.Sort(parts)
-	return strings.Join(parts, "; ")
 }

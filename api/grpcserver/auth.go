@@ -6,9 +6,9 @@ import (
 	"log/slog"
 
 	grpcauth "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
+
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 // Principal is who made a call.
@@ -71,14 +71,14 @@ func authFunc(a Authenticator, log *slog.Logger) grpcauth.AuthFunc {
 		} else if tok, terr := grpcauth.AuthFromMD(ctx, "bearer"); terr == nil {
 			p, err = a.Bearer(ctx, tok)
 		} else {
-			return nil, status.Error(codes.Unauthenticated, "send an API key in x-api-key or a Bearer access token in authorization")
+			return nil, errcode.New(errcode.NotAuthenticated, "send an API key in x-api-key or a Bearer access token in authorization")
 		}
 		switch {
 		case errors.Is(err, ErrUnauthenticated):
-			return nil, status.Error(codes.Unauthenticated, "invalid, revoked or expired credentials")
+			return nil, errcode.New(errcode.TokenNotValid, "invalid, revoked or expired credentials")
 		case err != nil:
 			log.WarnContext(ctx, "grpc authentication unavailable", "err", err)
-			return nil, status.Error(codes.Unavailable, "authentication is unavailable, try again shortly")
+			return nil, errcode.Wrap(errcode.Unavailable, "authentication is unavailable, try again shortly", err)
 		}
 		notePrincipal(ctx, p)
 		return WithPrincipal(ctx, p), nil
@@ -89,10 +89,10 @@ func authFunc(a Authenticator, log *slog.Logger) grpcauth.AuthFunc {
 func RequireStaffOrKey(ctx context.Context) error {
 	p, ok := PrincipalFrom(ctx)
 	if !ok {
-		return status.Error(codes.Unauthenticated, "not authenticated")
+		return errcode.New(errcode.NotAuthenticated, "not authenticated")
 	}
 	if p.Via != ViaAPIKey && !p.Staff {
-		return status.Error(codes.PermissionDenied, "staff or an API key is required")
+		return errcode.New(errcode.Forbidden, "staff or an API key is required")
 	}
 	return nil
 }

@@ -5,25 +5,25 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"strconv"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 
 	"github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
 	"github.com/cfgd/cfgd/commands/app/signin"
 	"github.com/cfgd/cfgd/commands/otp"
 	"github.com/cfgd/cfgd/commands/session"
 	"github.com/cfgd/cfgd/commands/user"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
 )
 
 // Auth serves cfgd.auth.v1: the sign-in flows of the REST API over gRPC,
 // through the same core (signin.App) with the same limits. It needs no
-// credentials (Public).
+// credentials (Public). The core's errors are errcode outcomes
+// (invalid_otp, rate_limited, ...): returned as they are, the server's one
+// mapping answers them as the REST API does.
 type Auth struct {
 	authv1.UnimplementedAuthServiceServer
 	app *signin.App
@@ -43,7 +43,7 @@ func (s *Auth) RequestOTP(ctx context.Context, req *authv1.RequestOTPRequest) (*
 	}
 	err := s.app.RequestCode(ctx, otp.Request{Email: req.GetIdentifier(), SourceURL: req.GetSourceUrl(), Meta: callMeta(ctx)}, peerIP(ctx))
 	if err != nil {
-		return nil, s.fail(ctx, err)
+		return nil, err
 	}
 	// The same answer for every address: it says nothing about accounts.
 	return &authv1.RequestOTPResponse{Success: true, Message: "A verification code has been sent to the e-mail address."}, nil
@@ -59,7 +59,7 @@ func (s *Auth) VerifyOTP(ctx context.Context, req *authv1.VerifyOTPRequest) (*au
 	}
 	res, err := s.app.VerifyCode(ctx, otp.Verify{Email: req.GetIdentifier(), Code: req.GetOtpCode(), SourceURL: req.GetSourceUrl(), Meta: callMeta(ctx)}, peerIP(ctx))
 	if err != nil {
-		return nil, s.fail(ctx, err)
+		return nil, err
 	}
 	u := res.User
 	return &authv1.VerifyOTPResponse{
@@ -78,7 +78,7 @@ func (s *Auth) RefreshToken(ctx context.Context, req *authv1.RefreshTokenRequest
 		if errors.Is(err, session.ErrReused) {
 			s.log.WarnContext(ctx, "rotated refresh token reused; session revoked")
 		}
-		return nil, s.fail(ctx, err)
+		return nil, err
 	}
 	out := &authv1.RefreshTokenResponse{Access: res.Access.Token}
 	if res.Refresh != nil {
@@ -93,42 +93,12 @@ func (s *Auth) Logout(ctx context.Context, req *authv1.LogoutRequest) (*authv1.L
 		return nil, invalidField("refresh", "this field is required")
 	}
 	if err := s.app.EndSession(ctx, req.GetRefresh(), callMeta(ctx)); err != nil {
-		return nil, s.fail(ctx, err)
+		return nil, err
 	}
 	return &authv1.LogoutResponse{Success: true, Message: "Logged out"}, nil
 }
 
-// fail maps an outcome of the sign-in core to its status, as the REST
-// handlers map it to theirs.
-func (s *Auth) fail(ctx context.Context, err error) error {
-	var limited *otp.RateLimitedError
-	var throttled *signin.ThrottledError
-	switch {
-	case errors.As(err, &limited):
-		return retryLater(limited.RetryAfter.Seconds())
-	case errors.As(err, &throttled):
-		return retryLater(throttled.RetryAfter.Seconds())
-	case errors.Is(err, otp.ErrInvalidCode):
-		return status.Error(codes.InvalidArgument, "invalid_otp: Invalid or expired code")
-	case errors.Is(err, otp.ErrDeliveryFailed):
-		return status.Error(codes.Unavailable, "delivery_failed: the verification code could not be sent, try again shortly")
-	case errors.Is(err, session.ErrInvalidToken), errors.Is(err, signin.ErrInvalidToken):
-		return status.Error(codes.Unauthenticated, "token_not_valid: Token is invalid or expired")
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return status.FromContextError(err).Err()
-	default:
-		s.log.ErrorContext(ctx, "sign-in call failed", "err", err)
-		return status.Error(codes.Unavailable, "a backing service is unavailable, try again shortly")
-	}
-}
-
-func retryLater(seconds float64) error {
-	return status.Error(codes.ResourceExhausted, "rate_limited: Too many requests; retry in "+strconv.Itoa(int(seconds+0.999))+"s")
-}
-
-func invalidField(field, msg string) error {
-	return status.Error(codes.InvalidArgument, field+": "+msg)
-}
+func invalidField(field, msg string) error { return errcode.Field(field, msg) }
 
 // checkIdentity checks the shape of an address and an optional source URL;
 // the answer depends on the input alone.

@@ -3,15 +3,16 @@ package grpcserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/requestlog"
 )
 
@@ -46,14 +47,14 @@ func NewIngest(p Producer, now func() time.Time, log *slog.Logger) *Ingest {
 func (s *Ingest) Report(stream grpc.ClientStreamingServer[ingestv1.ReportRequest, ingestv1.ReportResponse]) error {
 	ctx := stream.Context()
 	if s.producer == nil {
-		return status.Error(codes.Unimplemented, "the request log is not configured on this server")
+		return errcode.New(errcode.NotImplemented, "the request log is not configured on this server")
 	}
 	p, ok := PrincipalFrom(ctx)
 	if !ok {
-		return status.Error(codes.Unauthenticated, "not authenticated")
+		return errcode.New(errcode.NotAuthenticated, "not authenticated")
 	}
 	if p.Via != ViaAPIKey && !p.Staff {
-		return status.Error(codes.PermissionDenied, "an API key (x-api-key) or a staff user is required")
+		return errcode.New(errcode.Forbidden, "an API key (x-api-key) or a staff user is required")
 	}
 	res := &ingestv1.ReportResponse{}
 	var base int64
@@ -67,7 +68,7 @@ func (s *Ingest) Report(stream grpc.ClientStreamingServer[ingestv1.ReportRequest
 		}
 		n := len(msg.GetEvents())
 		if n > requestlog.MaxBatchEvents {
-			return status.Errorf(codes.InvalidArgument, "events: at most %d per message, got %d (events before this message were accepted: %d)", requestlog.MaxBatchEvents, n, res.Accepted)
+			return errcode.New(errcode.BadRequest, fmt.Sprintf("events: at most %d per message, got %d (events before this message were accepted: %d)", requestlog.MaxBatchEvents, n, res.Accepted))
 		}
 		batch := make([]requestlog.Event, n)
 		for i, e := range msg.GetEvents() {
@@ -76,13 +77,12 @@ func (s *Ingest) Report(stream grpc.ClientStreamingServer[ingestv1.ReportRequest
 		valid, problems := requestlog.Validate(batch, s.now().UTC())
 		if err := s.producer.Produce(ctx, valid); err != nil {
 			if errors.Is(err, requestlog.ErrUnavailable) {
-				return status.Errorf(codes.Unavailable, "the request-log queue is unavailable, retry shortly (events accepted before this message: %d)", res.Accepted)
+				return &errcode.Error{Code: errcode.Unavailable, Message: fmt.Sprintf("the request-log queue is unavailable, retry shortly (events accepted before this message: %d)", res.Accepted), Err: err}
 			}
 			if ctx.Err() != nil {
 				return status.FromContextError(ctx.Err()).Err()
 			}
-			s.log.ErrorContext(ctx, "request-log ingest", "err", err)
-			return status.Error(codes.Internal, "internal error")
+			return fmt.Errorf("request-log ingest: %w", err)
 		}
 		res.Accepted += int64(len(valid))
 		res.Rejected += int64(n - len(valid))

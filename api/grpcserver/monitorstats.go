@@ -3,14 +3,12 @@ package grpcserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -32,14 +30,14 @@ func (m *Monitor) WithQueries(q RequestLogQueries, log *slog.Logger) *Monitor {
 
 func (m *Monitor) ready(ctx context.Context) error {
 	if m.queries == nil {
-		return status.Error(codes.Unimplemented, "the request log is not configured on this server")
+		return errcode.New(errcode.NotImplemented, "the request log is not configured on this server")
 	}
 	p, ok := PrincipalFrom(ctx)
 	if !ok {
-		return status.Error(codes.Unauthenticated, "not authenticated")
+		return errcode.New(errcode.NotAuthenticated, "not authenticated")
 	}
 	if !p.Staff {
-		return status.Error(codes.PermissionDenied, "staff only")
+		return errcode.New(errcode.Forbidden, "staff only")
 	}
 	return nil
 }
@@ -53,35 +51,14 @@ func hours(h int32) int {
 	return int(h)
 }
 
-// fail turns a read-model error into a status: bad parameters are
-// InvalidArgument naming each field, the rest Unavailable (logged).
-func (m *Monitor) fail(ctx context.Context, err error) error {
-	var fields []*errdetails.BadRequest_FieldViolation
-	collectInvalid(err, &fields)
-	if len(fields) > 0 {
-		st := status.New(codes.InvalidArgument, fields[0].Field+": "+fields[0].Description)
-		if d, derr := st.WithDetails(&errdetails.BadRequest{FieldViolations: fields}); derr == nil {
-			st = d
-		}
-		return st.Err()
+// fail hides a read-model failure (logged) behind Unavailable; bad
+// parameters, field errors from the read model, pass as they are.
+func (m *Monitor) fail(err error) error {
+	var e *errcode.Error
+	if errors.As(err, &e) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return status.FromContextError(err).Err()
-	}
-	m.log.ErrorContext(ctx, "request-log read model", "err", err)
-	return status.Error(codes.Unavailable, "the request log is unavailable, try again shortly")
-}
-
-func collectInvalid(err error, into *[]*errdetails.BadRequest_FieldViolation) {
-	var inv *requestlogview.InvalidError
-	if errors.As(err, &inv) {
-		*into = append(*into, &errdetails.BadRequest_FieldViolation{Field: inv.Field, Description: inv.Message})
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		for _, e := range j.Unwrap() {
-			collectInvalid(e, into)
-		}
-	}
+	return errcode.Wrap(errcode.Unavailable, "the request log is unavailable, try again shortly", fmt.Errorf("request-log read model: %w", err))
 }
 
 // Requests implements MonitorService.Requests.
@@ -93,7 +70,7 @@ func (m *Monitor) Requests(ctx context.Context, req *monitorv1.RequestsRequest) 
 		Service: req.GetService(), Method: req.GetMethod(), Status: req.GetStatus(), Page: int(req.GetPage()), PageSize: int(req.GetPageSize()),
 	})
 	if err != nil {
-		return nil, m.fail(ctx, err)
+		return nil, m.fail(err)
 	}
 	out := &monitorv1.RequestsResponse{Count: count, Results: make([]*monitorv1.Request, 0, len(rs))}
 	for _, r := range rs {
@@ -114,7 +91,7 @@ func (m *Monitor) Overview(ctx context.Context, req *monitorv1.OverviewRequest) 
 	}
 	o, err := m.queries.Overview(ctx, hours(req.GetHours()))
 	if err != nil {
-		return nil, m.fail(ctx, err)
+		return nil, m.fail(err)
 	}
 	return &monitorv1.OverviewResponse{
 		TotalRequests: o.TotalRequests, SuccessfulRequests: o.SuccessfulRequests, FailedRequests: o.FailedRequests,
@@ -129,7 +106,7 @@ func (m *Monitor) Services(ctx context.Context, req *monitorv1.ServicesRequest) 
 	}
 	ss, err := m.queries.Services(ctx, hours(req.GetHours()))
 	if err != nil {
-		return nil, m.fail(ctx, err)
+		return nil, m.fail(err)
 	}
 	out := &monitorv1.ServicesResponse{Services: make([]*monitorv1.ServiceStats, 0, len(ss))}
 	for _, s := range ss {
@@ -149,7 +126,7 @@ func (m *Monitor) Methods(ctx context.Context, req *monitorv1.MethodsRequest) (*
 	}
 	ms, err := m.queries.Methods(ctx, hours(req.GetHours()), req.GetService())
 	if err != nil {
-		return nil, m.fail(ctx, err)
+		return nil, m.fail(err)
 	}
 	out := &monitorv1.MethodsResponse{Methods: make([]*monitorv1.MethodStats, 0, len(ms))}
 	for _, x := range ms {

@@ -12,18 +12,19 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
+	"github.com/cfgd/cfgd/deploy/errcode"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	grpcauth "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
 )
 
 // Config of the server.
@@ -53,6 +54,7 @@ type Server struct {
 	log     *slog.Logger
 	srv     *grpc.Server
 	health  *health.Server
+	metrics *grpcprom.ServerMetrics
 	started chan string
 
 	mu        sync.Mutex
@@ -75,21 +77,30 @@ func New(cfg Config, log *slog.Logger, authn Authenticator, opts ...Option) (*Se
 	if authn == nil {
 		return nil, errors.New("rpc: an authenticator is required")
 	}
-	s := &Server{cfg: cfg, log: log, health: health.NewServer(), started: make(chan string, 1)}
+	s := &Server{
+		cfg: cfg, log: log, health: health.NewServer(), started: make(chan string, 1),
+		metrics: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram()),
+	}
 	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
 	recoverOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		log.ErrorContext(ctx, "grpc handler panic", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-		return status.Error(codes.Internal, "internal error")
+		return errcode.New(errcode.Internal, errcode.MessageInternal)
 	})
 	needsAuth := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool { return !Public(c.Service) })
 	authFn := authFunc(authn, log)
+	// Metrics outside the rest, so they count every call with the status
+	// the caller gets; the answer inside logging, so the log shows it too.
 	unary := []grpc.UnaryServerInterceptor{
+		s.metrics.UnaryServerInterceptor(),
 		logging.UnaryServerInterceptor(slogger(log), logOpts...),
+		unaryAnswer(log),
 		recovery.UnaryServerInterceptor(recoverOpt),
 		selector.UnaryServerInterceptor(grpcauth.UnaryServerInterceptor(authFn), needsAuth),
 	}
 	stream := []grpc.StreamServerInterceptor{
+		s.metrics.StreamServerInterceptor(),
 		logging.StreamServerInterceptor(slogger(log), logOpts...),
+		streamAnswer(log),
 		recovery.StreamServerInterceptor(recoverOpt),
 		selector.StreamServerInterceptor(grpcauth.StreamServerInterceptor(authFn), needsAuth),
 	}
@@ -118,6 +129,13 @@ func slogger(l *slog.Logger) logging.Logger {
 	})
 }
 
+// Metrics are the server's call metrics (go-grpc-middleware's Prometheus
+// provider: grpc_server_started_total, grpc_server_handled_total by code,
+// grpc_server_msg_received_total, grpc_server_msg_sent_total,
+// grpc_server_handling_seconds); the caller registers them on its
+// registry.
+func (s *Server) Metrics() prometheus.Collector { return s.metrics }
+
 // Register adds a service and marks it SERVING in the health service.
 func (s *Server) Register(desc *grpc.ServiceDesc, impl any) {
 	s.srv.RegisterService(desc, impl)
@@ -131,6 +149,9 @@ func (s *Server) Started() <-chan string { return s.started }
 // NOT_SERVING, new calls are refused, and running ones get
 // ShutdownTimeout to finish.
 func (s *Server) Run(ctx context.Context) error {
+	// Every method of every registered service starts at zero, so a
+	// dashboard sees a method before its first call.
+	s.metrics.InitializeMetrics(s.srv)
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("grpc listen on %s (GRPC__ADDR): %w", s.cfg.Addr, err)

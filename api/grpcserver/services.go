@@ -3,14 +3,15 @@ package grpcserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
 	"github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/readmodels/apikeyview"
 )
@@ -41,11 +42,11 @@ func (s *APIKeys) List(ctx context.Context, req *apikeysv1.ListRequest) (*apikey
 		size = apikeyview.DefaultPageSize
 	}
 	if page < 1 || size < 1 || size > apikeyview.MaxPageSize {
-		return nil, status.Errorf(codes.InvalidArgument, "page must be at least 1 and page_size from 1 to %d", apikeyview.MaxPageSize)
+		return nil, errcode.New(errcode.BadRequest, fmt.Sprintf("page must be at least 1 and page_size from 1 to %d", apikeyview.MaxPageSize))
 	}
 	f := apikeyview.Filter{IsActive: req.IsActive, UserID: req.UserId, KeyType: req.GetKeyType()}
 	if f.KeyType != "" && !apikey.ValidType(f.KeyType) {
-		return nil, status.Error(codes.InvalidArgument, "key_type must be one of service, cli, webhook, internal, development")
+		return nil, errcode.Field("key_type", "must be one of service, cli, webhook, internal, development")
 	}
 	keys, count, err := s.keys.List(ctx, f, apikeyview.Page{Number: page, Size: size})
 	if err != nil {
@@ -65,7 +66,7 @@ func (s *APIKeys) Get(ctx context.Context, req *apikeysv1.GetRequest) (*apikeysv
 	}
 	k, err := s.keys.Get(ctx, req.GetId())
 	if errors.Is(err, apikeyview.ErrNotFound) {
-		return nil, status.Error(codes.NotFound, "API key not found")
+		return nil, errcode.New(errcode.NotFound, "API key not found")
 	}
 	if err != nil {
 		return nil, s.unavailable(ctx, err)
@@ -108,8 +109,7 @@ func (s *APIKeys) unavailable(ctx context.Context, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return status.FromContextError(err).Err()
 	}
-	s.log.ErrorContext(ctx, "api key read model", "err", err)
-	return status.Error(codes.Unavailable, "the read model is unavailable, try again shortly")
+	return errcode.Wrap(errcode.Unavailable, "the read model is unavailable, try again shortly", fmt.Errorf("api key read model: %w", err))
 }
 
 // Monitor serves cfgd.monitor.v1: health from the live server, and the

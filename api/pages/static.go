@@ -19,6 +19,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/cfgd/cfgd/api/rest"
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 //go:embed assets
@@ -128,7 +129,7 @@ func (a *Assets) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name := strings.TrimPrefix(r.URL.Path, Prefix)
 	as, ok := a.files[name]
 	if !ok {
-		rest.Error(w, http.StatusNotFound, "not_found", "no such asset")
+		rest.WriteError(w, errcode.New(errcode.NotFound, "no such asset"))
 		return
 	}
 	ct := contentType(path.Ext(name))
@@ -147,7 +148,7 @@ func (a *Assets) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if compressible && acceptsGzip(r.Header.Get("Accept-Encoding")) {
 		gz, err := a.gzipped(name, as)
 		if err != nil {
-			rest.Internal(w, r, err)
+			rest.Fail(w, r, err)
 			return
 		}
 		// Each encoding is its own representation, with its own ETag.
@@ -158,13 +159,13 @@ func (a *Assets) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f, err := a.fsys.Open(name)
 	if err != nil {
-		rest.Internal(w, r, fmt.Errorf("static asset %s: %w", name, err))
+		rest.Fail(w, r, fmt.Errorf("static asset %s: %w", name, err))
 		return
 	}
 	defer f.Close()
 	rs, ok := f.(io.ReadSeeker)
 	if !ok {
-		rest.Internal(w, r, fmt.Errorf("static asset %s cannot seek", name))
+		rest.Fail(w, r, fmt.Errorf("static asset %s cannot seek", name))
 		return
 	}
 	h.Set("ETag", `"`+as.hash+`"`)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 // fuzzBody has the shapes the API decodes: scalars, an optional nested
@@ -51,8 +53,8 @@ func FuzzDecode(f *testing.F) {
 		r.Header.Set("Content-Type", ct)
 		err := Decode(httptest.NewRecorder(), r, &dst)
 		if err != nil {
-			var de *DecodeError
-			if !errors.As(err, &de) || de.Status < 400 || de.Status > 499 || de.Msg == "" {
+			var de *errcode.Error
+			if !errors.As(err, &de) || de.Code.HTTPStatus() < 400 || de.Code.HTTPStatus() > 499 || de.Message == "" {
 				t.Fatalf("refusal %#v is not a 4xx with a message", err)
 			}
 			return

@@ -1,40 +1,51 @@
 package rest
 
 import (
-	"context"
-	"errors"
-	"net"
+	"log/slog"
 	"net/http"
+	"strconv"
+	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/redis/go-redis/v9"
-
-	"github.com/cfgd/cfgd/commands"
-	"github.com/cfgd/cfgd/events/store"
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
-// StatusClientClosed is logged (never seen by anyone) when the client left
-// before the answer.
-const StatusClientClosed = 499
+// ErrorBody is the shape of every error response (DESIGN.md section 5).
+type ErrorBody struct {
+	Success bool              `json:"success"`
+	Error   string            `json:"error"`
+	Code    string            `json:"code"`
+	Fields  map[string]string `json:"fields,omitempty"`
+}
 
-// Fail answers an error no handler expected: 503 when a dependency is down
-// or too busy, nothing useful when the client has gone, else 500.
-func Fail(w http.ResponseWriter, r *http.Request, err error) {
-	var connErr *pgconn.ConnectError
-	var netErr net.Error
-	var tooLarge *store.TooLargeError
-	switch {
-	case r.Context().Err() != nil:
-		Error(w, StatusClientClosed, "client_closed", "client closed the request")
-	case errors.As(err, &tooLarge):
-		// What was sent would make an event larger than the bus carries.
-		Error(w, http.StatusRequestEntityTooLarge, "too_large", "the request would record more data than cfgd accepts in one event")
-	case errors.Is(err, commands.ErrBusy):
-		w.Header().Set("Retry-After", "1")
-		Error(w, http.StatusServiceUnavailable, "busy", "too much concurrent activity, try again")
-	case errors.As(err, &connErr), errors.As(err, &netErr), errors.Is(err, context.DeadlineExceeded), errors.Is(err, redis.ErrClosed):
-		Unavailable(w, r, "a backing service", err)
-	default:
-		Internal(w, r, err)
+// WriteError answers e: the status its code has in errcode's table, the
+// error body, and Retry-After (whole seconds, at least 1) when e says when
+// to retry. It logs nothing; Fail is for errors that may be cfgd's own.
+func WriteError(w http.ResponseWriter, e *errcode.Error) {
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(e.RetryAfter)))
 	}
+	JSON(w, e.Code.HTTPStatus(), ErrorBody{Error: e.Message, Code: string(e.Code), Fields: e.Fields})
+}
+
+func retrySeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
+}
+
+// Fail answers any error through errcode.From: an *errcode.Error as it
+// says, a dependency that is down as 503, anything else as a bare 500. A
+// failure on cfgd's side is logged with the request; the client never
+// sees its text. When the client has gone, nobody reads the answer: it is
+// only logged as 499.
+func Fail(w http.ResponseWriter, r *http.Request, err error) {
+	e := errcode.From(err)
+	if r.Context().Err() != nil {
+		e = errcode.Wrap(errcode.ClientClosed, errcode.MessageClientClosed, err)
+	}
+	switch {
+	case e.Code == errcode.Internal:
+		slog.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", e.Err)
+	case e.Logged():
+		slog.WarnContext(r.Context(), "request failed on a dependency", "method", r.Method, "path", r.URL.Path, "code", string(e.Code), "err", err)
+	}
+	WriteError(w, e)
 }

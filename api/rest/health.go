@@ -11,6 +11,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/deploy/process"
 )
 
@@ -54,8 +55,9 @@ func Ready(timeout time.Duration, checks ...process.Check) http.Handler {
 			}
 		}
 		if len(down) > 0 {
-			JSON(w, http.StatusServiceUnavailable, map[string]any{
-				"success": false, "code": "unavailable", "status": "unavailable",
+			// The error body plus each check's result.
+			JSON(w, errcode.Unavailable.HTTPStatus(), map[string]any{
+				"success": false, "code": errcode.Unavailable, "status": "unavailable",
 				"error": "not ready: " + joinNames(down) + " unreachable", "checks": results,
 			})
 			return

@@ -13,6 +13,8 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 type ctxKey int
@@ -94,7 +96,7 @@ func Observe(log *slog.Logger, m *Metrics) mux.MiddlewareFunc {
 					}
 					log.ErrorContext(r.Context(), "handler panic", "request_id", id, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 					if sw.status == 0 {
-						Error(sw, http.StatusInternalServerError, "internal", "internal error")
+						WriteError(sw, errcode.New(errcode.Internal, errcode.MessageInternal))
 					}
 				}
 				route := "unmatched"
@@ -132,13 +134,13 @@ func NoStore(w http.ResponseWriter) {
 // NotFound answers unknown paths with the JSON error shape.
 func NotFound() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		Error(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.URL.Path)
+		WriteError(w, errcode.New(errcode.NotFound, "no such endpoint: "+r.URL.Path))
 	})
 }
 
 // MethodNotAllowed answers a known path with the wrong method.
 func MethodNotAllowed() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		Error(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed on "+r.URL.Path)
+		WriteError(w, errcode.New(errcode.MethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path))
 	})
 }

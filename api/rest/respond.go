@@ -12,17 +12,10 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
-)
 
-// ErrorBody is the shape of every error response.
-type ErrorBody struct {
-	Success bool              `json:"success"`
-	Error   string            `json:"error"`
-	Code    string            `json:"code"`
-	Fields  map[string]string `json:"fields,omitempty"`
-}
+	"github.com/cfgd/cfgd/deploy/errcode"
+)
 
 // JSON writes v with the given status.
 func JSON(w http.ResponseWriter, status int, v any) {
@@ -37,58 +30,16 @@ func JSON(w http.ResponseWriter, status int, v any) {
 	}
 }
 
-// Error writes the standard error body.
-func Error(w http.ResponseWriter, status int, code, msg string) {
-	JSON(w, status, ErrorBody{Error: msg, Code: code})
-}
-
-// FieldErrors writes a 400 with one message per offending field.
-func FieldErrors(w http.ResponseWriter, fields map[string]string) {
-	JSON(w, http.StatusBadRequest, ErrorBody{Error: "invalid input", Code: "invalid", Fields: fields})
-}
-
-// TooManyRequests writes a 429 with Retry-After rounded up to whole seconds.
-func TooManyRequests(w http.ResponseWriter, retryAfter time.Duration, msg string) {
-	secs := int((retryAfter + time.Second - 1) / time.Second)
-	if secs < 1 {
-		secs = 1
-	}
-	w.Header().Set("Retry-After", strconv.Itoa(secs))
-	Error(w, http.StatusTooManyRequests, "rate_limited", msg)
-}
-
-// Internal logs err with the request's context and answers a bare 500; the
-// client never sees the error text.
-func Internal(w http.ResponseWriter, r *http.Request, err error) {
-	slog.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	Error(w, http.StatusInternalServerError, "internal", "internal error")
-}
-
-// Unavailable answers 503 naming the dependency that is down.
-func Unavailable(w http.ResponseWriter, r *http.Request, dependency string, err error) {
-	slog.WarnContext(r.Context(), "dependency unavailable", "dependency", dependency, "err", err)
-	Error(w, http.StatusServiceUnavailable, "unavailable", dependency+" is unavailable, try again shortly")
-}
-
 // MaxBodyBytes bounds every JSON body the API accepts.
 const MaxBodyBytes = 1 << 20
 
-// DecodeError is a refused request body. Status is the 4xx to answer with
-// (415 for a wrong content type, 400 otherwise); the message is safe to
-// show to the client.
-type DecodeError struct {
-	Status int
-	Msg    string
+func badBody(format string, args ...any) *errcode.Error {
+	return errcode.New(errcode.BadRequest, fmt.Sprintf(format, args...))
 }
 
-func (e *DecodeError) Error() string { return e.Msg }
-
-func badBody(format string, args ...any) *DecodeError {
-	return &DecodeError{Status: http.StatusBadRequest, Msg: fmt.Sprintf(format, args...)}
-}
-
-// Decode reads one JSON object into dst and returns a *DecodeError for
-// anything but exactly that. It is strict where encoding/json is lenient,
+// Decode reads one JSON object into dst and returns an *errcode.Error
+// (bad_request, or unsupported_media_type for a wrong content type; its
+// message is safe to show) for anything but exactly that. It is strict where encoding/json is lenient,
 // because a lenient edge lets two parsers (a proxy, a WAF, the client's
 // own validator) read one body differently:
 //
@@ -152,8 +103,8 @@ func Decode(w http.ResponseWriter, r *http.Request, dst any) error {
 
 // checkContentType accepts application/json with any parameters but a
 // charset other than utf-8.
-func checkContentType(ct string) *DecodeError {
-	unsupported := &DecodeError{Status: http.StatusUnsupportedMediaType, Msg: "Content-Type must be application/json"}
+func checkContentType(ct string) *errcode.Error {
+	unsupported := errcode.New(errcode.UnsupportedMediaType, "Content-Type must be application/json")
 	if ct == "" {
 		return unsupported
 	}
@@ -162,7 +113,7 @@ func checkContentType(ct string) *DecodeError {
 		return unsupported
 	}
 	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
-		return &DecodeError{Status: http.StatusUnsupportedMediaType, Msg: "the only charset accepted is utf-8"}
+		return errcode.New(errcode.UnsupportedMediaType, "the only charset accepted is utf-8")
 	}
 	return nil
 }
@@ -327,12 +278,7 @@ func hex4(b []byte, at int) (rune, bool) {
 // for a wrong content type); it reports whether the handler may go on.
 func DecodeOr400(w http.ResponseWriter, r *http.Request, dst any) bool {
 	if err := Decode(w, r, dst); err != nil {
-		status := http.StatusBadRequest
-		var de *DecodeError
-		if errors.As(err, &de) {
-			status = de.Status
-		}
-		Error(w, status, "bad_request", err.Error())
+		Fail(w, r, err)
 		return false
 	}
 	return true

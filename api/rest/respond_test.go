@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/gorilla/mux"
+
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 type strictBody struct {
@@ -75,12 +77,12 @@ func TestDecodeIsStrict(t *testing.T) {
 		}
 		var dst strictBody
 		err := Decode(httptest.NewRecorder(), r, &dst)
-		var de *DecodeError
+		var de *errcode.Error
 		switch {
 		case tc.status == 0 && err != nil:
 			t.Errorf("%s: refused: %v", tc.name, err)
 		case tc.status == 0:
-		case !errors.As(err, &de) || de.Status != tc.status || de.Msg != tc.msg:
+		case !errors.As(err, &de) || de.Code.HTTPStatus() != tc.status || de.Message != tc.msg:
 			t.Errorf("%s: got %#v, want %d %q", tc.name, err, tc.status, tc.msg)
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 // NewRouter returns the root router with JSON 404/405 answers, request
@@ -49,7 +51,7 @@ func MountMetrics(r *mux.Router, reg *prometheus.Registry, token string) {
 		h = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 			if subtle.ConstantTimeCompare([]byte(req.Header.Get("Authorization")), want) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="cfgd metrics"`)
-				Error(w, http.StatusUnauthorized, "not_authenticated", "metrics need the METRICS__TOKEN bearer token")
+				WriteError(w, errcode.New(errcode.NotAuthenticated, "metrics need the METRICS__TOKEN bearer token"))
 				return
 			}
 			next.ServeHTTP(w, req)

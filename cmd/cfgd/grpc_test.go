@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -38,6 +39,11 @@ func TestServeRunsGRPC(t *testing.T) {
 	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "cfgd.apikeys.v1.APIKeyService"})
 	if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("grpc health: %v %v", h, err)
+	}
+	// The call is counted on cfgd's registry, served at /metrics.
+	want := `grpc_server_handled_total{grpc_code="OK",grpc_method="Check",grpc_service="grpc.health.v1.Health",grpc_type="unary"} 1`
+	if code, body := get(t, r.base+"/metrics"); code != http.StatusOK || !strings.Contains(body, want) {
+		t.Errorf("/metrics: %d, want a line %s in:\n%s", code, want, body)
 	}
 	r.stop(t)
 	if !strings.Contains(r.stderr.String(), `"msg":"grpc server stopped"`) {

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/apikeys"
 	"github.com/cfgd/cfgd/commands/user"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/store"
 )
@@ -37,8 +37,8 @@ func TestCreateAndRevoke(t *testing.T) {
 	}
 	for _, b := range bad {
 		_, err := create.Handle(ctx, b.cmd)
-		var v *commands.ValidationError
-		if !errors.As(err, &v) || v.Fields[b.field] == "" || !apikeys.IsInputError(err) {
+		var v *errcode.Error
+		if !errors.As(err, &v) || v.Code != errcode.Invalid || v.Fields[b.field] == "" || !apikeys.IsInputError(err) {
 			t.Errorf("%+v: %v", b.cmd, err)
 		}
 	}

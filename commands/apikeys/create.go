@@ -10,8 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/user"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/identity"
@@ -54,7 +54,7 @@ func NewCreateHandler(pool store.DB, now func() time.Time) *CreateHandler {
 
 // Check validates cmd without touching the store and returns the
 // normalised owner address; Handle runs it too. The error is a
-// *commands.ValidationError naming each bad field.
+// field error (errcode.Invalid) naming each bad field.
 func (cmd Create) Check(now time.Time) (string, error) {
 	fields := map[string]string{}
 	name := strings.TrimSpace(cmd.Name)
@@ -75,12 +75,12 @@ func (cmd Create) Check(now time.Time) (string, error) {
 		fields["expires_at"] = "must be in the future"
 	}
 	if len(fields) > 0 {
-		return "", &commands.ValidationError{Fields: fields}
+		return "", errcode.Fields(fields)
 	}
 	return email, nil
 }
 
-// Handle creates the key. It fails with *commands.ValidationError or
+// Handle creates the key. It fails with a field error (errcode.Invalid) or
 // ErrUnknownUser for bad input.
 func (h *CreateHandler) Handle(ctx context.Context, cmd Create) (Created, error) {
 	now := h.now()
@@ -139,6 +139,6 @@ func Generate() (string, error) {
 
 // IsInputError tells whether err is the caller's mistake.
 func IsInputError(err error) bool {
-	var v *commands.ValidationError
-	return errors.As(err, &v) || errors.Is(err, ErrUnknownUser) || errors.Is(err, ErrNotFound)
+	var v *errcode.Error
+	return errors.As(err, &v) && v.Code == errcode.Invalid || errors.Is(err, ErrUnknownUser) || errors.Is(err, ErrNotFound)
 }

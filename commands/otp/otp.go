@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"math/big"
 	"time"
+
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 // Limits (SPEC 5.3, 8).
@@ -33,9 +35,9 @@ const (
 var (
 	// ErrInvalidCode is the one answer to a wrong, used, expired, exhausted,
 	// voided or unknown code, so a caller learns nothing about the account.
-	ErrInvalidCode = errors.New("invalid or expired code")
+	ErrInvalidCode = errcode.New(errcode.InvalidOTP, "Invalid or expired code")
 	// ErrDeliveryFailed: the code could not be sent and has been voided.
-	ErrDeliveryFailed = errors.New("the verification code could not be sent")
+	ErrDeliveryFailed = errcode.New(errcode.DeliveryFailed, "The verification code could not be sent. Try again shortly.")
 )
 
 // RateLimitedError refuses a fourth request within the hour.
@@ -45,6 +47,15 @@ type RateLimitedError struct {
 
 func (e *RateLimitedError) Error() string {
 	return fmt.Sprintf("too many requests, retry in %s", e.RetryAfter.Round(time.Second))
+}
+
+// As offers the error to transports as errcode.RateLimited.
+func (e *RateLimitedError) As(target any) bool {
+	p, ok := target.(**errcode.Error)
+	if ok {
+		*p = errcode.RetryLater("Too many requests", e.RetryAfter)
+	}
+	return ok
 }
 
 // Hasher turns a code into the HMAC stored in events, under a server-side

@@ -6,7 +6,6 @@ package session
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/token"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/store"
@@ -29,7 +29,7 @@ type Tokens interface {
 var _ Tokens = (*token.Service)(nil)
 
 // ErrInvalidToken covers a bad, expired, revoked or superseded token.
-var ErrInvalidToken = errors.New("token is invalid or expired")
+var ErrInvalidToken = errcode.New(errcode.TokenNotValid, "Token is invalid or expired")
 
 // State is a session folded from its stream.
 type State struct {

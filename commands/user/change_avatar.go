@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/commands"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/store"
@@ -86,11 +87,11 @@ func NewChangeAvatarHandler(pool store.DB, now func() time.Time) *ChangeAvatarHa
 }
 
 // Handle appends user.avatar_changed. A path not made by NewAvatarPath for
-// this user is a *commands.ValidationError: it would mean a path came from
+// this user is a field error (errcode.Invalid): it would mean a path came from
 // somewhere it must not.
 func (h *ChangeAvatarHandler) Handle(ctx context.Context, cmd ChangeAvatar) (AvatarChange, error) {
 	if cmd.Avatar != "" && !validAvatarPath(cmd.UserID, cmd.Avatar) {
-		return AvatarChange{}, &commands.ValidationError{Fields: map[string]string{"avatar": "is not a stored avatar of this user"}}
+		return AvatarChange{}, errcode.Field("avatar", "is not a stored avatar of this user")
 	}
 	now := h.now()
 	return commands.Execute(ctx, h.pool, "change avatar",

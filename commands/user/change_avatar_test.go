@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/user"
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 func TestNewAvatarPath(t *testing.T) {
@@ -45,8 +45,8 @@ func TestChangeAvatar(t *testing.T) {
 	for _, p := range []string{foreign, "avatars/../../etc/passwd", "/etc/passwd.png", "avatars/" + itoa(u.ID) + "/x.png",
 		"avatars/" + itoa(u.ID) + "/" + strings.Repeat("A", 32) + ".png", "avatars/" + itoa(u.ID) + "/" + strings.Repeat("a", 32) + ".svg"} {
 		_, err := h.Handle(ctx, user.ChangeAvatar{UserID: u.ID, Avatar: p})
-		var invalid *commands.ValidationError
-		if !errors.As(err, &invalid) {
+		var invalid *errcode.Error
+		if !errors.As(err, &invalid) || invalid.Code != errcode.Invalid {
 			t.Errorf("%q: %v", p, err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cfgd/cfgd/commands"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/store"
@@ -48,7 +49,7 @@ func NewUpdateProfileHandler(pool store.DB, now func() time.Time) *UpdateProfile
 	return &UpdateProfileHandler{pool: pool, now: now}
 }
 
-// Handle validates the change (a *commands.ValidationError names each bad
+// Handle validates the change (a field error, errcode.Invalid, names each bad
 // field), applies it and returns the user stream version that holds it, so
 // the caller can wait for the read model to catch up.
 func (h *UpdateProfileHandler) Handle(ctx context.Context, cmd UpdateProfile) (int64, error) {
@@ -138,7 +139,7 @@ func validateProfile(cmd UpdateProfile, now time.Time) (UpdateProfile, error) {
 		}
 	}
 	if len(fields) > 0 {
-		return cmd, &commands.ValidationError{Fields: fields}
+		return cmd, errcode.Fields(fields)
 	}
 	return cmd, nil
 }

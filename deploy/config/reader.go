@@ -9,25 +9,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 // Lookuper is what a Reader reads from; *Source is the real one.
 type Lookuper interface {
 	Lookup(name string) (string, bool)
-}
-
-// Error names one bad or missing variable and the form it expects.
-type Error struct {
-	Name string
-	Want string
-	Got  string // empty when the variable is missing or its value is secret
-}
-
-func (e *Error) Error() string {
-	if e.Got == "" {
-		return fmt.Sprintf("%s: %s", e.Name, e.Want)
-	}
-	return fmt.Sprintf("%s: %s, got %q", e.Name, e.Want, e.Got)
 }
 
 // Reader reads typed values and remembers every problem; Err reports them all.
@@ -43,8 +31,21 @@ func NewReader(src Lookuper) *Reader { return &Reader{src: src} }
 func (r *Reader) Err() error { return errors.Join(r.errs...) }
 
 // Fail records a problem found by the caller's own validation.
-func (r *Reader) Fail(name, want, got string) {
-	r.errs = append(r.errs, &Error{Name: name, Want: want, Got: got})
+func (r *Reader) Fail(name, want, got string) { r.Record(Problem(name, want, got)) }
+
+// Record records a problem made with Problem.
+func (r *Reader) Record(p *errcode.Error) { r.errs = append(r.errs, p) }
+
+// Problem is a bad or missing variable: name expects want; got is the
+// value, empty when the variable is missing or its value is secret. It is
+// an errcode field error naming the variable, so settings fail in the
+// shape every other input does; its text is "NAME: want, got "value"".
+func Problem(name, want, got string) *errcode.Error {
+	problem := want
+	if got != "" {
+		problem = fmt.Sprintf("%s, got %q", want, got)
+	}
+	return &errcode.Error{Code: errcode.Invalid, Fields: map[string]string{name: problem}}
 }
 
 func (r *Reader) lookup(name string) (string, bool) {

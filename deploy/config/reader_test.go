@@ -1,9 +1,12 @@
 package config
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 func TestPrecedence(t *testing.T) {
@@ -72,5 +75,25 @@ func TestErrors(t *testing.T) {
 				t.Fatalf("got %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A bad setting is a field error like any other bad input: the variable is
+// the field, so tools can name it without parsing the text.
+func TestProblemsAreFieldErrors(t *testing.T) {
+	r := NewReader(FromMaps(map[string]string{"N": "x", "B": "maybe"}, nil))
+	r.Int("N", 1)
+	r.Bool("B", true)
+	err := r.Err()
+	var fields []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var ec *errcode.Error
+		if !errors.As(e, &ec) || ec.Code != errcode.Invalid {
+			t.Fatalf("%v is not an errcode field error", e)
+		}
+		fields = append(fields, ec.FieldNames()...)
+	}
+	if strings.Join(fields, ",") != "N,B" {
+		t.Fatalf("fields %v, want N then B", fields)
 	}
 }

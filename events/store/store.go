@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events"
 )
 
@@ -114,6 +115,16 @@ type TooLargeError struct {
 
 func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("stream %s: event %s encodes to %d bytes, above the limit of %d", e.Stream, e.Type, e.Bytes, e.Max)
+}
+
+// As offers the error to transports as what it means to the caller
+// (errcode.TooLarge), without the stream and type names.
+func (e *TooLargeError) As(target any) bool {
+	p, ok := target.(**errcode.Error)
+	if ok {
+		*p = errcode.Wrap(errcode.TooLarge, "the request would record more data than cfgd accepts in one event", e)
+	}
+	return ok
 }
 
 // IsConflict tells whether err is (or wraps) a ConflictError.

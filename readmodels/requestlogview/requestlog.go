@@ -2,7 +2,6 @@ package requestlogview
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/requestlog"
 )
 
@@ -20,11 +20,6 @@ const (
 	DefaultPageSize = 100
 	MaxPageSize     = 1000
 )
-
-// InvalidError is a bad query parameter; transports answer 400 / InvalidArgument.
-type InvalidError struct{ Field, Message string }
-
-func (e *InvalidError) Error() string { return e.Field + ": " + e.Message }
 
 // ParseHours reads the hours parameter: empty is DefaultHours, else an
 // integer 1..MaxHours.
@@ -51,13 +46,13 @@ func ParsePage(page, size string) (int, int, error) {
 			errs = append(errs, err)
 		}
 	}
-	return p, s, errors.Join(errs...)
+	return p, s, errcode.Join(errs...)
 }
 
 func parseInt(field, raw string, lo, hi int) (int, error) {
 	n, err := strconv.Atoi(raw)
 	if err != nil || n < lo || n > hi {
-		return 0, &InvalidError{Field: field, Message: fmt.Sprintf("must be an integer from %d to %d", lo, hi)}
+		return 0, errcode.Field(field, fmt.Sprintf("must be an integer from %d to %d", lo, hi))
 	}
 	return n, nil
 }
@@ -97,7 +92,7 @@ type Filter struct {
 func (f *Filter) Validate() error {
 	var errs []error
 	if f.Status != "" && !requestlog.ValidStatus(f.Status) {
-		errs = append(errs, &InvalidError{Field: "status", Message: "must be one of " + strings.Join(requestlog.Statuses(), ", ")})
+		errs = append(errs, errcode.Field("status", "must be one of "+strings.Join(requestlog.Statuses(), ", ")))
 	}
 	if f.Page == 0 {
 		f.Page = 1
@@ -106,12 +101,12 @@ func (f *Filter) Validate() error {
 		f.PageSize = DefaultPageSize
 	}
 	if f.Page < 1 {
-		errs = append(errs, &InvalidError{Field: "page", Message: "must be at least 1"})
+		errs = append(errs, errcode.Field("page", "must be at least 1"))
 	}
 	if f.PageSize < 1 || f.PageSize > MaxPageSize {
-		errs = append(errs, &InvalidError{Field: "page_size", Message: fmt.Sprintf("must be from 1 to %d", MaxPageSize)})
+		errs = append(errs, errcode.Field("page_size", fmt.Sprintf("must be from 1 to %d", MaxPageSize)))
 	}
-	return errors.Join(errs...)
+	return errcode.Join(errs...)
 }
 
 // selectRequest reads the columns of a Request, in Scan's order.

@@ -10,6 +10,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -211,9 +212,9 @@ func TestRequests(t *testing.T) {
 		t.Fatalf("filtered: %d rows, count %d, %v", len(got), count, err)
 	}
 	for _, bad := range []requestlogview.Filter{{Status: "weird"}, {Page: -1}, {PageSize: 1001}, {PageSize: -1}} {
-		var inv *requestlogview.InvalidError
-		if _, _, err := store.Requests(ctx, bad); !errors.As(err, &inv) {
-			t.Errorf("filter %+v: err = %v, want InvalidError", bad, err)
+		var inv *errcode.Error
+		if _, _, err := store.Requests(ctx, bad); !errors.As(err, &inv) || inv.Code != errcode.Invalid {
+			t.Errorf("filter %+v: err = %v, want a field error", bad, err)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -85,8 +86,8 @@ func TestTimeline(t *testing.T) {
 		})
 	}
 	for _, h := range []int{0, -1, 721} {
-		var inv *requestlogview.InvalidError
-		if _, err := store.Timeline(ctx, h, ""); !errors.As(err, &inv) || inv.Field != "hours" {
+		var inv *errcode.Error
+		if _, err := store.Timeline(ctx, h, ""); !errors.As(err, &inv) || inv.Code != errcode.Invalid || inv.Fields["hours"] == "" {
 			t.Errorf("hours %d: %v", h, err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/cfgd/cfgd/api/rest"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/readmodels/identityview"
 )
 
@@ -68,7 +69,7 @@ func (h *handler) links(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("days"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > MaxDays {
-			rest.FieldErrors(w, map[string]string{"days": "must be a whole number from 1 to " + strconv.Itoa(MaxDays)})
+			rest.WriteError(w, errcode.Fields(map[string]string{"days": "must be a whole number from 1 to " + strconv.Itoa(MaxDays)}))
 			return
 		}
 		days = n

@@ -12,6 +12,7 @@ import (
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/commands/app/signin"
 	"github.com/cfgd/cfgd/commands/session"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/identity"
 )
 
@@ -61,7 +62,7 @@ func (a *API) handleLogin(w http.ResponseWriter, r *http.Request) {
 		fields["password"] = "is too long"
 	}
 	if len(fields) > 0 {
-		rest.FieldErrors(w, fields)
+		rest.WriteError(w, errcode.Fields(fields))
 		return
 	}
 	var res session.LoginResult
@@ -80,12 +81,12 @@ func (a *API) handleLogin(w http.ResponseWriter, r *http.Request) {
 			User: loginUser{ID: u.ID, Email: u.Email, FirstName: u.FirstName, LastName: u.LastName, IsStaff: u.IsStaff, IsSuperuser: u.IsSuperuser},
 		})
 	case errors.As(err, &throttled):
-		rest.TooManyRequests(w, throttled.RetryAfter, "Too many failed sign-in attempts")
+		rest.WriteError(w, errcode.RetryLater("Too many failed sign-in attempts", throttled.RetryAfter))
 	case errors.Is(err, session.ErrBadCredentials):
 		w.Header().Set("WWW-Authenticate", `Basic realm="cfgd"`)
-		rest.Error(w, http.StatusUnauthorized, "invalid_credentials", "Invalid e-mail or password")
+		rest.WriteError(w, errcode.New(errcode.InvalidCredentials, "Invalid e-mail or password"))
 	case errors.Is(err, session.ErrNotStaff):
-		rest.Error(w, http.StatusForbidden, "forbidden", "This account may not use the administration")
+		rest.WriteError(w, errcode.New(errcode.Forbidden, "This account may not use the administration"))
 	default:
 		rest.Fail(w, r, err)
 	}

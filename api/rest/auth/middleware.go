@@ -10,6 +10,7 @@ import (
 
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/commands/app/signin"
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 // Principal is who made a request (signin.Principal).
@@ -47,22 +48,22 @@ func (a *API) answer(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, signin.ErrNoCredentials):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="cfgd", Basic realm="cfgd"`)
-		rest.Error(w, http.StatusUnauthorized, "not_authenticated", "Authentication credentials were not provided")
+		rest.WriteError(w, errcode.New(errcode.NotAuthenticated, "Authentication credentials were not provided"))
 	case errors.Is(err, signin.ErrInvalidToken):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="cfgd", Basic realm="cfgd"`)
-		rest.Error(w, http.StatusUnauthorized, "token_not_valid", "Token is invalid or expired")
+		rest.WriteError(w, errcode.New(errcode.TokenNotValid, "Token is invalid or expired"))
 	case errors.Is(err, signin.ErrBadPassword):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="cfgd", Basic realm="cfgd"`)
-		rest.Error(w, http.StatusUnauthorized, "authentication_failed", "Invalid e-mail or password")
+		rest.WriteError(w, errcode.New(errcode.AuthenticationFailed, "Invalid e-mail or password"))
 	case errors.Is(err, signin.ErrInvalidAPIKey):
 		w.Header().Set("WWW-Authenticate", `APIKey realm="cfgd"`)
-		rest.Error(w, http.StatusUnauthorized, "invalid_api_key", "API key is invalid, revoked or expired")
+		rest.WriteError(w, errcode.New(errcode.InvalidAPIKey, "API key is invalid, revoked or expired"))
 	case errors.Is(err, signin.ErrNotStaff):
-		rest.Error(w, http.StatusForbidden, "forbidden", "You do not have permission to perform this action")
+		rest.WriteError(w, errcode.New(errcode.Forbidden, "You do not have permission to perform this action"))
 	case errors.Is(err, errCSRF):
-		rest.Error(w, http.StatusForbidden, "csrf_failed", errCSRF.Error())
+		rest.WriteError(w, errcode.New(errcode.CSRFFailed, errCSRF.Error()))
 	case errors.As(err, &throttled):
-		rest.TooManyRequests(w, throttled.RetryAfter, "Too many failed sign-in attempts")
+		rest.WriteError(w, errcode.RetryLater("Too many failed sign-in attempts", throttled.RetryAfter))
 	default:
 		rest.Fail(w, r, err)
 	}

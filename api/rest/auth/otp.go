@@ -1,13 +1,12 @@
 package auth
 
 import (
-	"errors"
 	"net/http"
 
 	"github.com/cfgd/cfgd/api/rest"
-	"github.com/cfgd/cfgd/commands/app/signin"
 	"github.com/cfgd/cfgd/commands/otp"
 	"github.com/cfgd/cfgd/commands/user"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/identity"
 )
 
@@ -37,27 +36,20 @@ func (a *API) handleOTPRequest(w http.ResponseWriter, r *http.Request) {
 	}
 	checkSourceURL(fields, body.SourceURL)
 	if len(fields) > 0 {
-		rest.FieldErrors(w, fields)
+		rest.WriteError(w, errcode.Fields(fields))
 		return
 	}
 	err := a.app.RequestCode(r.Context(), otp.Request{Email: body.Identifier, SourceURL: body.SourceURL, Meta: meta(r, "")},
 		clientIP(r, a.cfg.TrustedProxies))
-	var limited *otp.RateLimitedError
-	var throttled *signin.ThrottledError
-	switch {
-	case err == nil:
-		// The same answer for every address: it says nothing about whether
-		// an account exists.
-		rest.JSON(w, http.StatusOK, otpRequestResponse{Success: true, Message: "A verification code has been sent to the e-mail address."})
-	case errors.As(err, &limited):
-		rest.TooManyRequests(w, limited.RetryAfter, "Too many requests")
-	case errors.As(err, &throttled):
-		rest.TooManyRequests(w, throttled.RetryAfter, "Too many requests")
-	case errors.Is(err, otp.ErrDeliveryFailed):
-		rest.Error(w, http.StatusServiceUnavailable, "delivery_failed", "The verification code could not be sent. Try again shortly.")
-	default:
+	if err != nil {
+		// rate_limited, delivery_failed or a failure: the sign-in core
+		// says which (errcode), as it does to the gRPC service.
 		rest.Fail(w, r, err)
+		return
 	}
+	// The same answer for every address: it says nothing about whether an
+	// account exists.
+	rest.JSON(w, http.StatusOK, otpRequestResponse{Success: true, Message: "A verification code has been sent to the e-mail address."})
 }
 
 type otpVerifyBody struct {
@@ -103,26 +95,21 @@ func (a *API) handleOTPVerify(w http.ResponseWriter, r *http.Request) {
 	}
 	checkSourceURL(fields, body.SourceURL)
 	if len(fields) > 0 {
-		rest.FieldErrors(w, fields)
+		rest.WriteError(w, errcode.Fields(fields))
 		return
 	}
 	res, err := a.app.VerifyCode(r.Context(), otp.Verify{Email: body.Identifier, Code: body.OTPCode, SourceURL: body.SourceURL, Meta: meta(r, "")},
 		clientIP(r, a.cfg.TrustedProxies))
-	var throttled *signin.ThrottledError
-	switch {
-	case err == nil:
-		rest.JSON(w, http.StatusOK, otpVerifyResponse{
-			Success: true,
-			Tokens:  tokenPair{Access: res.Session.Access.Token, Refresh: res.Session.Refresh.Token},
-			User:    verifiedUser{ID: res.User.ID, Email: res.User.Email, FirstName: res.User.FirstName, LastName: res.User.LastName},
-		})
-	case errors.As(err, &throttled):
-		rest.TooManyRequests(w, throttled.RetryAfter, "Too many requests")
-	case errors.Is(err, otp.ErrInvalidCode):
-		rest.Error(w, http.StatusBadRequest, "invalid_otp", "Invalid or expired code")
-	default:
+	if err != nil {
+		// rate_limited, invalid_otp or a failure, as the sign-in core says.
 		rest.Fail(w, r, err)
+		return
 	}
+	rest.JSON(w, http.StatusOK, otpVerifyResponse{
+		Success: true,
+		Tokens:  tokenPair{Access: res.Session.Access.Token, Refresh: res.Session.Refresh.Token},
+		User:    verifiedUser{ID: res.User.ID, Email: res.User.Email, FirstName: res.User.FirstName, LastName: res.User.LastName},
+	})
 }
 
 // checkSourceURL adds a field error for a malformed optional source URL; the

@@ -9,6 +9,7 @@ import (
 	"github.com/cfgd/cfgd/commands/app/signin"
 	"github.com/cfgd/cfgd/commands/session"
 	"github.com/cfgd/cfgd/commands/token"
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 type refreshBody struct {
@@ -22,7 +23,7 @@ type refreshResponse struct {
 
 func tokenInvalid(w http.ResponseWriter) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="cfgd", error="invalid_token"`)
-	rest.Error(w, http.StatusUnauthorized, "token_not_valid", "Token is invalid or expired")
+	rest.WriteError(w, errcode.New(errcode.TokenNotValid, "Token is invalid or expired"))
 }
 
 // handleRefresh: POST /api/auth/token/refresh/ → session.Refresh.
@@ -81,7 +82,7 @@ func (a *API) logoutWeb(w http.ResponseWriter, r *http.Request, raw string) {
 		return
 	}
 	if !a.csrfOK(r, claims.SessionID) {
-		rest.Error(w, http.StatusForbidden, "csrf_failed", "CSRF check failed: send the csrftoken cookie's value in the X-CSRFToken header")
+		rest.WriteError(w, errcode.New(errcode.CSRFFailed, "CSRF check failed: send the csrftoken cookie's value in the X-CSRFToken header"))
 		return
 	}
 	a.clearCookies(w)
@@ -106,7 +107,7 @@ func decodeRefresh(w http.ResponseWriter, r *http.Request) (refreshBody, bool) {
 		return body, false
 	}
 	if body.Refresh == "" {
-		rest.FieldErrors(w, map[string]string{"refresh": "this field is required"})
+		rest.WriteError(w, errcode.Fields(map[string]string{"refresh": "this field is required"}))
 		return body, false
 	}
 	return body, true

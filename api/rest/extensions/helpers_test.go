@@ -11,6 +11,7 @@ import (
 
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/deploy/config"
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 // Secret values used throughout the tests; none may ever be seen outside.
@@ -83,11 +84,11 @@ func fakeStaff(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Header.Get(staffHeader) {
 		case "":
-			rest.Error(w, http.StatusUnauthorized, "unauthenticated", "sign in first")
+			rest.JSON(w, http.StatusUnauthorized, rest.ErrorBody{Error: "sign in first", Code: "unauthenticated"})
 		case "staff":
 			next.ServeHTTP(w, r)
 		default:
-			rest.Error(w, http.StatusForbidden, "forbidden", "staff only")
+			rest.WriteError(w, errcode.New(errcode.Forbidden, "staff only"))
 		}
 	})
 }
@@ -95,7 +96,7 @@ func fakeStaff(next http.Handler) http.Handler {
 // jsonNotFound is what the caller's router is expected to set.
 func jsonNotFound() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		rest.Error(w, http.StatusNotFound, "caller_not_found", "no such page")
+		rest.JSON(w, http.StatusNotFound, rest.ErrorBody{Error: "no such page", Code: "caller_not_found"})
 	})
 }
 

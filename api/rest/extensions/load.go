@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cfgd/cfgd/deploy/config"
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 // EnabledVar lists the app extensions to turn on, comma-separated.
@@ -97,7 +98,7 @@ func Load(r *config.Reader, installed []Extension) (*Set, error) {
 		s.entries = append(s.entries, e)
 	}
 	for _, p := range s.claims() {
-		r.Fail(p.Name, p.Want, p.Got)
+		r.Record(p)
 	}
 	s.broken = countProblems(r) > before
 	return s, nil
@@ -281,8 +282,8 @@ func reservedPrefix(p string) bool { return p == "extensions" || p == "grpc" }
 // claims finds enabled app extensions that would share a URL prefix or a
 // namespace, or take one cfgd reserves. Extensions mounted under their own
 // name claim first, so a clash is blamed on the url_prefix that caused it.
-func (s *Set) claims() []*config.Error {
-	var errs []*config.Error
+func (s *Set) claims() []*errcode.Error {
+	var errs []*errcode.Error
 	type claim struct {
 		taken  map[string]string
 		value  func(*entry) string
@@ -309,7 +310,7 @@ func (s *Set) claims() []*config.Error {
 					c.taken[v] = e.ext.Name
 					continue
 				}
-				errs = append(errs, &config.Error{Name: e.env() + c.suffix, Want: want, Got: v})
+				errs = append(errs, config.Problem(e.env()+c.suffix, want, v))
 			}
 		}
 	}

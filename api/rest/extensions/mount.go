@@ -15,6 +15,7 @@ import (
 
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/deploy/config"
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 // ListPath is where staff list the installed extensions.
@@ -171,11 +172,7 @@ func planMount(e *entry, registry map[string]mux.MiddlewareFunc, router *mux.Rou
 	for _, name := range e.app.MiddlewareClasses {
 		mw, ok := registry[name]
 		if !ok || mw == nil {
-			errs = append(errs, &config.Error{
-				Name: e.env() + "__MIDDLEWARE_CLASSES",
-				Want: "expected middleware names from: " + registryNames(registry),
-				Got:  name,
-			})
+			errs = append(errs, config.Problem(e.env()+"__MIDDLEWARE_CLASSES", "expected middleware names from: "+registryNames(registry), name))
 			continue
 		}
 		p.mws = append(p.mws, mw)
@@ -349,7 +346,7 @@ func notFound(router *mux.Router) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		rest.Error(w, http.StatusNotFound, "not_found", "not found")
+		rest.WriteError(w, errcode.New(errcode.NotFound, "not found"))
 	})
 }
 
@@ -364,6 +361,6 @@ func methodNotAllowed(router *mux.Router, allow []string) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		rest.Error(w, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed")
+		rest.WriteError(w, errcode.New(errcode.MethodNotAllowed, "method not allowed"))
 	})
 }

@@ -156,7 +156,7 @@ func TestNotFoundFallback(t *testing.T) {
 
 	router.NotFoundHandler = jsonNotFound()
 	router.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		rest.Error(w, http.StatusMethodNotAllowed, "caller_method", "no")
+		rest.JSON(w, http.StatusMethodNotAllowed, rest.ErrorBody{Error: "no", Code: "caller_method"})
 	})
 	assertError(t, do(router, "PUT", "/cfg/demo/api/"), 405, "caller_method")
 	assertError(t, do(router, "GET", "/cfg/demo/nope/"), 404, "caller_not_found")

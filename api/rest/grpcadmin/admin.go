@@ -10,8 +10,8 @@ import (
 
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/api/rest/auth"
-	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/apikeys"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/readmodels/apikeyview"
@@ -56,13 +56,9 @@ func (h *handler) createKey(w http.ResponseWriter, r *http.Request) {
 		Name: req.Name, KeyType: req.KeyType, UserEmail: req.UserEmail, ExpiresAt: req.ExpiresAt, CreatedBy: by,
 		Meta: events.Metadata{CorrelationID: rest.RequestID(r.Context()), Actor: by},
 	})
-	var verr *commands.ValidationError
 	switch {
-	case errors.As(err, &verr):
-		rest.FieldErrors(w, verr.Fields)
-		return
 	case errors.Is(err, apikeys.ErrUnknownUser):
-		rest.FieldErrors(w, map[string]string{"user_email": err.Error()})
+		rest.WriteError(w, errcode.Fields(map[string]string{"user_email": err.Error()}))
 		return
 	case err != nil:
 		rest.Fail(w, r, err)
@@ -104,7 +100,7 @@ func (h *handler) revokeKey(w http.ResponseWriter, r *http.Request) {
 		ID: id, RevokedBy: by, Meta: events.Metadata{CorrelationID: rest.RequestID(r.Context()), Actor: by},
 	})
 	if errors.Is(err, apikeys.ErrNotFound) {
-		rest.Error(w, http.StatusNotFound, "not_found", "API key not found")
+		rest.WriteError(w, errcode.New(errcode.NotFound, "API key not found"))
 		return
 	}
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/cfgd/cfgd/api/rest"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/readmodels/apikeyview"
 )
@@ -60,7 +61,7 @@ func (h *handler) listKeys(w http.ResponseWriter, r *http.Request) {
 	size := intParam(q, "page_size", apikeyview.DefaultPageSize, 1, apikeyview.MaxPageSize, fields,
 		"must be a whole number from 1 to "+strconv.Itoa(apikeyview.MaxPageSize))
 	if len(fields) > 0 {
-		rest.FieldErrors(w, fields)
+		rest.WriteError(w, errcode.Fields(fields))
 		return
 	}
 	keys, count, err := h.Keys.List(r.Context(), f, apikeyview.Page{Number: page, Size: size})
@@ -108,7 +109,7 @@ func (h *handler) getKey(w http.ResponseWriter, r *http.Request) {
 	}
 	k, err := h.Keys.Get(r.Context(), id)
 	if errors.Is(err, apikeyview.ErrNotFound) {
-		rest.Error(w, http.StatusNotFound, "not_found", "API key not found")
+		rest.WriteError(w, errcode.New(errcode.NotFound, "API key not found"))
 		return
 	}
 	if err != nil {
@@ -122,7 +123,7 @@ func (h *handler) getKey(w http.ResponseWriter, r *http.Request) {
 func keyID(w http.ResponseWriter, r *http.Request) (int64, bool) {
 	id, err := strconv.ParseInt(mux.Vars(r)["id"], 10, 64)
 	if err != nil || id < 1 {
-		rest.Error(w, http.StatusNotFound, "not_found", "API key not found")
+		rest.WriteError(w, errcode.New(errcode.NotFound, "API key not found"))
 		return 0, false
 	}
 	return id, true

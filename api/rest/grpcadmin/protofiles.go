@@ -10,6 +10,7 @@ import (
 
 	"github.com/cfgd/cfgd/api/protos"
 	"github.com/cfgd/cfgd/api/rest"
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 func mountProtoFiles(r *mux.Router, h *handler) {
@@ -43,13 +44,13 @@ func (h *handler) getProto(w http.ResponseWriter, r *http.Request) {
 	_, b, err := h.Protos.Read(mux.Vars(r)["app_label"])
 	switch {
 	case errors.Is(err, protos.ErrBadLabel):
-		rest.Error(w, http.StatusBadRequest, "invalid_app_label", err.Error())
+		rest.WriteError(w, errcode.New(errcode.InvalidAppLabel, err.Error()))
 		return
 	case errors.Is(err, protos.ErrUnknownLabel):
-		rest.Error(w, http.StatusNotFound, "not_found", err.Error())
+		rest.WriteError(w, errcode.New(errcode.NotFound, err.Error()))
 		return
 	case errors.Is(err, protos.ErrNotGenerated):
-		rest.Error(w, http.StatusNotFound, "not_generated", err.Error()+": POST "+PathProtoGen)
+		rest.WriteError(w, errcode.New(errcode.NotGenerated, err.Error()+": POST "+PathProtoGen))
 		return
 	case err != nil:
 		rest.Fail(w, r, err)
@@ -116,7 +117,7 @@ func (h *handler) generateProtos(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(req.Apps) > 100 {
-		rest.FieldErrors(w, map[string]string{"apps": "at most 100 labels"})
+		rest.WriteError(w, errcode.Fields(map[string]string{"apps": "at most 100 labels"}))
 		return
 	}
 	res := h.Protos.Generate(req.Apps, req.Force)

@@ -18,6 +18,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/cfgd/cfgd/api/rest"
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 // PathPrefix is where Mount serves the files.
@@ -173,7 +174,7 @@ func (s *Store) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	root, err := s.root()
 	if err != nil {
-		rest.Internal(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	defer root.Close()
@@ -216,5 +217,5 @@ func contentType(ext string) string {
 }
 
 func notFound(w http.ResponseWriter) {
-	rest.Error(w, http.StatusNotFound, "not_found", "no such file")
+	rest.WriteError(w, errcode.New(errcode.NotFound, "no such file"))
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/cfgd/cfgd/api/rest"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
@@ -79,14 +80,14 @@ type IngestResult struct {
 // index and field, with the accepted count.
 func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
-		rest.Error(w, http.StatusBadRequest, "bad_request", "Content-Type must be application/json")
+		rest.WriteError(w, errcode.New(errcode.BadRequest, "Content-Type must be application/json"))
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxIngestBytes))
 	if err != nil {
 		var big *http.MaxBytesError
 		if errors.As(err, &big) {
-			rest.Error(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body is larger than %d bytes", big.Limit))
+			rest.WriteError(w, errcode.New(errcode.TooLarge, fmt.Sprintf("request body is larger than %d bytes", big.Limit)))
 			return
 		}
 		rest.Fail(w, r, err)
@@ -94,11 +95,11 @@ func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(body, &items); err != nil || items == nil {
-		rest.Error(w, http.StatusBadRequest, "bad_request", "request body must be a JSON array of request-log events")
+		rest.WriteError(w, errcode.New(errcode.BadRequest, "request body must be a JSON array of request-log events"))
 		return
 	}
 	if len(items) == 0 || len(items) > MaxIngestEvents {
-		rest.Error(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("send 1 to %d events per request", MaxIngestEvents))
+		rest.WriteError(w, errcode.New(errcode.BadRequest, fmt.Sprintf("send 1 to %d events per request", MaxIngestEvents)))
 		return
 	}
 	events := make([]requestlog.Event, 0, len(items))
@@ -119,8 +120,7 @@ func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := h.producer.Produce(r.Context(), events); err != nil {
 		if errors.Is(err, requestlog.ErrUnavailable) {
-			w.Header().Set("Retry-After", "1")
-			rest.Unavailable(w, r, "the request-log queue", err)
+			rest.Fail(w, r, &errcode.Error{Code: errcode.Unavailable, Message: "the request-log queue is unavailable, try again shortly", RetryAfter: time.Second, Err: err})
 			return
 		}
 		rest.Fail(w, r, err)
@@ -167,14 +167,14 @@ func (h *Handlers) requests(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	page, size, err := requestlogview.ParsePage(q.Get("page"), q.Get("page_size"))
 	if err != nil {
-		invalid(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	results, count, err := h.queries.Requests(r.Context(), requestlogview.Filter{
 		Service: q.Get("service"), Method: q.Get("method"), Status: q.Get("status"), Page: page, PageSize: size,
 	})
 	if err != nil {
-		invalid(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	rest.JSON(w, http.StatusOK, map[string]any{"results": results, "count": count})
@@ -183,12 +183,12 @@ func (h *Handlers) requests(w http.ResponseWriter, r *http.Request) {
 func (h *Handlers) overview(w http.ResponseWriter, r *http.Request) {
 	hours, err := requestlogview.ParseHours(r.URL.Query().Get("hours"))
 	if err != nil {
-		invalid(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	o, err := h.queries.Overview(r.Context(), hours)
 	if err != nil {
-		invalid(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	rest.JSON(w, http.StatusOK, o)
@@ -197,12 +197,12 @@ func (h *Handlers) overview(w http.ResponseWriter, r *http.Request) {
 func (h *Handlers) services(w http.ResponseWriter, r *http.Request) {
 	hours, err := requestlogview.ParseHours(r.URL.Query().Get("hours"))
 	if err != nil {
-		invalid(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	s, err := h.queries.Services(r.Context(), hours)
 	if err != nil {
-		invalid(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	rest.JSON(w, http.StatusOK, map[string]any{"services": s})
@@ -211,12 +211,12 @@ func (h *Handlers) services(w http.ResponseWriter, r *http.Request) {
 func (h *Handlers) methods(w http.ResponseWriter, r *http.Request) {
 	hours, err := requestlogview.ParseHours(r.URL.Query().Get("hours"))
 	if err != nil {
-		invalid(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	m, err := h.queries.Methods(r.Context(), hours, r.URL.Query().Get("service"))
 	if err != nil {
-		invalid(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	rest.JSON(w, http.StatusOK, map[string]any{"methods": m})
@@ -226,37 +226,13 @@ func (h *Handlers) methods(w http.ResponseWriter, r *http.Request) {
 func (h *Handlers) timeline(w http.ResponseWriter, r *http.Request) {
 	hours, err := requestlogview.ParseTimelineHours(r.URL.Query().Get("hours"))
 	if err != nil {
-		invalid(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	tl, err := h.queries.Timeline(r.Context(), hours, r.URL.Query().Get("service"))
 	if err != nil {
-		invalid(w, r, err)
-		return
-	}
-	rest.JSON(w, http.StatusOK, tl)
-}
-
-// invalid answers 400 naming every bad parameter in err, or hands any
-// other error to rest.Fail.
-func invalid(w http.ResponseWriter, r *http.Request, err error) {
-	fields := map[string]string{}
-	collect(err, fields)
-	if len(fields) == 0 {
 		rest.Fail(w, r, err)
 		return
 	}
-	rest.FieldErrors(w, fields)
-}
-
-func collect(err error, into map[string]string) {
-	var inv *requestlogview.InvalidError
-	if errors.As(err, &inv) {
-		into[inv.Field] = inv.Message
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		for _, e := range j.Unwrap() {
-			collect(e, into)
-		}
-	}
+	rest.JSON(w, http.StatusOK, tl)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/api/rest/monitor"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/sinks"
@@ -27,7 +28,7 @@ func pass(next http.Handler) http.Handler { return next }
 
 func deny(http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		rest.Error(w, http.StatusForbidden, "forbidden", "staff only")
+		rest.WriteError(w, errcode.New(errcode.Forbidden, "staff only"))
 	})
 }
 

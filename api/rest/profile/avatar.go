@@ -18,8 +18,8 @@ import (
 
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/api/rest/auth"
-	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/user"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events"
 )
 
@@ -59,27 +59,23 @@ func (c Config) Validate() error {
 
 func (h *handler) uploadAvatar(w http.ResponseWriter, r *http.Request) {
 	p, _ := auth.PrincipalFrom(r.Context())
-	data, status, msg := h.readAvatar(w, r)
-	if msg != "" {
-		if status == http.StatusBadRequest {
-			rest.FieldErrors(w, map[string]string{avatarField: msg})
-			return
-		}
-		rest.Error(w, status, "too_large", msg)
+	data, refused := h.readAvatar(w, r)
+	if refused != nil {
+		rest.WriteError(w, refused)
 		return
 	}
 	ext, problem := detectImage(data)
 	if problem != "" {
-		rest.FieldErrors(w, map[string]string{avatarField: problem})
+		rest.WriteError(w, errcode.Fields(map[string]string{avatarField: problem}))
 		return
 	}
 	name, err := user.NewAvatarPath(p.UserID, ext)
 	if err != nil {
-		rest.Internal(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	if err := h.media.Write(name, data); err != nil {
-		rest.Internal(w, r, err)
+		rest.Fail(w, r, err)
 		return
 	}
 	res, err := h.avatars.Handle(r.Context(), user.ChangeAvatar{UserID: p.UserID, Avatar: name, Meta: meta(r, p.UserID)})
@@ -122,43 +118,40 @@ func (h *handler) remove(r *http.Request, name string) {
 }
 
 func (h *handler) commandFailed(w http.ResponseWriter, r *http.Request, err error) {
-	var invalid *commands.ValidationError
 	switch {
-	case errors.As(err, &invalid):
-		rest.FieldErrors(w, invalid.Fields)
 	case errors.Is(err, user.ErrNoSuchUser):
-		rest.Error(w, http.StatusNotFound, "not_found", "no such user")
+		rest.WriteError(w, errcode.New(errcode.NotFound, "no such user"))
 	default:
 		rest.Fail(w, r, err)
 	}
 }
 
 // readAvatar returns the bytes of the multipart field "avatar", or an
-// answer's status and message. The part's file name and Content-Type are
+// error to answer (a field error, or too_large). The part's file name and Content-Type are
 // ignored: only the content decides what the file is, and the server names
 // it.
-func (h *handler) readAvatar(w http.ResponseWriter, r *http.Request) ([]byte, int, string) {
+func (h *handler) readAvatar(w http.ResponseWriter, r *http.Request) ([]byte, *errcode.Error) {
 	limit := h.cfg.AvatarMaxBytes
 	tooLarge := fmt.Sprintf("avatar is larger than the limit of %d bytes", limit)
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "multipart/form-data" {
-		return nil, http.StatusBadRequest, "send the image as multipart/form-data in the field \"avatar\""
+		return nil, errcode.Field(avatarField, "send the image as multipart/form-data in the field \"avatar\"")
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, limit+multipartOverhead)
 	mr, err := r.MultipartReader()
 	if err != nil {
-		return nil, http.StatusBadRequest, "send the image as multipart/form-data in the field \"avatar\""
+		return nil, errcode.Field(avatarField, "send the image as multipart/form-data in the field \"avatar\"")
 	}
 	for {
 		part, err := mr.NextPart()
 		var big *http.MaxBytesError
 		switch {
 		case errors.As(err, &big):
-			return nil, http.StatusRequestEntityTooLarge, tooLarge
+			return nil, errcode.New(errcode.TooLarge, tooLarge)
 		case errors.Is(err, io.EOF):
-			return nil, http.StatusBadRequest, "is required: send the image in the multipart field \"avatar\""
+			return nil, errcode.Field(avatarField, "is required: send the image in the multipart field \"avatar\"")
 		case err != nil:
-			return nil, http.StatusBadRequest, "the multipart body is malformed"
+			return nil, errcode.Field(avatarField, "the multipart body is malformed")
 		}
 		if part.FormName() != avatarField {
 			_ = part.Close() // the next NextPart skips what is left of it
@@ -167,13 +160,13 @@ func (h *handler) readAvatar(w http.ResponseWriter, r *http.Request) ([]byte, in
 		data, err := io.ReadAll(io.LimitReader(part, limit+1))
 		switch {
 		case errors.As(err, &big), err == nil && int64(len(data)) > limit:
-			return nil, http.StatusRequestEntityTooLarge, tooLarge
+			return nil, errcode.New(errcode.TooLarge, tooLarge)
 		case err != nil:
-			return nil, http.StatusBadRequest, "the multipart body is malformed"
+			return nil, errcode.Field(avatarField, "the multipart body is malformed")
 		case len(data) == 0:
-			return nil, http.StatusBadRequest, "is empty"
+			return nil, errcode.Field(avatarField, "is empty")
 		}
-		return data, 0, ""
+		return data, nil
 	}
 }
 

@@ -18,8 +18,8 @@ import (
 
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/api/rest/auth"
-	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/commands/user"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/readmodels/identityview"
 )
@@ -129,7 +129,7 @@ func (h *handler) respond(w http.ResponseWriter, r *http.Request, id, version in
 	switch {
 	case err == nil:
 	case errors.Is(err, identityview.ErrNotFound):
-		rest.Error(w, http.StatusNotFound, "not_found", "no profile for this user")
+		rest.WriteError(w, errcode.New(errcode.NotFound, "no profile for this user"))
 		return
 	default:
 		rest.Fail(w, r, err)
@@ -221,18 +221,15 @@ func (h *handler) patch(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(fields) > 0 {
-		rest.FieldErrors(w, fields)
+		rest.WriteError(w, errcode.Fields(fields))
 		return
 	}
 	version, err := h.updater.Handle(r.Context(), cmd)
-	var invalid *commands.ValidationError
 	switch {
 	case err == nil:
 		h.respond(w, r, p.UserID, max(version, p.UserVersion))
-	case errors.As(err, &invalid):
-		rest.FieldErrors(w, invalid.Fields)
 	case errors.Is(err, user.ErrNoSuchUser):
-		rest.Error(w, http.StatusNotFound, "not_found", "no such user")
+		rest.WriteError(w, errcode.New(errcode.NotFound, "no such user"))
 	default:
 		rest.Fail(w, r, err)
 	}

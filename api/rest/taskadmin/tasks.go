@@ -10,6 +10,7 @@ import (
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/api/rest/auth"
 	"github.com/cfgd/cfgd/commands/app/taskqueues"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/readmodels/taskview"
@@ -100,7 +101,7 @@ func (h *handler) recent(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > RecentLimit {
-			rest.FieldErrors(w, map[string]string{"limit": "must be an integer from 1 to " + strconv.Itoa(RecentLimit)})
+			rest.WriteError(w, errcode.Fields(map[string]string{"limit": "must be an integer from 1 to " + strconv.Itoa(RecentLimit)}))
 			return
 		}
 		limit = n
@@ -168,7 +169,7 @@ func required(w http.ResponseWriter, fields map[string]*string) bool {
 	if len(missing) == 0 {
 		return true
 	}
-	rest.JSON(w, http.StatusBadRequest, rest.ErrorBody{Error: first + " is required", Code: "invalid", Fields: missing})
+	rest.WriteError(w, &errcode.Error{Code: errcode.Invalid, Message: first + " is required", Fields: missing})
 	return false
 }
 
@@ -186,9 +187,9 @@ func (h *handler) queueManage(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		rest.JSON(w, http.StatusOK, QueueManageResponse{Success: true, Action: action, Queue: q})
 	case errors.Is(err, taskqueues.ErrInvalidAction):
-		rest.Error(w, http.StatusBadRequest, "invalid_action", "Invalid action")
+		rest.WriteError(w, errcode.New(errcode.InvalidAction, "Invalid action"))
 	case errors.Is(err, taskqueues.ErrUnknownQueue):
-		rest.Error(w, http.StatusNotFound, "not_found", unknown("queue", queue))
+		rest.WriteError(w, errcode.New(errcode.NotFound, unknown("queue", queue)))
 	case errors.Is(err, taskqueues.ErrNotYetApplied):
 		accepted(w, action, ap, PathQueueStatus)
 	default:
@@ -210,9 +211,9 @@ func (h *handler) workerManage(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		rest.JSON(w, http.StatusOK, WorkerManageResponse{Success: true, Action: action, Worker: s})
 	case errors.Is(err, taskqueues.ErrInvalidAction):
-		rest.Error(w, http.StatusBadRequest, "invalid_action", "Invalid action")
+		rest.WriteError(w, errcode.New(errcode.InvalidAction, "Invalid action"))
 	case errors.Is(err, taskqueues.ErrUnknownWorker):
-		rest.Error(w, http.StatusNotFound, "not_found", unknown("worker", id))
+		rest.WriteError(w, errcode.New(errcode.NotFound, unknown("worker", id)))
 	case errors.Is(err, taskqueues.ErrNotYetApplied):
 		accepted(w, action, ap, PathWorkers)
 	default:

@@ -70,9 +70,10 @@ type GRPCParts struct {
 	// Reporter batches the request log of served calls; nil without a
 	// producer.
 	Reporter *requestlog.Batcher
-	// Metrics count the reported and dropped events of served calls
-	// (cfgd_grpc_requestlog_sent_total, cfgd_grpc_requestlog_dropped_total);
-	// empty without a producer. The caller registers them.
+	// Metrics are the server's call metrics (grpc_server_*) and, with a
+	// producer, the reported and dropped events of served calls
+	// (cfgd_grpc_requestlog_sent_total, cfgd_grpc_requestlog_dropped_total).
+	// The caller registers them.
 	Metrics []prometheus.Collector
 }
 
@@ -141,8 +142,9 @@ func GRPC(cfg GRPCConfig, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now
 		Server: srv, Keys: keys, Protos: dir,
 		Create: apikeys.NewCreateHandler(db, now), Revoke: apikeys.NewRevokeHandler(db, now), Reporter: reporter,
 	}
+	p.Metrics = []prometheus.Collector{srv.Metrics()}
 	if reporter != nil {
-		p.Metrics = []prometheus.Collector{
+		p.Metrics = append(p.Metrics,
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "cfgd_grpc_requestlog_sent_total",
 				Help: "Request-log events of served gRPC calls handed to Kafka.",
@@ -151,7 +153,7 @@ func GRPC(cfg GRPCConfig, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now
 				Name: "cfgd_grpc_requestlog_dropped_total",
 				Help: "Request-log events of served gRPC calls dropped: queue full, or Kafka slow or down.",
 			}, func() float64 { return float64(reporter.Dropped()) }),
-		}
+		)
 	}
 	keysProjection := projectors.Keys()
 	keysProjection.Feeds = append(keysProjection.Feeds, cfg.KeyFeeds...)

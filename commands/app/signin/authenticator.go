@@ -9,6 +9,7 @@ import (
 
 	"github.com/cfgd/cfgd/commands/token"
 	"github.com/cfgd/cfgd/commands/user"
+	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/readmodels/apikeyview"
@@ -41,7 +42,7 @@ type Principal struct {
 // dependency.
 var (
 	ErrNoCredentials = errors.New("authentication credentials were not provided")
-	ErrInvalidToken  = errors.New("token is invalid or expired")
+	ErrInvalidToken  = errcode.New(errcode.TokenNotValid, "Token is invalid or expired")
 	ErrBadPassword   = errors.New("invalid e-mail or password")
 	ErrInvalidAPIKey = errors.New("API key is invalid, revoked or expired")
 	ErrNotStaff      = errors.New("you do not have permission to perform this action")

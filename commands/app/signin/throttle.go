@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 // Limiter counts hits in fixed windows in Redis, so a limit holds across
@@ -118,6 +120,16 @@ func (e *ThrottledError) Error() string {
 		what = e.cause.Error()
 	}
 	return fmt.Sprintf("%s; retry in %s", what, e.RetryAfter.Round(time.Second))
+}
+
+// As offers the error to transports as errcode.RateLimited; a sign-in
+// with a password says more in its own words.
+func (e *ThrottledError) As(target any) bool {
+	p, ok := target.(**errcode.Error)
+	if ok {
+		*p = errcode.RetryLater("Too many requests", e.RetryAfter)
+	}
+	return ok
 }
 
 // Unwrap gives the limit that refused the call, if it is not the failed
