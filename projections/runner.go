@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 )
@@ -348,7 +349,7 @@ func (h *groupHandler) apply(ctx context.Context, b *kafka.Batch, batch []*deliv
 	if len(batch) == 0 {
 		return nil, nil
 	}
-	bo := kafka.Backoff(h.r.cfg.Backoff, h.r.cfg.MaxBackoff)
+	bo := process.Backoff(h.r.cfg.Backoff, h.r.cfg.MaxBackoff)
 	for handlerFailures := 0; ; {
 		res, err := applyBatch(ctx, h.r.pool, h.r.cfg.LockTimeout, h.g.ConsumerGroup(), h.g.Projections, batch)
 		if err == nil {
@@ -366,7 +367,7 @@ func (h *groupHandler) apply(ctx context.Context, b *kafka.Batch, batch []*deliv
 				break
 			}
 		}
-		if !kafka.Wait(ctx, bo) {
+		if !process.Wait(ctx, bo) {
 			return nil, ctx.Err()
 		}
 	}
@@ -382,7 +383,7 @@ func (h *groupHandler) apply(ctx context.Context, b *kafka.Batch, batch []*deliv
 }
 
 func (h *groupHandler) applyOne(ctx context.Context, b *kafka.Batch, d *delivery) ([]*delivery, error) {
-	bo := kafka.Backoff(h.r.cfg.Backoff, h.r.cfg.MaxBackoff)
+	bo := process.Backoff(h.r.cfg.Backoff, h.r.cfg.MaxBackoff)
 	for handlerFailures := 0; ; {
 		res, err := applyBatch(ctx, h.r.pool, h.r.cfg.LockTimeout, h.g.ConsumerGroup(), h.g.Projections, []*delivery{d})
 		if err == nil {
@@ -407,7 +408,7 @@ func (h *groupHandler) applyOne(ctx context.Context, b *kafka.Batch, d *delivery
 				continue
 			}
 		}
-		if !kafka.Wait(ctx, bo) {
+		if !process.Wait(ctx, bo) {
 			return nil, ctx.Err()
 		}
 	}

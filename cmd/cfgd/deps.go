@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cfgd/cfgd/cmd/settings"
+	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events/store"
 )
 
@@ -76,7 +77,7 @@ func (d *deps) Close() {
 // down and backing off up to 10s, so a missing server at start-up is a
 // clear log line and a 503 from /readyz, not a crash loop.
 func retry(ctx context.Context, log *slog.Logger, what string, fn func(ctx context.Context) error) error {
-	backoff := 250 * time.Millisecond
+	bo := process.Backoff(250*time.Millisecond, 10*time.Second)
 	for attempt := 1; ; attempt++ {
 		err := fn(ctx)
 		if err == nil {
@@ -88,12 +89,10 @@ func retry(ctx context.Context, log *slog.Logger, what string, fn func(ctx conte
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		log.WarnContext(ctx, "dependency unavailable, retrying", "dependency", what, "err", err, "retry_in", backoff.String())
-		select {
-		case <-ctx.Done():
+		d, _ := bo.Next()
+		log.WarnContext(ctx, "dependency unavailable, retrying", "dependency", what, "err", err, "retry_in", d.String())
+		if !process.Sleep(ctx, d) {
 			return ctx.Err()
-		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 10*time.Second)
 	}
 }

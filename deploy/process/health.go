@@ -30,23 +30,23 @@ func (h *Health) Ready(context.Context) error {
 }
 
 // Retry runs fn until it succeeds or ctx ends, waiting between attempts
-// with a backoff doubling from 100 ms up to maxBackoff. Each failure is
+// with Backoff from 100 ms up to maxBackoff. Each failure is
 // recorded in h as "what: err" and logged, so a dependency that is down
 // shows on /readyz instead of stopping the runner. It returns ctx's error
 // when ctx ends first.
 func (h *Health) Retry(ctx context.Context, log *slog.Logger, what string, maxBackoff time.Duration, fn func(context.Context) error) error {
-	backoff := 100 * time.Millisecond
+	bo := Backoff(100*time.Millisecond, maxBackoff)
 	for {
 		err := fn(ctx)
 		if err == nil {
 			return nil
 		}
 		h.Set(fmt.Errorf("%s: %w", what, err))
-		log.WarnContext(ctx, "waiting for a dependency", "for", what, "err", err, "retry_in", backoff.String())
-		if !Sleep(ctx, backoff) {
+		d, _ := bo.Next()
+		log.WarnContext(ctx, "waiting for a dependency", "for", what, "err", err, "retry_in", d.String())
+		if !Sleep(ctx, d) {
 			return ctx.Err()
 		}
-		backoff = min(backoff*2, maxBackoff)
 	}
 }
 

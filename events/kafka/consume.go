@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sethvargo/go-retry"
 )
@@ -131,7 +132,7 @@ func WithWeight(weigh func(*sarama.ConsumerMessage) int) ConsumeOption {
 // (each partition applied concurrently).
 func WithSpan() ConsumeOption { return func(o *consumeOptions) { o.span = true } }
 
-// WithRetry retries a failed batch with Backoff(first, max) until it is
+// WithRetry retries a failed batch with process.Backoff(first, max) until it is
 // applied or the session ends; reading pauses meanwhile. It also sets the
 // delay before a held batch (Batch.Hold) is tried again. Without it a
 // failed batch ends the session and comes again after the rejoin.
@@ -238,7 +239,7 @@ func Consume(ctx context.Context, c Config, group string, topics []string, h Han
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	l.cancel = cancel
-	bo := Backoff(o.first, o.max)
+	bo := process.Backoff(o.first, o.max)
 	for sctx.Err() == nil {
 		// Consume returns at every rebalance; the loop rejoins.
 		err := cg.Consume(sctx, full, l)
@@ -252,10 +253,10 @@ func Consume(ctx context.Context, c Config, group string, topics []string, h Han
 		if err != nil && sctx.Err() == nil {
 			l.setHealth(fmt.Errorf("kafka: %w", err))
 			l.log.Warn("kafka consumer group session", "err", err)
-			Wait(sctx, bo)
+			process.Wait(sctx, bo)
 			continue
 		}
-		bo = Backoff(o.first, o.max)
+		bo = process.Backoff(o.first, o.max)
 	}
 	_ = cg.Close()
 	if p := l.fatal.Load(); p != nil {
@@ -298,7 +299,7 @@ type claim struct {
 }
 
 func (l *loop) wait(ctx context.Context, what string, fn func(context.Context) error) error {
-	bo := Backoff(l.o.first, l.o.max)
+	bo := process.Backoff(l.o.first, l.o.max)
 	for {
 		err := fn(ctx)
 		if err == nil {
@@ -306,7 +307,7 @@ func (l *loop) wait(ctx context.Context, what string, fn func(context.Context) e
 		}
 		l.setHealth(fmt.Errorf("%s: %w", what, err))
 		l.log.WarnContext(ctx, "waiting for a dependency", "for", what, "err", err)
-		if !Wait(ctx, bo) {
+		if !process.Wait(ctx, bo) {
 			return ctx.Err()
 		}
 	}
@@ -478,7 +479,7 @@ func (l *loop) batcher(sess sarama.ConsumerGroupSession, in <-chan *sarama.Consu
 		msgs, weight = nil, 0
 		if cl != nil && cl.holding {
 			if holdBackoff == nil {
-				holdBackoff = Backoff(l.o.first, l.o.max)
+				holdBackoff = process.Backoff(l.o.first, l.o.max)
 			}
 			d, _ := holdBackoff.Next()
 			again.Reset(d)
@@ -530,9 +531,9 @@ func (l *loop) apply(sess sarama.ConsumerGroupSession, msgs []*sarama.ConsumerMe
 			return err
 		}
 		if bo == nil {
-			bo = Backoff(l.o.first, l.o.max)
+			bo = process.Backoff(l.o.first, l.o.max)
 		}
-		if !Wait(ctx, bo) {
+		if !process.Wait(ctx, bo) {
 			return err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events"
 )
 
@@ -92,14 +93,14 @@ func (d *deadLetters) send(ctx context.Context, m *sarama.ConsumerMessage, consu
 	if m.Key != nil {
 		pm.Key = sarama.ByteEncoder(m.Key)
 	}
-	bo := Backoff(d.first, d.max)
+	bo := process.Backoff(d.first, d.max)
 	for {
 		err := p.Send(ctx, pm)
 		if err == nil {
 			break
 		}
 		d.log.ErrorContext(ctx, "dead-letter publish failed; the partition waits", "err", err)
-		if !Wait(ctx, bo) {
+		if !process.Wait(ctx, bo) {
 			return fmt.Errorf("dead letter: %w", err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/outbox"
@@ -91,13 +92,13 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}
 	}()
 	// Kafka may still be starting: wait for it rather than fail the process.
-	for bo := kafka.Backoff(250*time.Millisecond, 10*time.Second); ; {
+	for bo := process.Backoff(250*time.Millisecond, 10*time.Second); ; {
 		err := kafka.EnsureTopics(ctx, p.cfg.Bus, p.log, kafka.TopicEvents)
 		if err == nil {
 			break
 		}
 		p.log.WarnContext(ctx, "dependency unavailable, retrying", "dependency", "kafka", "err", err)
-		if !kafka.Wait(ctx, bo) {
+		if !process.Wait(ctx, bo) {
 			return nil
 		}
 	}

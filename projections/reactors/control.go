@@ -10,8 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 
+	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/projections"
@@ -122,13 +122,13 @@ func Control(q Queues, w Workers, pub Publisher, db store.DB) *projections.Proje
 // attempts, dead-letter it, so the removed tasks would never be closed in
 // the statistics. Waiting for Kafka holds this reactor back instead.
 func publishRetrying(ctx context.Context, pub Publisher, recs []tasks.Lifecycle) error {
-	bo := kafka.Backoff(100*time.Millisecond, 5*time.Second)
+	bo := process.Backoff(100*time.Millisecond, 5*time.Second)
 	for {
 		err := pub.PublishLifecycle(ctx, recs)
 		if err == nil {
 			return nil
 		}
-		if !kafka.Wait(ctx, bo) {
+		if !process.Wait(ctx, bo) {
 			return errors.Join(err, ctx.Err())
 		}
 	}

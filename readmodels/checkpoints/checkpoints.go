@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -23,7 +24,7 @@ type DB interface {
 // read its own write. It polls the checkpoint, which is written in the
 // same transaction as the read model.
 func Wait(ctx context.Context, db DB, name, stream string, version int64) error {
-	delay := 2 * time.Millisecond
+	bo := process.Backoff(2*time.Millisecond, 50*time.Millisecond)
 	for {
 		var seen int64
 		err := db.QueryRow(ctx, `SELECT version FROM projection_checkpoints WHERE projection = $1 AND stream_id = $2`, name, stream).Scan(&seen)
@@ -33,11 +34,8 @@ func Wait(ctx context.Context, db DB, name, stream string, version int64) error 
 		if seen >= version {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if !process.Wait(ctx, bo) {
 			return fmt.Errorf("wait for %s to reach %s v%d: %w", name, stream, version, ctx.Err())
-		case <-time.After(delay):
 		}
-		delay = min(delay*2, 50*time.Millisecond)
 	}
 }

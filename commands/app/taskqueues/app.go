@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/events/tasks"
@@ -117,7 +118,7 @@ func (a *App) ManageWorker(ctx context.Context, action, id string, md events.Met
 		}
 		return tasks.WorkerState{}, ap, err
 	}
-	delay := 20 * time.Millisecond
+	bo := process.Backoff(20*time.Millisecond, 200*time.Millisecond)
 	for {
 		s, err := a.Registry.Get(wctx, id)
 		if err != nil && wctx.Err() == nil {
@@ -127,15 +128,12 @@ func (a *App) ManageWorker(ctx context.Context, action, id string, md events.Met
 			a.Reader.Invalidate()
 			return *s, ap, nil
 		}
-		select {
-		case <-wctx.Done():
+		if !process.Wait(wctx, bo) {
 			if ctx.Err() != nil {
 				return tasks.WorkerState{}, ap, ctx.Err()
 			}
 			return tasks.WorkerState{}, ap, ErrNotYetApplied
-		case <-time.After(delay):
 		}
-		delay = min(2*delay, 200*time.Millisecond)
 	}
 }
 
