@@ -16,7 +16,7 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events/kafka"
-	reqlog "github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
@@ -29,7 +29,7 @@ type chEnv struct {
 	t    *testing.T
 	bus  kafka.Config
 	conn driver.Conn
-	prod *reqlog.Producer
+	prod *requestlog.Producer
 	pool *pgxpool.Pool
 	seq  atomic.Int64 // events produced so far (request ids)
 }
@@ -38,10 +38,10 @@ func newCHEnv(t *testing.T, partitions int) *chEnv {
 	t.Helper()
 	c := testenv.Kafka(t, partitions)
 	_, conn := testenv.ClickHouse(t)
-	pc := reqlog.DefaultProducerConfig(c)
+	pc := requestlog.DefaultProducerConfig(c)
 	pc.PackEvents = 50
 	pc.Timeout = 10 * time.Second
-	p, err := reqlog.NewProducer(pc, testenv.Quiet())
+	p, err := requestlog.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,14 +56,14 @@ func newCHEnv(t *testing.T, partitions int) *chEnv {
 // methods, statuses and duration buckets, with every column filled.
 func (e *chEnv) spread(n int, from time.Time, step time.Duration) {
 	e.t.Helper()
-	statuses := reqlog.Statuses()
-	evs := make([]reqlog.Event, n)
+	statuses := requestlog.Statuses()
+	evs := make([]requestlog.Event, n)
 	for i := range evs {
 		k := int(e.seq.Add(1))
 		st := statuses[k%len(statuses)]
-		evs[i] = reqlog.Event{RequestID: fmt.Sprintf("r%d", k), ServiceName: fmt.Sprintf("svc.S%d", k%3), MethodName: fmt.Sprintf("M%d", k%4),
+		evs[i] = requestlog.Event{RequestID: fmt.Sprintf("r%d", k), ServiceName: fmt.Sprintf("svc.S%d", k%3), MethodName: fmt.Sprintf("M%d", k%4),
 			Status: st, DurationMS: int64(k*37) % 70000, CreatedAt: from.Add(time.Duration(i) * step).UTC(),
-			ErrorMessage: map[bool]string{true: "boom", false: ""}[st == reqlog.StatusError], ClientIP: "10.0.0.1",
+			ErrorMessage: map[bool]string{true: "boom", false: ""}[st == requestlog.StatusError], ClientIP: "10.0.0.1",
 			UserID: int64(k % 7), Username: fmt.Sprintf("u%d", k%7), IsAuthenticated: k%2 == 0, APIKeyID: int64(k % 5), APIKeyName: "key"}
 	}
 	for i := 0; i < n; i += 200 {
