@@ -215,9 +215,11 @@ func TestRestartingAWorkerWhileTasksRunLosesNone(t *testing.T) {
 		return mux.ProcessTask(ctx, task)
 	}))
 	q := s.Q["low"]
+	// Long enough that the restart lands while tasks still run, even when a
+	// loaded machine takes seconds to carry the command to the worker.
 	const n = 6
 	for range n {
-		s.enqueue(t, q, taskqueues.TypeSleep, `{"ms": 1500}`)
+		s.enqueue(t, q, taskqueues.TypeSleep, `{"ms": 3000}`)
 	}
 	s.eventually(t, 10*time.Second, "tasks run", func() bool { return num(s.queue(t, q)["active"]) > 0 })
 
