@@ -2,8 +2,6 @@ package migrate_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"io/fs"
 	"log/slog"
 	"strings"
@@ -91,41 +89,6 @@ func TestFingerprintFollowsEveryFile(t *testing.T) {
 	}
 }
 
-// emptyPostgres creates a database with no schema for t.
-func emptyPostgres(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	ctx := context.Background()
-	admin, err := pgxpool.New(ctx, testenv.PostgresAdminURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := "cfgd_migrate_" + hex.EncodeToString(b)
-	if _, err := admin.Exec(ctx, `CREATE DATABASE `+name); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresAdminURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Database = name
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		pool.Close()
-		a, err := pgxpool.New(context.Background(), testenv.PostgresAdminURL())
-		if err == nil {
-			_, _ = a.Exec(context.Background(), `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
-			a.Close()
-		}
-	})
-	return pool
-}
-
 func tables(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
 	var s string
@@ -152,7 +115,7 @@ func versions(t *testing.T, pool *pgxpool.Pool) string {
 func TestPostgresUpgradeFromOneDirectory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := emptyPostgres(t)
+	pool := testenv.EmptyPostgres(t)
 	files := map[string]*fstest.MapFile{
 		"00001_events.sql": sqlFile("CREATE TABLE events (id int);", "DROP TABLE events;"),
 		"00002_users.sql":  sqlFile("CREATE TABLE users (id int);", "DROP TABLE users;"),
@@ -193,7 +156,7 @@ func TestPostgresUpgradeFromOneDirectory(t *testing.T) {
 func TestPostgresTo(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := emptyPostgres(t)
+	pool := testenv.EmptyPostgres(t)
 	a := migrate.Schema{Owner: "a", FS: fstest.MapFS{
 		"00001_a.sql": sqlFile("CREATE TABLE a (id int);", "DROP TABLE a;"),
 		"00003_c.sql": sqlFile("CREATE TABLE c (id int);", "DROP TABLE c;"),
@@ -218,7 +181,7 @@ func TestPostgresTo(t *testing.T) {
 func TestPostgresConcurrentStarts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := emptyPostgres(t)
+	pool := testenv.EmptyPostgres(t)
 	s := migrate.Schema{Owner: "a", FS: fstest.MapFS{
 		"00001_a.sql": sqlFile("CREATE TABLE a (id int);", "DROP TABLE a;"),
 		"00002_b.sql": sqlFile("CREATE TABLE b (id int);", "DROP TABLE b;"),

@@ -2,8 +2,6 @@ package schemas_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -137,40 +135,6 @@ func TestEverySchemaFileIsWired(t *testing.T) {
 	}
 }
 
-func emptyPostgres(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	ctx := context.Background()
-	admin, err := pgxpool.New(ctx, testenv.PostgresAdminURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := "cfgd_schemas_" + hex.EncodeToString(b)
-	if _, err := admin.Exec(ctx, `CREATE DATABASE `+name); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresAdminURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Database = name
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		pool.Close()
-		a, err := pgxpool.New(context.Background(), testenv.PostgresAdminURL())
-		if err == nil {
-			_, _ = a.Exec(context.Background(), `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
-			a.Close()
-		}
-	})
-	return pool
-}
-
 // catalog describes everything the migrations made in the public schema.
 func catalog(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
@@ -192,7 +156,7 @@ func catalog(t *testing.T, pool *pgxpool.Pool) string {
 func TestUpgradeFromOneDirectory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	old := emptyPostgres(t)
+	old := testenv.EmptyPostgres(t)
 	db := stdlib.OpenDBFromPool(old)
 	defer db.Close()
 	p, err := goose.NewProvider(goose.DialectPostgres, db, os.DirFS(filepath.Join("testdata", "before")))
@@ -220,7 +184,7 @@ func TestUpgradeFromOneDirectory(t *testing.T) {
 	if after := catalog(t, old); after != before {
 		t.Fatalf("the upgrade changed the schema:\n%s\nbefore:\n%s", after, before)
 	}
-	fresh := emptyPostgres(t)
+	fresh := testenv.EmptyPostgres(t)
 	if err := schemas.UpPostgres(ctx, fresh, quiet); err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ import (
 func TestTasksViewsMigration(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := emptyPostgres(t)
+	pool := testenv.EmptyPostgres(t)
 	owners, err := schemas.Postgres()
 	if err != nil {
 		t.Fatal(err)

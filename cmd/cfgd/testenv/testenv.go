@@ -181,6 +181,36 @@ func PostgresURL(t testing.TB) string {
 	return withDatabase(PostgresAdminURL(), name)
 }
 
+// EmptyPostgres creates a database with no schema for t (for migration
+// tests), dropped when t ends.
+func EmptyPostgres(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, PostgresAdminURL())
+	if err != nil {
+		t.Fatalf("testenv: postgres: %v", err)
+	}
+	defer admin.Close(ctx)
+	name := randomName("cfgd_empty_")
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("testenv: create database: %v", err)
+	}
+	pool, err := pgxpool.New(ctx, withDatabase(PostgresAdminURL(), name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if c, err := pgx.Connect(ctx, PostgresAdminURL()); err == nil {
+			_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			_ = c.Close(ctx)
+		}
+	})
+	return pool
+}
+
 // Postgres is PostgresURL with an open pool, closed when t ends.
 func Postgres(t testing.TB) *pgxpool.Pool {
 	t.Helper()
