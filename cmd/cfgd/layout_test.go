@@ -37,7 +37,7 @@ var floors = []struct {
 }
 
 // rigs are test rigs: imported only from _test.go files (and each other).
-var rigs = []string{"cmd/cfgd/testenv", "cmd/cfgd/authtest", "cmd/cfgd/grpctest"}
+var rigs = []string{"cmd/cfgd/testenv", "cmd/cfgd/authtest", "cmd/cfgd/grpctest", "cmd/cfgd/browsertest"}
 
 // under says whether pkg is prefix or inside it ("" holds everything).
 func under(pkg, prefix string) bool {

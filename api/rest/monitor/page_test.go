@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/cfgd/cfgd/api/pages"
 	"github.com/cfgd/cfgd/api/rest/monitor"
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
+	"github.com/cfgd/cfgd/cmd/cfgd/browsertest"
 	"github.com/cfgd/cfgd/events/requestlog"
 )
 
@@ -88,7 +88,7 @@ func TestDashboardAnswers(t *testing.T) {
 func TestDashboardInChromium(t *testing.T) {
 	t.Parallel()
 	env, email, pass := pageStack(t)
-	ctx := browser(t)
+	ctx := browsertest.Chromium(t)
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
 	step := func(what string, err error) {
 		t.Helper()
@@ -140,7 +140,7 @@ func TestDashboardInChromium(t *testing.T) {
 	banner, err := chromedp.Run(ctx, chromedp.Text(css(`#error`)))
 	step("banner", err)
 
-	dir := artifactDir(t)
+	dir := browsertest.ArtifactDir(t)
 	for name, b := range map[string][]byte{"grpc-dashboard.png": desktop, "grpc-dashboard-phone.png": phone} {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			t.Fatal(err)
@@ -159,42 +159,4 @@ func TestDashboardInChromium(t *testing.T) {
 	if !strings.Contains(banner, "400") {
 		t.Fatalf("error banner %q, want the 400", banner)
 	}
-}
-
-// artifactDir keeps the screenshots (testdata/artifacts, or
-// CFGD_TEST_ARTIFACTS).
-func artifactDir(t *testing.T) string {
-	dir := os.Getenv("CFGD_TEST_ARTIFACTS")
-	if dir == "" {
-		dir = filepath.Join("testdata", "artifacts")
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-// browser starts headless Debian chromium for t.
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium is not installed (apt-get install -y chromium; make test installs it): %v", err)
-	}
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(path),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 900),
-	)
-	ctx, cancelB := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancelB(); cancelA() })
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	return ctx
 }

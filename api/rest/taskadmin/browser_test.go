@@ -1,10 +1,8 @@
 package taskadmin_test
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,48 +11,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/cfgd/cfgd/api/pages"
+	"github.com/cfgd/cfgd/cmd/cfgd/browsertest"
 	"github.com/cfgd/cfgd/commands/app/taskqueues"
 )
-
-// artifactDir keeps the screenshots (testdata/artifacts, or
-// CFGD_TEST_ARTIFACTS).
-func artifactDir(t *testing.T) string {
-	dir := os.Getenv("CFGD_TEST_ARTIFACTS")
-	if dir == "" {
-		dir = filepath.Join("testdata", "artifacts")
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-// browser starts headless Debian chromium for t.
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium is not installed (apt-get install -y chromium; make test installs it): %v", err)
-	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(path),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 900),
-	}
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelB := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancelB(); cancelA() })
-	// The first run starts the browser and binds it to ctx.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	return ctx
-}
 
 func TestDashboardInChromium(t *testing.T) {
 	t.Parallel()
@@ -66,7 +25,7 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	s.eventually(t, 10*time.Second, "tasks ran", func() bool { return num(s.stats(t)["completed_tasks"]) == 3 })
 
-	ctx := browser(t)
+	ctx := browsertest.Chromium(t)
 	row := fmt.Sprintf(`tr[data-queue=%q]`, q)
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
 	step := func(what string, err error) {
@@ -116,7 +75,7 @@ func TestDashboardInChromium(t *testing.T) {
 	))
 	banner, err := chromedp.Run(ctx, chromedp.Text(css(`#error`)))
 	step("banner", err)
-	dir := artifactDir(t)
+	dir := browsertest.ArtifactDir(t)
 	for name, b := range map[string][]byte{"tasks-dashboard.png": desktop, "tasks-dashboard-phone.png": phone} {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			t.Fatal(err)
