@@ -13,7 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sethvargo/go-retry"
 
+	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/store"
 )
@@ -155,7 +157,7 @@ func Notify(ctx context.Context, db interface {
 // maxPendingPoll bounds the wait for rows held back by a long transaction.
 const maxPendingPoll = 100 * time.Millisecond
 
-// Restart backoff of Run: it doubles from minBackoff up to maxBackoff while
+// Restart backoff of Run: it grows from minBackoff up to maxBackoff while
 // runs keep failing fast, and starts over after a run that lasted
 // healthyRun.
 const (
@@ -164,31 +166,33 @@ const (
 	healthyRun = 10 * time.Second
 )
 
-// nextBackoff is the wait after a run that lasted ran, when the previous
-// wait was prev (0 before the first).
-func nextBackoff(prev, ran time.Duration) time.Duration {
-	if prev == 0 || ran >= healthyRun {
-		return minBackoff
+// restarts is Run's wait between runs: process.Backoff while runs keep
+// failing fast, started over after a run that lasted healthyRun.
+type restarts struct{ bo retry.Backoff }
+
+// next is the wait after a run that lasted ran.
+func (r *restarts) next(ran time.Duration) time.Duration {
+	if r.bo == nil || ran >= healthyRun {
+		r.bo = process.Backoff(minBackoff, maxBackoff)
 	}
-	return min(prev*2, maxBackoff)
+	d, _ := r.bo.Next()
+	return d
 }
 
 // Run relays until ctx ends. Only one relay of a name runs at a time across
 // processes (a Postgres advisory lock); the others wait for the lock.
 func (r *Relay) Run(ctx context.Context) error {
-	var backoff time.Duration
+	var wait restarts
 	for {
 		start := time.Now()
 		err := r.runLocked(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		backoff = nextBackoff(backoff, time.Since(start))
-		r.log.WarnContext(ctx, "relay interrupted, retrying", "err", err, "in", backoff)
-		select {
-		case <-ctx.Done():
+		d := wait.next(time.Since(start))
+		r.log.WarnContext(ctx, "relay interrupted, retrying", "err", err, "in", d)
+		if !process.Sleep(ctx, d) {
 			return nil
-		case <-time.After(backoff):
 		}
 	}
 }
