@@ -52,20 +52,11 @@ func newCHEnv(t *testing.T, partitions int) *chEnv {
 	return &chEnv{t: t, bus: c, conn: conn, prod: p, pool: testenv.Postgres(t)}
 }
 
-// spread produces n events, the i-th at from + i*step, across services,
-// methods, statuses and duration buckets, with every column filled.
+// spread produces n events, the i-th at from + i*step
+// (testenv.RequestLogSpread).
 func (e *chEnv) spread(n int, from time.Time, step time.Duration) {
 	e.t.Helper()
-	statuses := requestlog.Statuses()
-	evs := make([]requestlog.Event, n)
-	for i := range evs {
-		k := int(e.seq.Add(1))
-		st := statuses[k%len(statuses)]
-		evs[i] = requestlog.Event{RequestID: fmt.Sprintf("r%d", k), ServiceName: fmt.Sprintf("svc.S%d", k%3), MethodName: fmt.Sprintf("M%d", k%4),
-			Status: st, DurationMS: int64(k*37) % 70000, CreatedAt: from.Add(time.Duration(i) * step).UTC(),
-			ErrorMessage: map[bool]string{true: "boom", false: ""}[st == requestlog.StatusError], ClientIP: "10.0.0.1",
-			UserID: int64(k % 7), Username: fmt.Sprintf("u%d", k%7), IsAuthenticated: k%2 == 0, APIKeyID: int64(k % 5), APIKeyName: "key"}
-	}
+	evs := testenv.RequestLogSpread(&e.seq, n, from, step)
 	for i := 0; i < n; i += 200 {
 		if err := e.prod.Produce(context.Background(), evs[i:min(i+200, n)]); err != nil {
 			e.t.Fatal(err)
@@ -101,45 +92,6 @@ func (e *chEnv) replay(ctx context.Context, progress replay.Progress) (replay.Re
 		return replay.Result{}, err
 	}
 	return replay.Rebuild(ctx, e.pool, t, progress)
-}
-
-func counts(t *testing.T, conn driver.Conn) (raw, minute, hour, distinctIDs uint64) {
-	t.Helper()
-	ctx := context.Background()
-	if err := conn.QueryRow(ctx, "SELECT count(), uniqExact(id) FROM requestlog_raw").Scan(&raw, &distinctIDs); err != nil {
-		t.Fatal(err)
-	}
-	if err := conn.QueryRow(ctx, "SELECT countMerge(requests) FROM requestlog_minute").Scan(&minute); err != nil {
-		t.Fatal(err)
-	}
-	if err := conn.QueryRow(ctx, "SELECT countMerge(requests) FROM requestlog_hour").Scan(&hour); err != nil {
-		t.Fatal(err)
-	}
-	return
-}
-
-// exact waits until the tables hold want rows, then checks none shows up
-// twice.
-func exact(t *testing.T, conn driver.Conn, want uint64) {
-	t.Helper()
-	var raw, minute, hour, ids uint64
-	// The rollups are written just after the raw rows (materialized views).
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		raw, minute, hour, ids = counts(t, conn)
-		if raw >= want && minute >= want && hour >= want {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %d rows", want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond) // let a duplicate show, if any
-	raw, minute, hour, ids = counts(t, conn)
-	if raw != want || minute != want || hour != want || ids != want {
-		t.Fatalf("raw %d, minute rollup %d, hour rollup %d, distinct ids %d; want %d each", raw, minute, hour, ids, want)
-	}
 }
 
 // lines returns every row of q, each row's columns joined by "|".
@@ -252,7 +204,7 @@ func TestReplayRebuildsTheSameRowsAndRollups(t *testing.T) {
 	now := time.Now().UTC()
 	e.spread(5400, now.Add(-60*time.Hour), 40*time.Second)
 	e.fencedSink()
-	exact(t, e.conn, 5400)
+	testenv.ExactRequestLogs(t, e.conn, 5400)
 	before := chSnapshot(t, e.conn)
 	if len(before[requestlogview.DayTable]) < 3*3*4 || len(before[requestlogview.HourTable]) < 60 {
 		t.Fatalf("the data spans too little: %d day rows, %d hour rows", len(before[requestlogview.DayTable]), len(before[requestlogview.HourTable]))
@@ -275,7 +227,7 @@ func TestReplayRebuildsTheSameRowsAndRollups(t *testing.T) {
 	}
 	// The swapped-in raw table feeds the swapped-in rollups.
 	e.spread(100, now, time.Millisecond)
-	exact(t, e.conn, 5500)
+	testenv.ExactRequestLogs(t, e.conn, 5500)
 	for _, r := range rollups {
 		sameLines(t, r.table+" after more traffic", rollupSnapshot(t, e.conn, r.table), rollupFromRaw(t, e.conn, r.seconds))
 	}
@@ -287,7 +239,7 @@ func TestReplayWhileTheSinkIngests(t *testing.T) {
 	now := time.Now().UTC()
 	e.spread(3000, now.Add(-30*time.Hour), 30*time.Second)
 	e.fencedSink()
-	exact(t, e.conn, 3000)
+	testenv.ExactRequestLogs(t, e.conn, 3000)
 	// Traffic goes on through the replay and its swap.
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -315,7 +267,7 @@ func TestReplayWhileTheSinkIngests(t *testing.T) {
 	if res.Events <= 3000 || res.Events >= produced {
 		t.Fatalf("replay read %d events of %d: not a replay under traffic", res.Events, produced)
 	}
-	exact(t, e.conn, uint64(produced))
+	testenv.ExactRequestLogs(t, e.conn, uint64(produced))
 	for _, r := range rollups {
 		sameLines(t, r.table, rollupSnapshot(t, e.conn, r.table), rollupFromRaw(t, e.conn, r.seconds))
 	}
@@ -326,7 +278,7 @@ func TestReplayCancelLeavesLiveTables(t *testing.T) {
 	e := newCHEnv(t, 2)
 	e.spread(3000, time.Now().Add(-3*time.Hour), time.Second)
 	e.fencedSink()
-	exact(t, e.conn, 3000)
+	testenv.ExactRequestLogs(t, e.conn, 3000)
 	before := chSnapshot(t, e.conn)
 	liveTables := tables(t, e.conn)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -351,7 +303,7 @@ func TestReplayCancelLeavesLiveTables(t *testing.T) {
 	if _, err := e.replay(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
-	exact(t, e.conn, 3000)
+	testenv.ExactRequestLogs(t, e.conn, 3000)
 }
 
 func TestSecondReplayIsRefused(t *testing.T) {
@@ -386,7 +338,7 @@ func TestSecondReplayIsRefused(t *testing.T) {
 	if _, err := e.replay(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
-	exact(t, e.conn, 2000)
+	testenv.ExactRequestLogs(t, e.conn, 2000)
 }
 
 // A partition added to the topic during a replay would be missing from the
@@ -397,7 +349,7 @@ func TestReplayRefusesATopicThatGainedPartitions(t *testing.T) {
 	e := newCHEnv(t, 1)
 	e.spread(2000, time.Now().Add(-time.Hour), time.Second)
 	e.fencedSink()
-	exact(t, e.conn, 2000)
+	testenv.ExactRequestLogs(t, e.conn, 2000)
 	before := chSnapshot(t, e.conn)
 	liveTables := tables(t, e.conn)
 	admin, err := sarama.NewClusterAdmin(e.bus.Brokers, e.bus.Sarama())

@@ -2,7 +2,6 @@ package sinks
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
@@ -28,20 +26,11 @@ func newReplayEnv(t *testing.T, partitions int) *replayEnv {
 	return &replayEnv{rlEnv: newRLEnv(t, partitions), pool: testenv.Postgres(t)}
 }
 
-// spread produces n events, the i-th at from + i*step, across services,
-// methods, statuses and duration buckets, with every column filled.
+// spread produces n events, the i-th at from + i*step
+// (testenv.RequestLogSpread).
 func (e *replayEnv) spread(n int, from time.Time, step time.Duration) {
 	e.t.Helper()
-	statuses := requestlog.Statuses()
-	evs := make([]requestlog.Event, n)
-	for i := range evs {
-		k := int(e.seq.Add(1))
-		st := statuses[k%len(statuses)]
-		evs[i] = requestlog.Event{RequestID: fmt.Sprintf("r%d", k), ServiceName: fmt.Sprintf("svc.S%d", k%3), MethodName: fmt.Sprintf("M%d", k%4),
-			Status: st, DurationMS: int64(k*37) % 70000, CreatedAt: from.Add(time.Duration(i) * step).UTC(),
-			ErrorMessage: map[bool]string{true: "boom", false: ""}[st == requestlog.StatusError], ClientIP: "10.0.0.1",
-			UserID: int64(k % 7), Username: fmt.Sprintf("u%d", k%7), IsAuthenticated: k%2 == 0, APIKeyID: int64(k % 5), APIKeyName: "key"}
-	}
+	evs := testenv.RequestLogSpread(&e.seq, n, from, step)
 	for i := 0; i < n; i += 200 {
 		if err := e.prod.Produce(context.Background(), evs[i:min(i+200, n)]); err != nil {
 			e.t.Fatal(err)
@@ -100,7 +89,7 @@ func TestSinkReloadsHeldOffsetsAfterASwap(t *testing.T) {
 	g := &gate{RequestLogFence: PostgresFence{Pool: e.pool}}
 	s := e.fencedSink(g)
 	e.spread(1000, time.Now().Add(-time.Hour), time.Millisecond)
-	exact(t, e.conn, 1000)
+	testenv.ExactRequestLogs(t, e.conn, 1000)
 	// The sink has cached the offsets it holds. It reads 600 more events
 	// but waits at the gate while a replay swaps in tables that already
 	// hold them.
@@ -117,7 +106,7 @@ func TestSinkReloadsHeldOffsetsAfterASwap(t *testing.T) {
 	}
 	g.mu.Unlock()
 	waitFor(t, "the sink to pass its batch", func() bool { st := s.Stats(); return st.Inserted+st.Skipped >= 1600 })
-	exact(t, e.conn, 1600)
+	testenv.ExactRequestLogs(t, e.conn, 1600)
 	if st := s.Stats(); st.Inserted != 1000 || st.Skipped != 600 {
 		t.Fatalf("sink inserted %d and skipped %d, want 1000 and 600", st.Inserted, st.Skipped)
 	}
@@ -128,7 +117,7 @@ func TestSinkRestoresViewsAfterAReplayDiedInItsSwap(t *testing.T) {
 	e := newReplayEnv(t, 2)
 	e.fencedSink(nil)
 	e.spread(500, time.Now(), time.Millisecond)
-	exact(t, e.conn, 500)
+	testenv.ExactRequestLogs(t, e.conn, 500)
 	// What a replay leaves when it dies between the RENAME and the new
 	// views: the generation bumped, the live raw table without views.
 	if _, err := e.pool.Exec(context.Background(), `UPDATE requestlog_generation SET generation = generation + 1`); err != nil {
@@ -142,9 +131,9 @@ func TestSinkRestoresViewsAfterAReplayDiedInItsSwap(t *testing.T) {
 	e.spread(300, time.Now(), time.Millisecond)
 	// Views write within the insert, just after the raw part: a moment
 	// after the raw rows are in, so are the rollup rows, or never.
-	waitFor(t, "800 raw rows", func() bool { raw, _, _, _ := counts(t, e.conn); return raw >= 800 })
+	waitFor(t, "800 raw rows", func() bool { raw, _, _, _ := testenv.RequestLogCounts(t, e.conn); return raw >= 800 })
 	time.Sleep(time.Second)
-	if raw, minute, hour, ids := counts(t, e.conn); raw != 800 || minute != 800 || hour != 800 || ids != 800 {
+	if raw, minute, hour, ids := testenv.RequestLogCounts(t, e.conn); raw != 800 || minute != 800 || hour != 800 || ids != 800 {
 		t.Fatalf("raw %d, minute rollup %d, hour rollup %d, distinct ids %d; want 800 each", raw, minute, hour, ids)
 	}
 }

@@ -102,42 +102,12 @@ func (e *rlEnv) sinkDone(conn driver.Conn, group string, crash func() error) (*R
 	return s, stop, finished
 }
 
-func counts(t *testing.T, conn driver.Conn) (raw, minute, hour, distinctIDs uint64) {
-	t.Helper()
-	ctx := context.Background()
-	if err := conn.QueryRow(ctx, "SELECT count(), uniqExact(id) FROM requestlog_raw").Scan(&raw, &distinctIDs); err != nil {
-		t.Fatal(err)
-	}
-	if err := conn.QueryRow(ctx, "SELECT countMerge(requests) FROM requestlog_minute").Scan(&minute); err != nil {
-		t.Fatal(err)
-	}
-	if err := conn.QueryRow(ctx, "SELECT countMerge(requests) FROM requestlog_hour").Scan(&hour); err != nil {
-		t.Fatal(err)
-	}
-	return
-}
-
-func exact(t *testing.T, conn driver.Conn, want uint64) {
-	t.Helper()
-	var raw, minute, hour, ids uint64
-	// The rollups are written just after the raw rows (materialized views).
-	waitFor(t, fmt.Sprintf("%d rows", want), func() bool {
-		raw, minute, hour, ids = counts(t, conn)
-		return raw >= want && minute >= want && hour >= want
-	})
-	time.Sleep(300 * time.Millisecond) // let a duplicate show, if any
-	raw, minute, hour, ids = counts(t, conn)
-	if raw != want || minute != want || hour != want || ids != want {
-		t.Fatalf("raw %d, minute rollup %d, hour rollup %d, distinct ids %d; want %d each", raw, minute, hour, ids, want)
-	}
-}
-
 func TestSinkRedeliveryCountsOnce(t *testing.T) {
 	t.Parallel()
 	e := newRLEnv(t, 3)
 	e.produce(2000)
 	first, stop := e.sink(e.conn, "g1", nil)
-	exact(t, e.conn, 2000)
+	testenv.ExactRequestLogs(t, e.conn, 2000)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +118,7 @@ func TestSinkRedeliveryCountsOnce(t *testing.T) {
 	// commit lost.
 	again, _ := e.sink(e.conn, "g2", nil)
 	waitFor(t, "the replay to be skipped", func() bool { return again.Stats().Skipped == 2000 })
-	exact(t, e.conn, 2000)
+	testenv.ExactRequestLogs(t, e.conn, 2000)
 	if again.Stats().Inserted != 0 {
 		t.Fatalf("replay inserted %d rows", again.Stats().Inserted)
 	}
@@ -159,14 +129,14 @@ func TestSinkIDsAreStableAcrossReplay(t *testing.T) {
 	e := newRLEnv(t, 2)
 	e.produce(700)
 	e.sink(e.conn, "g1", nil)
-	exact(t, e.conn, 700)
+	testenv.ExactRequestLogs(t, e.conn, 700)
 	// Rebuild into an empty database from the topic.
 	_, other := testenv.ClickHouse(t)
 	if err := requestlogview.CreateTables(context.Background(), other, requestlogview.LiveTables(), 30); err != nil {
 		t.Fatal(err)
 	}
 	e.sink(other, "rebuild", nil)
-	exact(t, other, 700)
+	testenv.ExactRequestLogs(t, other, 700)
 	ids := func(conn driver.Conn) map[uint64]string {
 		rs, err := conn.Query(context.Background(), "SELECT id, request_id FROM requestlog_raw")
 		if err != nil {
@@ -207,13 +177,13 @@ func TestSinkCrashBetweenInsertAndCommit(t *testing.T) {
 		t.Fatal("sink never crashed")
 	}
 	insertedBefore := crashed.Stats().Inserted
-	raw, _, _, _ := counts(t, e.conn)
+	raw, _, _, _ := testenv.RequestLogCounts(t, e.conn)
 	if raw == 0 || raw != uint64(insertedBefore) {
 		t.Fatalf("after the crash ClickHouse holds %d rows, the sink inserted %d", raw, insertedBefore)
 	}
 	// The restarted sink gets the uncommitted batch again and skips it.
 	again, _ := e.sink(e.conn, "g", nil)
-	exact(t, e.conn, 1500)
+	testenv.ExactRequestLogs(t, e.conn, 1500)
 	if again.Stats().Skipped < insertedBefore {
 		t.Fatalf("restarted sink skipped %d rows, want at least the %d inserted before the crash", again.Stats().Skipped, insertedBefore)
 	}
@@ -236,7 +206,7 @@ func TestSinkPoisonGoesToDeadLetters(t *testing.T) {
 	}
 	e.produce(100) // after the poison, on the same (only) partition
 	s, _ := e.sink(e.conn, "g", nil)
-	exact(t, e.conn, 200)
+	testenv.ExactRequestLogs(t, e.conn, 200)
 	dead := testenv.ReadTopic(t, e.bus, e.bus.Topic(kafka.TopicRequestLogsDead), 2, 30*time.Second)
 	if len(dead) != 2 || s.Stats().Poisoned != 2 {
 		t.Fatalf("dead letters %d, poisoned %d; want 2", len(dead), s.Stats().Poisoned)
@@ -317,18 +287,18 @@ func TestSinkPausesWhileClickHouseIsDown(t *testing.T) {
 	defer conn.Close()
 	e.produce(500)
 	s, _ := e.sink(conn, "g", nil)
-	exact(t, e.conn, 500)
+	testenv.ExactRequestLogs(t, e.conn, 500)
 	if err := s.Ready(context.Background()); err != nil {
 		t.Fatalf("ready while up: %v", err)
 	}
 	px.setDown(true)
 	e.produce(800)
 	waitFor(t, "readiness to report ClickHouse down", func() bool { return s.Ready(context.Background()) != nil })
-	raw, _, _, _ := counts(t, e.conn)
+	raw, _, _, _ := testenv.RequestLogCounts(t, e.conn)
 	if raw != 500 {
 		t.Fatalf("rows changed to %d while ClickHouse was unreachable", raw)
 	}
 	px.setDown(false)
-	exact(t, e.conn, 1300)
+	testenv.ExactRequestLogs(t, e.conn, 1300)
 	waitFor(t, "readiness to recover", func() bool { return s.Ready(context.Background()) == nil })
 }
