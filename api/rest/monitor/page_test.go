@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -140,13 +138,7 @@ func TestDashboardInChromium(t *testing.T) {
 	banner, err := chromedp.Run(ctx, chromedp.Text(css(`#error`)))
 	step("banner", err)
 
-	dir := browsertest.ArtifactDir(t)
-	for name, b := range map[string][]byte{"grpc-dashboard.png": desktop, "grpc-dashboard-phone.png": phone} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Logf("screenshots in %s", dir)
+	browsertest.Keep(t, map[string][]byte{"grpc-dashboard.png": desktop, "grpc-dashboard-phone.png": phone})
 	if service != "shop.v1.Orders" {
 		t.Fatalf("services table starts with %q", service)
 	}

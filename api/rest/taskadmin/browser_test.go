@@ -2,8 +2,6 @@ package taskadmin_test
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -75,13 +73,7 @@ func TestDashboardInChromium(t *testing.T) {
 	))
 	banner, err := chromedp.Run(ctx, chromedp.Text(css(`#error`)))
 	step("banner", err)
-	dir := browsertest.ArtifactDir(t)
-	for name, b := range map[string][]byte{"tasks-dashboard.png": desktop, "tasks-dashboard-phone.png": phone} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Logf("screenshots in %s", dir)
+	browsertest.Keep(t, map[string][]byte{"tasks-dashboard.png": desktop, "tasks-dashboard-phone.png": phone})
 	if badge != "paused" {
 		t.Fatalf("queue badge %q after pause", badge)
 	}

@@ -13,6 +13,19 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
+// Keep writes the screenshots (file name to PNG) into ArtifactDir and logs
+// where they are.
+func Keep(t testing.TB, shots map[string][]byte) {
+	t.Helper()
+	dir := ArtifactDir(t)
+	for name, b := range shots {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("screenshots in %s", dir)
+}
+
 // ArtifactDir keeps the screenshots (testdata/artifacts of the test's
 // package, or CFGD_TEST_ARTIFACTS).
 func ArtifactDir(t testing.TB) string {
