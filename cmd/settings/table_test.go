@@ -102,7 +102,7 @@ func rows(md string) map[string]string {
 }
 
 func TestTableNames(t *testing.T) {
-	name := regexp.MustCompile(`^[A-Z][A-Z0-9]*__[A-Z0-9_]+$`)
+	name := regexp.MustCompile(`^[A-Z][A-Z0-9_]*[A-Z0-9]__[A-Z0-9_]+$`)
 	seen := map[string]bool{}
 	for _, s := range Table() {
 		for _, v := range s.Settings {

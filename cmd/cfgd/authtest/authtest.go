@@ -23,6 +23,7 @@ import (
 
 	"github.com/cfgd/cfgd/api/pages"
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
+	"github.com/cfgd/cfgd/cmd/settings"
 
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -40,17 +41,14 @@ import (
 	"github.com/cfgd/cfgd/events/store"
 )
 
-// DefaultRedisURL is the Redis the tests use unless CFGD_TEST_REDIS_URL
-// names another (a stack started with CFGD_REDIS_PORT, a CI service).
-const DefaultRedisURL = "redis://127.0.0.1:6379/0"
-
-// RedisURL is the Redis the tests use: CFGD_TEST_REDIS_URL when set, else
-// DefaultRedisURL.
+// RedisURL is the Redis the tests use: CFGD_TEST_REDIS_URL when set (a
+// stack started with CFGD_REDIS_PORT, a CI service), else REDIS__URL's
+// default.
 func RedisURL() string {
 	if u := os.Getenv("CFGD_TEST_REDIS_URL"); u != "" {
 		return u
 	}
-	return DefaultRedisURL
+	return settings.DefaultCore().RedisURL
 }
 
 // Clock is a settable test clock: real time plus an offset.
