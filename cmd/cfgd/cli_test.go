@@ -34,6 +34,8 @@ func TestCLIHelp(t *testing.T) {
 		{"apikey", nil},
 		{"apikey create", []string{"--name", "--type", "--user", "--expires"}},
 		{"apikey revoke", []string{"--id"}},
+		{"config", []string{"--json"}},
+		{"check", nil},
 		{"completion", nil},
 		{"completion bash", []string{"--no-descriptions"}},
 		{"completion zsh", []string{"--no-descriptions"}},
