@@ -34,6 +34,7 @@ func TestCLIHelp(t *testing.T) {
 		{"apikey", nil},
 		{"apikey create", []string{"--name", "--type", "--user", "--expires"}},
 		{"apikey revoke", []string{"--id"}},
+		{"apikey list", []string{"--type", "--active", "--json"}},
 		{"config", []string{"--json"}},
 		{"check", nil},
 		{"completion", nil},
