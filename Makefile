@@ -54,7 +54,7 @@ proto:
 ## lint: gofmt, go vet, and no dead code (deadcode: functions that neither a main nor a test reaches)
 DEADCODE := golang.org/x/tools/cmd/deadcode@v0.52.0
 lint:
-	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 	@dead="$$($(GO) run $(DEADCODE) -test ./...)"; test -z "$$dead" || { echo "dead code:"; echo "$$dead"; exit 1; }
 
