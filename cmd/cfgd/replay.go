@@ -153,7 +153,8 @@ func listReplayables(ctx context.Context, rr *replay.Registry, stdout io.Writer)
 // replayOne replays e, with a progress bar on a terminal and a line every
 // few seconds otherwise.
 func replayOne(ctx context.Context, d *deps, e replay.Replayable, cfg replay.Config, stdout io.Writer) error {
-	progress, feed, finish := newProgress(stdout, e.Name, e.Unit)
+	f, isFile := stdout.(*os.File)
+	progress, feed, finish := newProgress(stdout, isFile && term.IsTerminal(int(f.Fd())), e.Name, e.Unit)
 	cfg.FeedProgress = feed
 	t, err := e.Target(cfg)
 	if err != nil {
@@ -171,13 +172,18 @@ func replayOne(ctx context.Context, d *deps, e replay.Replayable, cfg replay.Con
 	return nil
 }
 
+// barWidth is the bar's own width in cells. A fixed width, not the
+// terminal's: a full-width bar shrinks to nothing when the description
+// and counters fill the line (a feed's name is long).
+const barWidth = 30
+
 // newProgress reports a replay's progress in unit (events, records) on
 // stdout: a bar on a terminal, a line every few seconds otherwise. feed
 // reports a projection's Kafka feed (in records) the same way; finish ends
 // the bar once the replay returned err.
-func newProgress(stdout io.Writer, name, unit string) (progress func(done, total int64), feed func(feed string, read, total int64), finish func(err error)) {
+func newProgress(stdout io.Writer, terminal bool, name, unit string) (progress func(done, total int64), feed func(feed string, read, total int64), finish func(err error)) {
 	var bar *progressbar.ProgressBar
-	if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+	if terminal {
 		bar = progressbar.NewOptions64(-1,
 			progressbar.OptionSetWriter(stdout),
 			progressbar.OptionSetDescription(name),
@@ -186,7 +192,8 @@ func newProgress(stdout io.Writer, name, unit string) (progress func(done, total
 			progressbar.OptionSetItsString(unit),
 			progressbar.OptionSetPredictTime(true),
 			progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionFullWidth(),
+			progressbar.OptionSetWidth(barWidth),
+			progressbar.OptionSetRenderBlankState(true),
 			progressbar.OptionOnCompletion(func() { fmt.Fprintln(stdout) }),
 		)
 		progress = func(done, total int64) {

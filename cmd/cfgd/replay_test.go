@@ -117,3 +117,26 @@ func TestProgressLine(t *testing.T) {
 		}
 	}
 }
+
+// On a terminal the progress is a bar of barWidth cells whatever the
+// name's length, with the count, the rate and the time left.
+func TestProgressBarOnATerminal(t *testing.T) {
+	for _, name := range []string{"identity.users", "tasks.queues feed cfgd.tasks.lifecycle with a very long name that fills a line"} {
+		var out bytes.Buffer
+		progress, feed, finish := newProgress(&out, true, name, "events")
+		feed("cfgd.tasks.lifecycle", 5, 10)
+		time.Sleep(150 * time.Millisecond) // past the bar's redraw throttle
+		progress(50, 100)
+		time.Sleep(150 * time.Millisecond)
+		progress(100, 100)
+		finish(nil)
+		text := out.String()
+		last := text[strings.LastIndex(text, "\r")+1:]
+		if strings.Count(text, "█") < barWidth || !strings.Contains(text, "50/100") || !strings.Contains(text, "events/s") {
+			t.Errorf("%s: no bar of %d cells with count and rate:\n%q", name, barWidth, text)
+		}
+		if !strings.Contains(text, "100%") && !strings.Contains(last, "100/100") {
+			t.Errorf("%s: the bar does not end full:\n%q", name, text)
+		}
+	}
+}
