@@ -85,14 +85,16 @@ func authFunc(a Authenticator, log *slog.Logger) grpcauth.AuthFunc {
 	}
 }
 
-// RequireStaffOrKey lets through API key callers and staff users.
-func RequireStaffOrKey(ctx context.Context) error {
+// RequireStaff lets through active staff users only, as the REST API's
+// staff endpoints do: an API key is a machine credential, never staff, so
+// a key caller gets PermissionDenied.
+func RequireStaff(ctx context.Context) error {
 	p, ok := PrincipalFrom(ctx)
 	if !ok {
 		return errcode.New(errcode.NotAuthenticated, "not authenticated")
 	}
-	if p.Via != ViaAPIKey && !p.Staff {
-		return errcode.New(errcode.Forbidden, "staff or an API key is required")
+	if p.Via != ViaBearer || !p.Staff {
+		return errcode.New(errcode.Forbidden, "staff only: sign in as a staff user (an API key is not staff)")
 	}
 	return nil
 }
