@@ -153,6 +153,7 @@ func sections() []struct {
 	id := newIdentityTarget()
 	tk := newTasksTarget("")
 	rl := newRequestLogTarget()
+	gl := newGRPCTarget()
 	return []struct {
 		title  string
 		fields []field
@@ -162,6 +163,7 @@ func sections() []struct {
 		{"Media and profile", id.fields()},
 		{"Task queues", tk.fields()},
 		{"Request log", rl.fields()},
+		{"gRPC server", grpcFields(gl)},
 	}
 }
 
@@ -199,6 +201,7 @@ func Current(r *config.Reader) []Value {
 	add(id.fields())
 	add(tk.fields())
 	add(rl.fields())
+	add(grpcFields(newGRPCTarget()))
 	return out
 }
 
