@@ -58,6 +58,10 @@ func TestAdminCreatesAndRevokesKeys(t *testing.T) {
 	r := e.Do(t, http.MethodPost, "/admin/api-keys/", body, withCSRF...)
 	key := r.Str("key")
 	rec := r.Obj("api_key")
+	// The one answer holding the full key is never cached.
+	if cc := r.Header.Get("Cache-Control"); cc != "no-store" {
+		t.Errorf("create answered Cache-Control %q, want no-store", cc)
+	}
 	if r.Status != http.StatusCreated || !strings.HasPrefix(key, "cfgd_") || len(key) < 48 || rec["masked_key"] != key[:4]+"..."+key[len(key)-4:] ||
 		rec["user_id"] != float64(ownerID) || rec["created_by"] != admin || rec["is_valid"] != true || rec["expires_at"] == nil {
 		t.Fatalf("create: %d %s", r.Status, r.Raw)
