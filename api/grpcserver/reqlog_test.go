@@ -79,7 +79,7 @@ func TestRequestLogOverGRPC(t *testing.T) {
 			req  *apikeysv1.GetRequest
 			want codes.Code
 		}{
-			{"by key", metadata.AppendToOutgoingContext(withKey(key.Key), grpcserver.HeaderRequestID, "rid-key"), &apikeysv1.GetRequest{Id: key.State.ID}, codes.OK},
+			{"by key", metadata.AppendToOutgoingContext(withKey(key.Key), grpcserver.HeaderRequestID, "rid-key"), &apikeysv1.GetRequest{Id: key.State.ID}, codes.PermissionDenied},
 			{"no credentials", metadata.AppendToOutgoingContext(ctx, grpcserver.HeaderRequestID, "rid-anon"), &apikeysv1.GetRequest{Id: key.State.ID}, codes.Unauthenticated},
 			{"not found", metadata.AppendToOutgoingContext(withBearer(staff.Access), grpcserver.HeaderRequestID, "rid-missing"), &apikeysv1.GetRequest{Id: 987654}, codes.NotFound},
 		}
@@ -111,7 +111,9 @@ func TestRequestLogOverGRPC(t *testing.T) {
 			user, keyID       int64
 			keyName, username string
 		}{
-			{"rid-key", requestlog.StatusSuccess, "OK", true, adminID, key.State.ID, "svc-key", ""},
+			// The key service is staff only: a key is refused, and logged
+			// with the key's fields.
+			{"rid-key", requestlog.StatusError, "PermissionDenied", true, adminID, key.State.ID, "svc-key", ""},
 			{"rid-anon", requestlog.StatusError, "Unauthenticated", false, 0, 0, "", ""},
 			{"rid-missing", requestlog.StatusError, "NotFound", true, staff.UserID, 0, "", admin},
 		}
@@ -362,9 +364,10 @@ func TestRequestLogKafkaDown(t *testing.T) {
 		t.Logf("attempt %d: Unavailable after %s", i, took.Round(time.Millisecond))
 	}
 	keys := apikeysv1.NewAPIKeyServiceClient(e.Conn)
+	staff := withBearer(e.SignIn(t, admin).Access)
 	for range 5 {
 		start := time.Now()
-		if _, err := keys.Get(withKey(key.Key), &apikeysv1.GetRequest{Id: key.State.ID}); err != nil {
+		if _, err := keys.Get(staff, &apikeysv1.GetRequest{Id: key.State.ID}); err != nil {
 			t.Fatal(err)
 		}
 		if took := time.Since(start); took > time.Second {

@@ -28,7 +28,7 @@ func grpcModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKeys req
 	}
 	p, err := modules.GRPC(modules.GRPCConfig{
 		KeyFeeds: []projections.Feed{usage},
-		RPC:      grpcserver.Config{Addr: w.app.Core.GRPCAddr, ShutdownTimeout: w.app.Core.ShutdownTimeout},
+		RPC:      grpcserver.Config{Addr: w.app.Core.GRPCAddr, ShutdownTimeout: w.app.Core.ShutdownTimeout, Limits: w.app.GRPCLimits},
 		ProtoDir: w.app.GRPCProtoDir,
 		Events:   w.deps.events,
 	}, a, w.deps.pg, w.log, time.Now, modules.GRPCRequestLog{

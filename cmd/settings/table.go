@@ -154,6 +154,7 @@ func sections() []struct {
 	id := newIdentityTarget()
 	tk := newTasksTarget("")
 	rl := newRequestLogTarget()
+	gl := newGRPCTarget()
 	return []struct {
 		title  string
 		fields []field
@@ -163,6 +164,7 @@ func sections() []struct {
 		{"Media and profile", id.fields()},
 		{"Task queues", tk.fields()},
 		{"Request log", rl.fields()},
+		{"gRPC server", grpcFields(gl)},
 	}
 }
 
@@ -209,6 +211,7 @@ func Current(r *config.Reader) []Value {
 	add(id.fields())
 	add(tk.fields())
 	add(rl.fields())
+	add(grpcFields(newGRPCTarget()))
 	// An extension's variables are checked by extensions.Load, and only
 	// for an extension that is on: here they are shown as given.
 	for _, st := range extensionSettings() {

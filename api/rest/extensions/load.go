@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -379,6 +380,41 @@ func settingsJSON(e *entry) (json.RawMessage, error) {
 		}
 	}
 	return json.Marshal(fields)
+}
+
+// publicSettings is e's settings as a caller who is not staff sees them
+// in the API root: without the extension's own secrets (even masked: that
+// tells whether one is set) and without any own setting holding an e-mail
+// address (or any other text with an '@', such as a URL with a login).
+func publicSettings(e *entry) (json.RawMessage, error) {
+	if e.own == nil {
+		return e.settings, nil
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(e.settings, &fields); err != nil || fields == nil {
+		return e.settings, nil
+	}
+	v := reflect.Indirect(reflect.ValueOf(e.own))
+	if v.Kind() != reflect.Struct {
+		return e.settings, nil
+	}
+	secret := reflect.TypeFor[config.Secret]()
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" {
+			name = f.Name
+		}
+		fv := v.Field(i)
+		if f.Type == secret || (fv.Kind() == reflect.String && strings.Contains(fv.String(), "@")) {
+			delete(fields, name)
+		}
+	}
+	b, err := json.Marshal(fields)
+	if err != nil {
+		return nil, fmt.Errorf("encode public settings: %w", err)
+	}
+	return b, nil
 }
 
 func mergeObject(into map[string]json.RawMessage, v any, own bool) error {
