@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
-	"github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
+	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/requestlog"
 )

@@ -17,7 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/cfgd/cfgd/api/grpcserver"
-	"github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
+	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
 	"github.com/cfgd/cfgd/cmd/cfgd/grpctest"
 	"github.com/cfgd/cfgd/commands/apikeys"
@@ -113,7 +113,7 @@ func TestOpenStreamEndsOnSignOut(t *testing.T) {
 // limitedServer runs a server with l and returns its address.
 func limitedServer(t *testing.T, l grpcserver.Limits) string {
 	t.Helper()
-	srv, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0", Limits: l}, slogTo(&grpctest.Logs{}), anyone{})
+	srv, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second, Limits: l}, slogTo(&grpctest.Logs{}), anyone{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestLimitsValidate(t *testing.T) {
 		{MaxConcurrentStreams: -1}, {MaxRecvMsgBytes: -1}, {MaxSendMsgBytes: 3 << 30}, {KeepaliveMinTime: -time.Second},
 		{MaxConnectionAge: -1}, {CredentialCheck: -1},
 	} {
-		if err := (grpcserver.Config{Addr: "127.0.0.1:0", Limits: l}).Validate(); err == nil {
+		if err := (grpcserver.Config{Addr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second, Limits: l}).Validate(); err == nil {
 			t.Errorf("%+v accepted", l)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )

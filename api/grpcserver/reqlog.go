@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
+	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
 	"github.com/cfgd/cfgd/events/requestlog"
 )
 

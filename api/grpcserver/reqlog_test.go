@@ -13,9 +13,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cfgd/cfgd/api/grpcserver"
-	"github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
-	"github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
-	"github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	apikeysv1 "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
+	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
+	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 	"github.com/cfgd/cfgd/api/reporter"
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
 	"github.com/cfgd/cfgd/cmd/cfgd/grpctest"

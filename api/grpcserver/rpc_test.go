@@ -2,13 +2,14 @@ package grpcserver_test
 
 import (
 	"context"
-	"github.com/cfgd/cfgd/projections/projectors"
 	"net/http"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cfgd/cfgd/projections/projectors"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -20,8 +21,8 @@ import (
 
 	"github.com/cfgd/cfgd/api/grpcserver"
 	"github.com/cfgd/cfgd/api/protos"
-	"github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
-	"github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	apikeysv1 "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
+	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
 	"github.com/cfgd/cfgd/cmd/cfgd/grpctest"
 	"github.com/cfgd/cfgd/commands/apikeys"
@@ -282,7 +283,7 @@ func (anyone) Bearer(context.Context, string) (grpcserver.Principal, error) {
 func TestPanicBecomesInternalAndServerKeepsServing(t *testing.T) {
 	t.Parallel()
 	logs := &grpctest.Logs{}
-	srv, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0"}, slogTo(logs), anyone{})
+	srv, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}, slogTo(logs), anyone{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +340,7 @@ func (s slow) Health(context.Context, *monitorv1.HealthRequest) (*monitorv1.Heal
 // A stop lets the call in flight finish and refuses new ones.
 func TestGracefulStopFinishesCallsInFlight(t *testing.T) {
 	t.Parallel()
-	srv, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0"}, slogTo(&grpctest.Logs{}), anyone{})
+	srv, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}, slogTo(&grpctest.Logs{}), anyone{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,9 +386,10 @@ func TestConfigValidate(t *testing.T) {
 		cfg  grpcserver.Config
 		want string
 	}{
-		{grpcserver.Config{Addr: "127.0.0.1:50051"}, ""},
-		{grpcserver.Config{Addr: "localhost"}, "expected host:port"},
-		{grpcserver.Config{Addr: "x", ShutdownTimeout: -1}, "must not be negative"},
+		{grpcserver.Config{Addr: "127.0.0.1:50051", ShutdownTimeout: time.Second}, ""},
+		{grpcserver.Config{Addr: "localhost", ShutdownTimeout: time.Second}, "expected host:port"},
+		{grpcserver.Config{Addr: "x", ShutdownTimeout: -1}, "must be positive"},
+		{grpcserver.Config{Addr: "127.0.0.1:1"}, "shutdown timeout must be positive"},
 	}
 	for _, tc := range tests {
 		err := tc.cfg.Validate()
@@ -395,7 +397,7 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%+v: %v", tc.cfg, err)
 		}
 	}
-	if _, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0"}, slogTo(&grpctest.Logs{}), nil); err == nil {
+	if _, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}, slogTo(&grpctest.Logs{}), nil); err == nil {
 		t.Error("no authenticator accepted")
 	}
 }

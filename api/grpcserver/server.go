@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
+	authv1 "github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
 	"github.com/cfgd/cfgd/deploy/errcode"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -129,8 +129,9 @@ func (c Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		errs = append(errs, fmt.Errorf("rpc: listen address %q: expected host:port", c.Addr))
 	}
-	if c.ShutdownTimeout < 0 {
-		errs = append(errs, errors.New("rpc: shutdown timeout must not be negative"))
+	if c.ShutdownTimeout <= 0 {
+		// No default here: serve passes HTTP__SHUTDOWN_TIMEOUT's.
+		errs = append(errs, errors.New("rpc: shutdown timeout must be positive"))
 	}
 	l := c.Limits
 	if l.MaxConcurrentStreams < 0 {
@@ -184,9 +185,6 @@ func New(cfg Config, log *slog.Logger, authn Authenticator, opts ...Option) (*Se
 	var o options
 	for _, opt := range opts {
 		opt(&o)
-	}
-	if cfg.ShutdownTimeout == 0 {
-		cfg.ShutdownTimeout = 15 * time.Second
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
 	if err := cfg.Validate(); err != nil {

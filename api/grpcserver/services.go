@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/grpc/status"
 
-	"github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
-	"github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	apikeysv1 "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
+	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/readmodels/apikeyview"
