@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -17,9 +19,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/cfgd/cfgd/api/otlp"
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
 	"github.com/cfgd/cfgd/cmd/cfgd/grpctest"
 	"github.com/cfgd/cfgd/events/apikey"
@@ -71,6 +75,32 @@ func TestOpenTelemetrySDKExportsBecomeRequestLogs(t *testing.T) {
 	e.Superuser(t, admin, "admin password 1")
 	key := e.NewKey(t, "otlp-key", apikey.TypeService, admin, nil)
 	headers := map[string]string{"x-api-key": key.Key}
+
+	t.Run("grpc answers", func(t *testing.T) {
+		client := ptraceotlp.NewGRPCClient(e.Conn)
+		td := traces(2, func(i int, s ptrace.Span) {
+			s.SetName("e2e.answers.v1.Echo/Get")
+			if i == 1 {
+				s.Attributes().Remove("rpc.grpc.status_code")
+			}
+		})
+		req := ptraceotlp.NewExportRequestFromTraces(td)
+		ctx := context.Background()
+		if _, err := client.Export(ctx, req); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("without a key: %v, want Unauthenticated", err)
+		}
+		if _, err := client.Export(metadata.AppendToOutgoingContext(ctx, "x-api-key", "cfgd_wrong"), req); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("wrong key: %v, want Unauthenticated", err)
+		}
+		res, err := client.Export(metadata.AppendToOutgoingContext(ctx, "x-api-key", key.Key), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ps := res.PartialSuccess(); ps.RejectedSpans() != 1 || !strings.Contains(ps.ErrorMessage(), "no gRPC status code") {
+			t.Fatalf("partial success %d %q, want 1 rejected span without a status code", ps.RejectedSpans(), ps.ErrorMessage())
+		}
+		waitRequests(t, e, requestlogview.Filter{Service: "e2e.answers.v1.Echo"}, 1)
+	})
 
 	cases := []struct {
 		name, semconv, exporter string
@@ -182,6 +212,10 @@ func TestOpenTelemetrySDKExportsBecomeRequestLogs(t *testing.T) {
 				t.Fatalf("method statistics (total, successful, failed) %v, want %v", gotStats, wantStats)
 			}
 		})
+	}
+	// cfgd does not report its own Export calls: they carry request logs.
+	if rs, n, err := e.Requests.Requests(context.Background(), requestlogview.Filter{Service: otlp.ServiceName}); err != nil || n != 0 {
+		t.Errorf("export calls logged: %d %+v %v", n, rs, err)
 	}
 }
 

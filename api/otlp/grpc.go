@@ -13,8 +13,9 @@ import (
 	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
-// ServiceName is the OTLP trace service on the gRPC port.
-const ServiceName = "opentelemetry.proto.collector.trace.v1.TraceService"
+// ServiceName is the OTLP trace service on the gRPC port; cfgd does not
+// report its calls to the request log (they carry request logs).
+const ServiceName = grpcserver.OTLPTraceService
 
 // traceService is TraceService/Export. The server's interceptors have
 // authenticated the caller (x-api-key) and turn an *errcode.Error into
