@@ -26,7 +26,7 @@ type Accepter interface {
 }
 
 // Producer takes validated events to the request-log topic
-// (*requestlog.Producer).
+// (*requestlogkafka.Producer).
 type Producer interface {
 	Produce(ctx context.Context, events []requestlog.Event) error
 }
