@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"mime"
 	"net/http"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gorilla/mux"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
@@ -18,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cfgd/cfgd/api/grpcserver"
+	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/api/rest/monitor"
 	"github.com/cfgd/cfgd/deploy/errcode"
 )
@@ -79,7 +77,7 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	// OTLP answers 200 for full and partial success alike.
-	write(w, typ, http.StatusOK, res)
+	r.write(w, typ, http.StatusOK, res)
 }
 
 // bodyType is the OTLP body type of a Content-Type header.
@@ -138,24 +136,12 @@ func readErr(err error, bad string) error {
 
 // fail answers err as OTLP/HTTP says: errcode's HTTP status (503 and 429
 // are the ones clients retry, with Retry-After) and a google.rpc.Status
-// body of the request's type, the same status the gRPC side gives.
+// body of the request's type, the same status the gRPC side gives. It
+// logs as every REST endpoint does (rest.Classify).
 func (r *Receiver) fail(w http.ResponseWriter, req *http.Request, typ string, err error) {
-	if req.Context().Err() != nil {
-		// Nobody reads the answer.
-		w.WriteHeader(errcode.StatusClientClosed)
-		return
-	}
-	e := errcode.From(err)
-	switch {
-	case e.Code == errcode.Internal:
-		r.log.ErrorContext(req.Context(), "otlp export failed", "err", e.Err)
-	case e.Logged():
-		r.log.WarnContext(req.Context(), "otlp export failed on a dependency", "code", string(e.Code), "err", err)
-	}
-	if e.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(max(1, int((e.RetryAfter+time.Second-1)/time.Second))))
-	}
-	write(w, typ, e.Code.HTTPStatus(), rpcStatus{grpcserver.StatusOf(e).Proto()})
+	e := rest.Classify(req, err)
+	rest.SetRetryAfter(w, e)
+	r.write(w, typ, e.Code.HTTPStatus(), rpcStatus{grpcserver.StatusOf(e).Proto()})
 }
 
 // message is what write marshals: ptraceotlp's types, or rpcStatus.
@@ -169,7 +155,7 @@ type rpcStatus struct{ m proto.Message }
 func (s rpcStatus) MarshalProto() ([]byte, error) { return proto.Marshal(s.m) }
 func (s rpcStatus) MarshalJSON() ([]byte, error)  { return protojson.Marshal(s.m) }
 
-func write(w http.ResponseWriter, typ string, status int, m message) {
+func (r *Receiver) write(w http.ResponseWriter, typ string, status int, m message) {
 	var (
 		b   []byte
 		err error
@@ -182,7 +168,7 @@ func write(w http.ResponseWriter, typ string, status int, m message) {
 	if err != nil {
 		// Marshalling what was built here cannot fail; were it to, the
 		// status alone still tells the client what happened.
-		slog.Error("otlp answer not marshalled", "err", err)
+		r.log.Error("otlp answer not marshalled", "err", err)
 		b = nil
 	}
 	w.Header().Set("Content-Type", typ)
