@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -238,5 +239,28 @@ func waitRequests(t *testing.T, e *grpctest.Env, f requestlogview.Filter, n int)
 			t.Fatalf("requests %+v: %d listed, want %d", f, len(rs), n)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// With Kafka down the export fails with UNAVAILABLE and a RetryInfo, which
+// OTLP exporters retry (after the delay it says), rather than a code that
+// makes them drop the spans.
+func TestGRPCExportWhileKafkaIsDownIsRetryable(t *testing.T) {
+	t.Parallel()
+	e := grpctest.StartWith(t, grpctest.Options{RequestLog: true, KafkaDown: true})
+	admin := authtest.Email("otlp-down")
+	e.Superuser(t, admin, "admin password 1")
+	key := e.NewKey(t, "otlp-down-key", apikey.TypeService, admin, nil)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key.Key)
+	_, err := ptraceotlp.NewGRPCClient(e.Conn).Export(ctx, ptraceotlp.NewExportRequestFromTraces(traces(1, nil)))
+	st := status.Convert(err)
+	var retry *errdetails.RetryInfo
+	for _, d := range st.Details() {
+		if r, ok := d.(*errdetails.RetryInfo); ok {
+			retry = r
+		}
+	}
+	if st.Code() != codes.Unavailable || retry == nil || retry.GetRetryDelay().AsDuration() <= 0 {
+		t.Fatalf("export with Kafka down: %v (details %v), want UNAVAILABLE with a RetryInfo", err, st.Details())
 	}
 }
