@@ -30,8 +30,9 @@ type options struct {
 // WithRequestLog reports every served call to r (SPEC 2.7), with the
 // caller's user and API key when authenticated; calls refused by
 // authentication are reported too, unauthenticated. The ingest service's
-// own calls are not: each would add one more event per batch of events,
-// and the reporter package's calls to cfgd would report themselves.
+// and the OTLP trace service's own calls are not: each would add one more
+// event per batch of events, and the reporter package's calls to cfgd
+// would report themselves.
 func WithRequestLog(r Reporter) Option { return func(o *options) { o.reporter = r } }
 
 // HeaderRequestID is the metadata key a caller may set to name its request
@@ -54,9 +55,14 @@ func notePrincipal(ctx context.Context, p Principal) {
 	}
 }
 
+// OTLPTraceService is OpenTelemetry's trace export service (api/otlp
+// serves it): like the ingest service, its calls carry request logs and
+// are not reported themselves.
+const OTLPTraceService = "opentelemetry.proto.collector.trace.v1.TraceService"
+
 func reported(fullMethod string) bool {
 	svc, _ := requestlog.SplitMethod(fullMethod)
-	return svc != ingestv1.IngestService_ServiceDesc.ServiceName
+	return svc != ingestv1.IngestService_ServiceDesc.ServiceName && svc != OTLPTraceService
 }
 
 func report(ctx context.Context, r Reporter, rec *callRecord, fullMethod string, start time.Time, err error) {

@@ -260,6 +260,14 @@ func (s *Server) Register(desc *grpc.ServiceDesc, impl any) {
 	s.health.SetServingStatus(desc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 }
 
+// RegisterWith adds a service whose registration needs the *grpc.Server
+// itself (OpenTelemetry's ptraceotlp.RegisterGRPCServer), and marks name
+// SERVING in the health service.
+func (s *Server) RegisterWith(name string, register func(*grpc.Server)) {
+	register(s.srv)
+	s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+}
+
 // Started yields the bound address once the server listens.
 func (s *Server) Started() <-chan string { return s.started }
 

@@ -5,12 +5,12 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections"
 	"github.com/cfgd/cfgd/projections/sinks"
 
 	"github.com/cfgd/cfgd/api/grpcserver"
 	"github.com/cfgd/cfgd/api/rest/auth"
-	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -19,7 +19,7 @@ import (
 // /cfg/grpc/ and /admin/api-keys/, and the proto files in GRPC__PROTO_DIR.
 // Every call it serves is reported to the request log through prod, and
 // cfgd.ingest.v1 and the cfgd.monitor.v1 statistics are served.
-func grpcModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKeys requestlogview.ActiveAPIKeys) (modules.Module, error) {
+func grpcModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, activeKeys requestlogview.ActiveAPIKeys) (modules.Module, error) {
 	// The usage counts the request-log module's consumer keeps in api_keys
 	// (same settings), rebuilt with the keys.
 	usage, err := sinks.NewUsageFeed(sinks.DefaultUsageConfig(w.bus), w.log)

@@ -14,6 +14,7 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
@@ -41,10 +42,10 @@ func TestReplayClickHouseCommand(t *testing.T) {
 	c, chConn := clickhouseReplayEnv(t)
 	ctx := context.Background()
 
-	pc := requestlog.DefaultProducerConfig(c)
+	pc := requestlogkafka.DefaultProducerConfig(c)
 	pc.PackEvents = 10
 	pc.Timeout = 10 * time.Second
-	prod, err := requestlog.NewProducer(pc, testenv.Quiet())
+	prod, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

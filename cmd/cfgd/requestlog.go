@@ -6,13 +6,13 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
 	"github.com/cfgd/cfgd/deploy/process"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 
 	"github.com/gorilla/mux"
 
 	"github.com/cfgd/cfgd/api/pages"
 	"github.com/cfgd/cfgd/api/rest/auth"
 	"github.com/cfgd/cfgd/api/rest/monitor"
-	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
@@ -21,17 +21,17 @@ import (
 // requestLogProducer is the producer of the request-log topic, shared by
 // the gRPC module (its own calls, cfgd.ingest.v1) and the request-log
 // module (the HTTP ingest endpoint), which closes it.
-func requestLogProducer(w wiring) (*requestlog.Producer, error) {
+func requestLogProducer(w wiring) (*requestlogkafka.Producer, error) {
 	c := w.app.RequestLog.Producer
 	c.Bus = w.bus
-	return requestlog.NewProducer(c, w.log)
+	return requestlogkafka.NewProducer(c, w.log)
 }
 
 // requestLogModule is the request log: the ingest endpoint producing to
 // the request-log topic through prod, the ClickHouse sink, and the staff
 // monitoring endpoints over the read model. activeKeys counts active API
 // keys (nil: active_api_keys is then 0).
-func requestLogModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKeys requestlogview.ActiveAPIKeys) (modules.Module, error) {
+func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, activeKeys requestlogview.ActiveAPIKeys) (modules.Module, error) {
 	c := w.app.RequestLog
 	c.Sink.Bus = w.bus
 	// The fence lets `cfgd replay requestlog.clickhouse` swap rebuilt

@@ -39,6 +39,7 @@ import (
 	"github.com/cfgd/cfgd/api/rest/monitor"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
@@ -231,9 +232,9 @@ func benchIngest(ctx context.Context, o options) error {
 		return err
 	}
 	defer closeBus()
-	pc := requestlog.DefaultProducerConfig(bc)
+	pc := requestlogkafka.DefaultProducerConfig(bc)
 	pc.Timeout = 10 * time.Second
-	prod, err := requestlog.NewProducer(pc, quiet())
+	prod, err := requestlogkafka.NewProducer(pc, quiet())
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
@@ -55,9 +56,9 @@ func benchReplay(ctx context.Context, o options) error {
 	now := time.Now().UTC()
 	from, step := now.Add(-72*time.Hour), 72*time.Hour/time.Duration(o.events)
 	events := synth(r, 100_000, from, 0)
-	pc := requestlog.DefaultProducerConfig(bc)
+	pc := requestlogkafka.DefaultProducerConfig(bc)
 	pc.Timeout = 30 * time.Second
-	prod, err := requestlog.NewProducer(pc, quiet())
+	prod, err := requestlogkafka.NewProducer(pc, quiet())
 	if err != nil {
 		return err
 	}

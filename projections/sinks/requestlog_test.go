@@ -17,6 +17,7 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -25,17 +26,17 @@ type rlEnv struct {
 	bus  kafka.Config
 	opts *clickhouse.Options
 	conn driver.Conn
-	prod *requestlog.Producer
+	prod *requestlogkafka.Producer
 }
 
 func newRLEnv(t *testing.T, partitions int) *rlEnv {
 	t.Helper()
 	c := testenv.Kafka(t, partitions)
 	opts, conn := testenv.ClickHouse(t)
-	pc := requestlog.DefaultProducerConfig(c)
+	pc := requestlogkafka.DefaultProducerConfig(c)
 	pc.PackEvents = 50
 	pc.Timeout = 10 * time.Second
-	p, err := requestlog.NewProducer(pc, testenv.Quiet())
+	p, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/projections/sinks"
@@ -38,10 +39,10 @@ func BenchmarkReplayUsageFeed(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	pc := requestlog.DefaultProducerConfig(c)
+	pc := requestlogkafka.DefaultProducerConfig(c)
 	pc.PackEvents = 100
 	pc.Timeout = 30 * time.Second
-	prod, err := requestlog.NewProducer(pc, testenv.Quiet())
+	prod, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		b.Fatal(err)
 	}

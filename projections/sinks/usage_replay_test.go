@@ -23,6 +23,7 @@ import (
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/projections/sinks"
@@ -33,7 +34,7 @@ import (
 type usageEnv struct {
 	*grpctest.Env
 	bus   kafka.Config
-	prod  *requestlog.Producer
+	prod  *requestlogkafka.Producer
 	admin []string
 	email string
 	keys  []int64
@@ -57,10 +58,10 @@ func startUsage(t *testing.T) *usageEnv {
 		t.Fatal(err)
 	}
 	e.WaitProjected(t, projectors.KeysName, apikey.Stream(u.keys[3]))
-	pc := requestlog.DefaultProducerConfig(u.bus)
+	pc := requestlogkafka.DefaultProducerConfig(u.bus)
 	pc.PackEvents = 5
 	pc.Timeout = 10 * time.Second
-	p, err := requestlog.NewProducer(pc, testenv.Quiet())
+	p, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,22 +14,23 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 )
 
 type env struct {
 	t    *testing.T
 	bus  kafka.Config
 	pool *pgxpool.Pool
-	prod *requestlog.Producer
+	prod *requestlogkafka.Producer
 }
 
 func newEnv(t *testing.T, partitions int) *env {
 	t.Helper()
 	c := testenv.Kafka(t, partitions)
-	pc := requestlog.DefaultProducerConfig(c)
+	pc := requestlogkafka.DefaultProducerConfig(c)
 	pc.PackEvents = 20
 	pc.Timeout = 10 * time.Second
-	p, err := requestlog.NewProducer(pc, testenv.Quiet())
+	p, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections/sinks"
 )
 
@@ -22,9 +23,9 @@ func TestAPIKeyUsageComesFromTheRequestLog(t *testing.T) {
 	b := e.NewKey(t, "unused", apikey.TypeCLI, admin, nil)
 
 	kc := testenv.Kafka(t, 2)
-	pc := requestlog.DefaultProducerConfig(kc)
+	pc := requestlogkafka.DefaultProducerConfig(kc)
 	pc.Timeout = 10 * time.Second
-	prod, err := requestlog.NewProducer(pc, testenv.Quiet())
+	prod, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/kafka"
-	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
@@ -46,7 +46,7 @@ func stack(t *testing.T, brokers *kafka.Config) *httptest.Server {
 
 // backend is the producer and the read model of the real path: with
 // brokers nil, a private broker and a running requestlog.
-func backend(t *testing.T, brokers *kafka.Config) (*requestlog.Producer, *requestlogview.Store) {
+func backend(t *testing.T, brokers *kafka.Config) (*requestlogkafka.Producer, *requestlogview.Store) {
 	t.Helper()
 	_, conn := testenv.ClickHouse(t)
 	var c kafka.Config
@@ -66,11 +66,11 @@ func backend(t *testing.T, brokers *kafka.Config) (*requestlog.Producer, *reques
 		t.Cleanup(func() { cancel(); <-done })
 		waitFor(t, func() bool { return s.Ready(ctx) == nil })
 	}
-	pc := requestlog.DefaultProducerConfig(c)
+	pc := requestlogkafka.DefaultProducerConfig(c)
 	if brokers == nil {
 		pc.Timeout = 10 * time.Second
 	}
-	p, err := requestlog.NewProducer(pc, testenv.Quiet())
+	p, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/apikeyview"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
@@ -76,7 +77,7 @@ type Env struct {
 	// With Options.RequestLog: the reporter of served calls, the producer
 	// and the read model over the test's ClickHouse database.
 	Reporter *requestlog.Batcher
-	Producer *requestlog.Producer
+	Producer *requestlogkafka.Producer
 	Requests *requestlogview.Store
 }
 
@@ -105,7 +106,7 @@ func StartWith(t testing.TB, o Options) *Env {
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	kafka := testenv.Kafka(t, 3)
 	var rl modules.GRPCRequestLog
-	var prod *requestlog.Producer
+	var prod *requestlogkafka.Producer
 	var store *requestlogview.Store
 	if o.RequestLog {
 		prod, store = requestLog(t, kafka, o.KafkaDown)
@@ -190,7 +191,7 @@ func (e *Env) NewKey(t testing.TB, name, typ, email string, expires *time.Time) 
 
 // requestLog starts the request-log path on broker c: the ClickHouse sink
 // into a fresh database and a producer (on a dead broker when down).
-func requestLog(t testing.TB, c kafka.Config, down bool) (*requestlog.Producer, *requestlogview.Store) {
+func requestLog(t testing.TB, c kafka.Config, down bool) (*requestlogkafka.Producer, *requestlogview.Store) {
 	t.Helper()
 	_, conn := testenv.ClickHouse(t)
 	sc := sinks.DefaultRequestLogConfig(c)
@@ -207,7 +208,7 @@ func requestLog(t testing.TB, c kafka.Config, down bool) (*requestlog.Producer, 
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	pc := requestlog.DefaultProducerConfig(c)
+	pc := requestlogkafka.DefaultProducerConfig(c)
 	if down {
 		dead := c
 		dead.Brokers = []string{deadAddr(t)}
@@ -217,7 +218,7 @@ func requestLog(t testing.TB, c kafka.Config, down bool) (*requestlog.Producer, 
 		// can take longer than the serving default of one second.
 		pc.Timeout = 10 * time.Second
 	}
-	p, err := requestlog.NewProducer(pc, testenv.Quiet())
+	p, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,8 @@
-package requestlog
+// Package requestlogkafka writes request-log events to their Kafka topic,
+// packed many to a record in events/requestlog's wire format. It is apart
+// from events/requestlog so that the event, its validation and the batcher
+// (which api/reporter gives other Go servers) come without a Kafka client.
+package requestlogkafka
 
 import (
 	"context"
@@ -11,11 +15,8 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/requestlog"
 )
-
-// ErrUnavailable is returned by Produce when Kafka did not take the events
-// in time; edges answer 503 / Unavailable.
-var ErrUnavailable = errors.New("request-log topic is unavailable")
 
 // ProducerConfig configures a Producer.
 type ProducerConfig struct {
@@ -88,10 +89,10 @@ func (p *Producer) Topic() string { return p.topic }
 func (p *Producer) Produced() int64 { return p.produced.Load() }
 
 // Produce hands events (already validated) to Kafka and returns once Kafka
-// has stored them all, or with an error wrapping ErrUnavailable after at
+// has stored them all, or with an error wrapping requestlog.ErrUnavailable after at
 // most the configured Timeout. After an error some of the events may still
 // have been stored.
-func (p *Producer) Produce(ctx context.Context, events []Event) error {
+func (p *Producer) Produce(ctx context.Context, events []requestlog.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -100,11 +101,11 @@ func (p *Producer) Produce(ctx context.Context, events []Event) error {
 	msgs := make([]*sarama.ProducerMessage, 0, (len(events)+p.cfg.PackEvents-1)/p.cfg.PackEvents)
 	for i := 0; i < len(events); i += p.cfg.PackEvents {
 		chunk := events[i:min(i+p.cfg.PackEvents, len(events))]
-		buf := AppendBatch(make([]byte, 0, len(chunk)*160), chunk)
+		buf := requestlog.AppendBatch(make([]byte, 0, len(chunk)*160), chunk)
 		msgs = append(msgs, &sarama.ProducerMessage{Topic: p.topic, Value: sarama.ByteEncoder(buf)})
 	}
 	if err := p.p.Send(ctx, msgs...); err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", requestlog.ErrUnavailable, err)
 	}
 	p.produced.Add(int64(len(events)))
 	return nil
