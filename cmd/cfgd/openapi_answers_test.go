@@ -41,6 +41,13 @@ type contract struct {
 	router routers.Router
 	// called counts the answers seen per operationId.
 	called map[string]int
+	// succeeded are the calls that got a 2xx, with their operation.
+	succeeded []succeeded
+}
+
+type succeeded struct {
+	call
+	op *openapi3.Operation
 }
 
 // answer is one response, read whole.
@@ -130,6 +137,9 @@ func (s *contract) do(c call) answer {
 		t.Errorf("%s: %s %s is operation %q, the table says %q", c.name, c.method, c.path, route.Operation.OperationID, c.op)
 	}
 	s.called[route.Operation.OperationID]++
+	if a.status < 300 {
+		s.succeeded = append(s.succeeded, succeeded{c, route.Operation})
+	}
 	in := &openapi3filter.RequestValidationInput{
 		Request: vreq, PathParams: params, Route: route,
 		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, MultiError: true},
@@ -148,6 +158,51 @@ func (s *contract) do(c call) answer {
 		t.Errorf("%s: %s %s answered %d, which the document does not describe: %v\nbody: %.500s", c.name, c.method, c.path, a.status, err, raw)
 	}
 	return a
+}
+
+// wrongTypeAnswer is the status an operation answers to a JSON body sent
+// as text/plain, where it is not 415: the ingest handler reads its body
+// itself and answers 400 bad_request today.
+var wrongTypeAnswer = map[string]int{"ingestRequestLogs": http.StatusBadRequest}
+
+// errorCases derives, once per operation from a call that succeeded, the
+// answers every such operation must also give: 401 without credentials
+// when it takes no anonymous callers, and for a JSON body, 400 for one
+// that is not JSON and 415 for one not sent as application/json.
+func (s *contract) errorCases() []call {
+	var out []call
+	seen := map[string]bool{}
+	for _, ok := range s.succeeded {
+		id := ok.op.OperationID
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		security := s.doc.Security
+		if ok.op.Security != nil {
+			security = *ok.op.Security
+		}
+		anonymous := len(security) == 0
+		for _, req := range security {
+			anonymous = anonymous || len(req) == 0
+		}
+		if !anonymous {
+			c := ok.call
+			c.name, c.auth, c.want, c.orWant = ok.name+", no credentials", nil, http.StatusUnauthorized, 0
+			out = append(out, c)
+		}
+		if ok.ctype == "application/json" {
+			c := ok.call
+			c.name, c.body, c.want, c.orWant = ok.name+", not JSON", []byte(`{"a":`), http.StatusBadRequest, 0
+			out = append(out, c)
+			c.name, c.ctype, c.body, c.want = ok.name+", text/plain", "text/plain", ok.body, http.StatusUnsupportedMediaType
+			if st, ok := wrongTypeAnswer[id]; ok {
+				c.want = st
+			}
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // byTemplate is the route of tpl and the method of req, with tpl's one
@@ -214,15 +269,21 @@ func TestServedAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	} {
 		t.Setenv(k, v)
 	}
-	// Queues and worker keys of this test only.
+	// Queues, worker keys and sign-in throttles of this test only (the
+	// per-IP limits would otherwise count every test from 127.0.0.1).
 	prefix := "oa" + strings.TrimSuffix(authtest.Email("q"), "@example.com") + "-"
 	t.Setenv("TASKS__QUEUES", prefix+"default")
-	t.Setenv("TASKS__KEY_PREFIX", "cfgd-test:"+prefix)
+	t.Setenv("TASKS__KEY_PREFIX", "cfgd-test:"+prefix+"tasks:")
+	t.Setenv("AUTH__REDIS_PREFIX", "cfgd-test:"+prefix+"auth:")
 	t.Cleanup(func() {
+		ctx := context.Background()
 		o, _ := redis.ParseURL(authtest.RedisURL())
 		rdb := redis.NewClient(o)
 		defer rdb.Close()
 		_ = asynq.NewInspectorFromRedisClient(rdb).DeleteQueue(prefix+"default", true)
+		for it := rdb.Scan(ctx, 0, "cfgd-test:"+prefix+"*", 100).Iterator(); it.Next(ctx); {
+			rdb.Del(ctx, it.Val())
+		}
 	})
 
 	const staffPassword = "a long staff password"
@@ -460,6 +521,9 @@ func TestServedAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	for _, c := range calls {
 		s.do(c)
 	}
+	for _, c := range s.errorCases() {
+		s.do(c)
+	}
 
 	var ops []string
 	for _, item := range doc.Paths.Map() {
@@ -480,6 +544,11 @@ func TestServedAnswersMatchTheOpenAPIDocument(t *testing.T) {
 			t.Errorf("operation %s is called but listed in notExercised", id)
 		}
 	}
+	answers := 0
+	for _, n := range s.called {
+		answers += n
+	}
+	t.Logf("%d answers of %d operations checked against the served document", answers, len(ops))
 	if len(ops) < 49 {
 		t.Errorf("the served document has %d operations", len(ops))
 	}
