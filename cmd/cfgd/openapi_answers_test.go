@@ -233,6 +233,16 @@ func header(kv ...string) func(*http.Request) {
 	}
 }
 
+// avatarForm is a multipart body with file as its field "avatar".
+func avatarForm(file []byte) (body []byte, contentType string) {
+	var form bytes.Buffer
+	mw := multipart.NewWriter(&form)
+	fw, _ := mw.CreateFormFile("avatar", "me.png")
+	_, _ = fw.Write(file)
+	_ = mw.Close()
+	return form.Bytes(), mw.FormDataContentType()
+}
+
 func onePixelPNG(t *testing.T) []byte {
 	var b bytes.Buffer
 	if err := png.Encode(&b, image.NewGray(image.Rect(0, 0, 1, 1))); err != nil {
@@ -358,13 +368,10 @@ func TestServedAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	sessionCSRF := header("Cookie", strings.Join(cookies, "; "), "X-CSRFToken", csrf)
 
 	// An avatar, to read back under /media/ and remove.
-	var form bytes.Buffer
-	mw := multipart.NewWriter(&form)
-	fw, _ := mw.CreateFormFile("avatar", "me.png")
-	_, _ = fw.Write(onePixelPNG(t))
-	_ = mw.Close()
-	up := s.do(call{name: "avatar upload", op: "uploadAvatar", method: "POST", path: "/api/profile/avatar/", ctype: mw.FormDataContentType(),
-		body: form.Bytes(), auth: user, want: 200})
+	form, formType := avatarForm(onePixelPNG(t))
+	up := s.do(call{name: "avatar upload", op: "uploadAvatar", method: "POST", path: "/api/profile/avatar/", ctype: formType,
+		body: form, auth: user, want: 200})
+	bigForm, bigFormType := avatarForm(bytes.Repeat([]byte{0}, 2<<20+1))
 	profile, _ := up.json(t)["profile"].(map[string]any)
 	avatar, _ := profile["avatar"].(string)
 	if !strings.HasPrefix(avatar, "/media/") {
@@ -439,6 +446,7 @@ func TestServedAnswersMatchTheOpenAPIDocument(t *testing.T) {
 		{name: "profile update, bad field", op: "updateProfile", method: "PATCH", path: "/api/profile/", ctype: js, body: []byte(`{"phone":"call me"}`), auth: user, want: 400},
 		{name: "profile update, text body", op: "updateProfile", method: "PATCH", path: "/api/profile/", ctype: "text/plain", body: []byte(`{}`), auth: user, want: 415},
 		{name: "avatar, not an image", op: "uploadAvatar", method: "POST", path: "/api/profile/avatar/", ctype: js, body: []byte(`{}`), auth: user, want: 400},
+		{name: "avatar, over PROFILE__AVATAR_MAX_BYTES", op: "uploadAvatar", method: "POST", path: "/api/profile/avatar/", ctype: bigFormType, body: bigForm, auth: user, want: 413},
 		{name: "avatar delete", op: "deleteAvatar", method: "DELETE", path: "/api/profile/avatar/", auth: user, want: 200},
 		{name: "avatar delete, no token", op: "deleteAvatar", method: "DELETE", path: "/api/profile/avatar/", want: 401},
 
@@ -501,6 +509,8 @@ func TestServedAnswersMatchTheOpenAPIDocument(t *testing.T) {
 			body: []byte("[" + event + `,{"method_name":"Ping"}]`), auth: staff, want: 400},
 		{name: "ingest, not an array", op: "ingestRequestLogs", method: "POST", path: "/api/grpc/monitor/ingest/", ctype: js,
 			body: []byte(`{"service_name":"s"}`), auth: header("X-API-Key", apiKey), want: 400},
+		{name: "ingest, over 8 MiB", op: "ingestRequestLogs", method: "POST", path: "/api/grpc/monitor/ingest/", ctype: js,
+			body: append([]byte("["), bytes.Repeat([]byte(" "), 8<<20)...), auth: header("X-API-Key", apiKey), want: 413},
 		{name: "ingest, no credentials", op: "ingestRequestLogs", method: "POST", path: "/api/grpc/monitor/ingest/", ctype: js,
 			body: []byte("[" + event + "]"), want: 401},
 		{name: "requests", op: "listGrpcRequests", method: "GET", path: "/api/grpc/monitor/requests/?status=success&page_size=5", auth: staff, want: 200},
