@@ -79,6 +79,8 @@ type call struct {
 	want   int
 	// also accepted (the effect may take longer than the answer waits).
 	orWant int
+	// before runs first (a wait for an earlier call's effect, a fault).
+	before func()
 	// route names the document's path when a path parameter holds a "/"
 	// (/static/{asset}, /media/{file}), which an OpenAPI router never
 	// matches: a parameter ends at a slash.
@@ -91,6 +93,9 @@ type call struct {
 func (s *contract) do(c call) answer {
 	t := s.t
 	t.Helper()
+	if c.before != nil {
+		c.before()
+	}
 	var body io.Reader
 	if c.body != nil {
 		body = bytes.NewReader(c.body)
@@ -231,6 +236,27 @@ func header(kv ...string) func(*http.Request) {
 			r.Header.Set(kv[i], kv[i+1])
 		}
 	}
+}
+
+// waitForRequestLog waits until the request log lists an ingested event,
+// so the list's records are checked, not only an empty list.
+func waitForRequestLog(t *testing.T, base string, auth func(*http.Request)) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		req, _ := http.NewRequest(http.MethodGet, base+"/api/grpc/monitor/requests/", nil)
+		auth(req)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var page struct{ Count int }
+		err = json.NewDecoder(res.Body).Decode(&page)
+		res.Body.Close()
+		if err == nil && page.Count > 0 {
+			return
+		}
+	}
+	t.Fatal("no ingested event reached the request log within 60s")
 }
 
 // avatarForm is a multipart body with file as its field "avatar".
@@ -513,7 +539,8 @@ func TestServedAnswersMatchTheOpenAPIDocument(t *testing.T) {
 			body: append([]byte("["), bytes.Repeat([]byte(" "), 8<<20)...), auth: header("X-API-Key", apiKey), want: 413},
 		{name: "ingest, no credentials", op: "ingestRequestLogs", method: "POST", path: "/api/grpc/monitor/ingest/", ctype: js,
 			body: []byte("[" + event + "]"), want: 401},
-		{name: "requests", op: "listGrpcRequests", method: "GET", path: "/api/grpc/monitor/requests/?status=success&page_size=5", auth: staff, want: 200},
+		{name: "requests", op: "listGrpcRequests", method: "GET", path: "/api/grpc/monitor/requests/?status=success&page_size=5", auth: staff, want: 200,
+			before: func() { waitForRequestLog(t, srv.base, staff) }},
 		{name: "requests, bad status", op: "listGrpcRequests", method: "GET", path: "/api/grpc/monitor/requests/?page_size=0", auth: staff, want: 400},
 		{name: "overview", op: "getGrpcOverview", method: "GET", path: "/api/grpc/monitor/overview/?hours=2", auth: staff, want: 200},
 		{name: "overview, bad hours", op: "getGrpcOverview", method: "GET", path: "/api/grpc/monitor/overview/?hours=0", auth: staff, want: 400},
@@ -526,7 +553,7 @@ func TestServedAnswersMatchTheOpenAPIDocument(t *testing.T) {
 
 		// Last: it fails delivery for every later code.
 		{name: "code, e-mail down", op: "requestOtp", method: "POST", path: "/api/auth/otp/request/", ctype: js,
-			body: []byte(fmt.Sprintf(`{"identifier":%q}`, authtest.Email("down"))), auth: func(*http.Request) { mail.FailDelivery(true) }, want: 503},
+			body: []byte(fmt.Sprintf(`{"identifier":%q}`, authtest.Email("down"))), before: func() { mail.FailDelivery(true) }, want: 503},
 	}
 	for _, c := range calls {
 		s.do(c)
