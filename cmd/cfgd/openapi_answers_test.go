@@ -9,6 +9,7 @@ import (
 	"image/png"
 	"io"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"regexp"
 	"slices"
@@ -309,6 +310,15 @@ func TestServedAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	// per-IP limits would otherwise count every test from 127.0.0.1).
 	prefix := "oa" + strings.TrimSuffix(authtest.Email("q"), "@example.com") + "-"
 	t.Setenv("TASKS__QUEUES", prefix+"default")
+	t.Setenv("TASKS__WORKER_ID", prefix+"worker")
+	t.Setenv("TASKS__HEARTBEAT", "200ms")
+	// The worker and the CLI find the embedded broker at its address.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KAFKA__EMBEDDED_ADDR", l.Addr().String())
+	_ = l.Close()
 	t.Setenv("TASKS__KEY_PREFIX", "cfgd-test:"+prefix+"tasks:")
 	t.Setenv("AUTH__REDIS_PREFIX", "cfgd-test:"+prefix+"auth:")
 	t.Cleanup(func() {
@@ -336,6 +346,40 @@ func TestServedAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	keyID := regexp.MustCompile(`id=(\d+)`).FindStringSubmatch(out.String())[1]
 	srv := start(t)
 	waitStatus(t, srv.base+"/readyz", http.StatusOK)
+	// A live worker that has run one task: the worker and task lists have
+	// entries to check, and a worker command has a worker to reach.
+	wctx, stopWorker := context.WithCancel(context.Background())
+	var wout, werr syncBuffer
+	wdone := make(chan error, 1)
+	go func() { wdone <- run(wctx, []string{"worker"}, &wout, &werr) }()
+	t.Cleanup(func() {
+		stopWorker()
+		if err := <-wdone; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	})
+	if code, out, msg := runCLI("task", "enqueue", "--queue", prefix+"default", "--type", "demo:echo", "--payload", `{"message":"hi"}`); code != 0 {
+		t.Fatalf("enqueue: %d %q %s", code, out, msg)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var stats struct {
+			Completed int `json:"completed_tasks"`
+		}
+		req, _ := http.NewRequest(http.MethodGet, srv.base+"/api/tasks/task-statistics/", nil)
+		req.SetBasicAuth(staffEmail, staffPassword)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = json.NewDecoder(res.Body).Decode(&stats)
+		res.Body.Close()
+		if stats.Completed == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the task never completed; worker: %s", werr.String())
+		}
+	}
 
 	// The document the server serves, not the file in the repository.
 	code, schema := get(t, srv.base+"/api/schema/")
@@ -523,6 +567,8 @@ func TestServedAnswersMatchTheOpenAPIDocument(t *testing.T) {
 		{name: "no such queue", op: "manageQueue", method: "POST", path: "/api/tasks/queue-manage/", ctype: js,
 			body: []byte(`{"action":"pause","queue_name":"nosuchqueue"}`), auth: staff, want: 404},
 		{name: "queue, text body", op: "manageQueue", method: "POST", path: "/api/tasks/queue-manage/", ctype: "text/plain", body: []byte(`{}`), auth: staff, want: 415},
+		{name: "restart worker", op: "manageWorker", method: "POST", path: "/api/tasks/worker-manage/", ctype: js,
+			body: []byte(fmt.Sprintf(`{"action":"restart","worker_id":%q}`, prefix+"worker")), auth: staff, want: 200, orWant: 202},
 		{name: "no such worker", op: "manageWorker", method: "POST", path: "/api/tasks/worker-manage/", ctype: js,
 			body: []byte(`{"action":"stop","worker_id":"nobody-1"}`), auth: staff, want: 404},
 		{name: "worker, no credentials", op: "manageWorker", method: "POST", path: "/api/tasks/worker-manage/", ctype: js, body: []byte(`{}`), want: 401},
