@@ -175,71 +175,33 @@ func median(v []float64) float64 {
 }
 
 // rawConsume reads the request-log topic from the oldest offset to the
-// high watermark of every partition, with the replay's consumer settings,
-// decodes every record, and returns how many events it held.
+// high watermark of every partition with the replay's reader
+// (kafka.Reader.ReadConcurrently), decodes every record, and returns how
+// many events it held.
 func rawConsume(ctx context.Context, bc kafka.Config) (int64, error) {
-	sc := bc.ConsumerSarama()
-	sc.Consumer.Fetch.Default = 8 << 20
-	sc.ChannelBufferSize = 64
-	client, err := sarama.NewClient(bc.Brokers, sc)
+	r, err := kafka.NewReader(bc)
 	if err != nil {
 		return 0, err
 	}
-	defer client.Close()
+	defer r.Close()
 	topic := bc.Topic(kafka.TopicRequestLogs)
-	parts, err := client.Partitions(topic)
+	ends, err := r.Ends(topic)
 	if err != nil {
 		return 0, err
 	}
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		return 0, err
-	}
-	defer consumer.Close()
-	in := make(chan *sarama.ConsumerMessage, 256)
-	var remaining int64
-	for _, p := range parts {
-		oldest, err := client.GetOffset(topic, p, sarama.OffsetOldest)
-		if err != nil {
-			return 0, err
-		}
-		hwm, err := client.GetOffset(topic, p, sarama.OffsetNewest)
-		if err != nil {
-			return 0, err
-		}
-		if hwm == oldest {
-			continue
-		}
-		remaining += hwm - oldest
-		pc, err := consumer.ConsumePartition(topic, p, oldest)
-		if err != nil {
-			return 0, err
-		}
-		defer pc.AsyncClose()
-		go func() {
-			for m := range pc.Messages() {
-				in <- m
-				if m.Offset+1 >= hwm {
-					return
-				}
+	var events atomic.Int64
+	_, err = r.ReadConcurrently(ctx, topic, nil, ends, 256, func(_ context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
+		var buf []requestlog.Event
+		for _, m := range msgs {
+			var err error
+			if buf, err = requestlog.DecodeBatch(m.Value, buf[:0]); err != nil {
+				return err
 			}
-		}()
-	}
-	var events int64
-	var buf []requestlog.Event
-	for ; remaining > 0; remaining-- {
-		select {
-		case m := <-in:
-			buf, err = requestlog.DecodeBatch(m.Value, buf[:0])
-			if err != nil {
-				return 0, err
-			}
-			events += int64(len(buf))
-		case <-ctx.Done():
-			return 0, ctx.Err()
+			events.Add(int64(len(buf)))
 		}
-	}
-	return events, nil
+		return nil
+	})
+	return events.Load(), err
 }
 
 // insertCeiling inserts the benchmark's n rows straight into a raw table

@@ -34,6 +34,10 @@ import (
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
+// readBatch is how many records of a partition are decoded and handed to
+// the batch builder at once.
+const readBatch = 256
+
 // RequestLogName is the request-log tables' name for `cfgd replay`.
 const RequestLogName = "requestlog.clickhouse"
 
@@ -118,33 +122,30 @@ func (c ClickHouseConfig) Validate() error {
 // Kafka records, not events: a record packs many events and the count of
 // events is known only once read.
 type ClickHouse struct {
-	cfg                ClickHouseConfig
-	conn               driver.Conn
-	fence              PostgresFence
-	codec              Codec
-	progress           Progress
-	topic              string
-	live, shadow, old  requestlogview.Tables
-	features           requestlogview.Features
-	res                Result
-	records, events    atomic.Int64
-	poisoned, total    atomic.Int64
-	progressMu         sync.Mutex
-	client             sarama.Client
-	partitions         []int32
-	pos                map[int32]int64 // next offset to read, per partition
-	target             map[int32]int64 // where the build stopped reading
-	in                 chan Decoded
-	b                  Block
-	work               chan Block
-	inflight           sync.WaitGroup
-	inserters          sync.WaitGroup
-	failed             chan error
-	insertCtx          context.Context
-	cancelInsert       context.CancelFunc
-	consumerWG         sync.WaitGroup
-	stopConsumers      chan struct{}
-	partitionConsumers []sarama.PartitionConsumer
+	cfg               ClickHouseConfig
+	conn              driver.Conn
+	fence             PostgresFence
+	codec             Codec
+	progress          Progress
+	topic             string
+	live, shadow, old requestlogview.Tables
+	features          requestlogview.Features
+	res               Result
+	records, events   atomic.Int64
+	poisoned, total   atomic.Int64
+	progressMu        sync.Mutex
+	reader            *kafka.Reader
+	partitions        []int32
+	pos               map[int32]int64 // next offset to read, per partition
+	first             map[int32]int64 // offset of the first record read, per partition
+	target            map[int32]int64 // where the build stopped reading
+	b                 Block
+	work              chan Block
+	inflight          sync.WaitGroup
+	inserters         sync.WaitGroup
+	failed            chan error
+	insertCtx         context.Context
+	cancelInsert      context.CancelFunc
 }
 
 var _ Target = (*ClickHouse)(nil)
@@ -209,7 +210,7 @@ func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) error {
 	if err := r.open(ctx); err != nil {
 		return err
 	}
-	target, err := kafka.Ends(r.client, r.topic)
+	target, err := r.reader.Ends(r.topic)
 	if err != nil {
 		return err
 	}
@@ -224,7 +225,7 @@ func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) error {
 		if err := r.consumeTo(ctx, target); err != nil {
 			return err
 		}
-		next, err := kafka.Ends(r.client, r.topic)
+		next, err := r.reader.Ends(r.topic)
 		if err != nil {
 			return err
 		}
@@ -290,63 +291,25 @@ func (r *ClickHouse) dropShadow(ctx context.Context) error {
 	return nil
 }
 
-// open starts a partition consumer at the oldest offset of every
-// partition, all feeding r.in, and the inserters.
+// open connects the topic's reader, notes where every partition starts
+// and starts the inserters.
 func (r *ClickHouse) open(ctx context.Context) error {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if err := kafka.EnsureTopics(ctx, r.cfg.Bus, quiet, kafka.TopicRequestLogs); err != nil {
 		return err
 	}
-	sc := r.cfg.Bus.ConsumerSarama()
-	// A replay reads a long backlog: large fetches, a deeper buffer.
-	sc.Consumer.Fetch.Default = 8 << 20
-	sc.ChannelBufferSize = 64
-	client, err := sarama.NewClient(r.cfg.Bus.Brokers, sc)
+	reader, err := kafka.NewReader(r.cfg.Bus)
 	if err != nil {
-		return fmt.Errorf("kafka: %w", err)
+		return err
 	}
-	r.client = client
-	if r.partitions, err = client.Partitions(r.topic); err != nil {
-		return fmt.Errorf("kafka partitions of %s: %w", r.topic, err)
+	r.reader = reader
+	if r.pos, err = reader.Starts(r.topic); err != nil {
+		return err
 	}
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		return fmt.Errorf("kafka consumer: %w", err)
-	}
-	r.pos = map[int32]int64{}
-	r.in = make(chan Decoded, 256)
-	stop := make(chan struct{})
-	r.stopConsumers = stop
-	for _, p := range r.partitions {
-		oldest, err := client.GetOffset(r.topic, p, sarama.OffsetOldest)
-		if err != nil {
-			return fmt.Errorf("kafka oldest offset of %s/%d: %w", r.topic, p, err)
-		}
-		r.pos[p] = oldest
-		pc, err := consumer.ConsumePartition(r.topic, p, oldest)
-		if err != nil {
-			return fmt.Errorf("kafka consume %s/%d: %w", r.topic, p, err)
-		}
-		r.partitionConsumers = append(r.partitionConsumers, pc)
-		r.consumerWG.Add(2)
-		go func() {
-			defer r.consumerWG.Done()
-			for m := range pc.Messages() {
-				// Decoded here, one goroutine per partition, so the
-				// batch builder only appends rows.
-				select {
-				case r.in <- r.codec.Decode(m):
-				case <-stop:
-					return
-				}
-			}
-		}()
-		go func() {
-			// sarama retries by itself; the errors only need draining.
-			defer r.consumerWG.Done()
-			for range pc.Errors() {
-			}
-		}()
+	r.first = map[int32]int64{}
+	r.partitions = r.partitions[:0]
+	for p := range r.pos {
+		r.partitions = append(r.partitions, p)
 	}
 	r.b = r.codec.NewBlock()
 	r.work = make(chan Block)
@@ -359,7 +322,7 @@ func (r *ClickHouse) open(ctx context.Context) error {
 	return nil
 }
 
-// close stops the consumers and inserters open started; a second call
+// close stops the inserters and the reader open started; a second call
 // does nothing.
 func (r *ClickHouse) close() {
 	if r.work != nil {
@@ -368,18 +331,9 @@ func (r *ClickHouse) close() {
 		r.inserters.Wait()
 		r.work = nil
 	}
-	if r.stopConsumers != nil {
-		close(r.stopConsumers)
-		r.stopConsumers = nil
-	}
-	for _, pc := range r.partitionConsumers {
-		pc.AsyncClose()
-	}
-	r.partitionConsumers = nil
-	r.consumerWG.Wait()
-	if r.client != nil {
-		_ = r.client.Close()
-		r.client = nil
+	if r.reader != nil {
+		_ = r.reader.Close()
+		r.reader = nil
 	}
 }
 
@@ -426,27 +380,72 @@ func (r *ClickHouse) grow(from, to map[int32]int64) {
 	r.total.Add(n)
 }
 
-// consumeTo reads every partition up to target (exclusive), inserts what
-// it read, and returns once every insert is done.
+// consumeTo reads every partition from where it stopped up to target
+// (exclusive), inserts what it read, and returns once every insert is
+// done.
 func (r *ClickHouse) consumeTo(ctx context.Context, target map[int32]int64) error {
-	for r.behind(target) > 0 {
-		select {
-		case d := <-r.in:
-			// Partition consumers deliver each partition in order, from the
-			// oldest offset on: the shadow holds a prefix of every
-			// partition, as the sink's skip-what-is-held logic expects.
+	if r.behind(target) == 0 {
+		return nil
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	in := make(chan []Decoded, 64)
+	read := make(chan error, 1)
+	go func() {
+		defer close(in)
+		_, err := r.reader.ReadConcurrently(rctx, r.topic, r.pos, target, readBatch, func(ctx context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
+			// Decoded here, one goroutine per partition, so the batch
+			// builder only appends rows.
+			ds := make([]Decoded, len(msgs))
+			for i, m := range msgs {
+				ds[i] = r.codec.Decode(m)
+			}
+			select {
+			case in <- ds:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		read <- err
+	}()
+	defer func() {
+		// Stop the reader (a no-op once it is done) and wait for it.
+		cancel()
+		for range in {
+		}
+	}()
+	for ds := range in {
+		// Each partition arrives in order, from where the last pass
+		// stopped: the shadow holds a prefix of every partition, as the
+		// sink's skip-what-is-held logic expects.
+		for _, d := range ds {
 			r.b.Add(d)
 			m := d.Message()
-			r.pos[m.Partition] = m.Offset + 1
-			if r.b.Rows() >= r.cfg.BatchRows {
-				if err := r.send(ctx); err != nil {
-					return err
-				}
+			if _, ok := r.first[m.Partition]; !ok {
+				r.first[m.Partition] = m.Offset
 			}
-		case err := <-r.failed:
-			return fmt.Errorf("insert into %s: %w", r.shadow.Raw, err)
-		case <-ctx.Done():
-			return ctx.Err()
+			r.pos[m.Partition] = m.Offset + 1
+		}
+		if r.b.Rows() >= r.cfg.BatchRows {
+			if err := r.send(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	if err := <-read; err != nil {
+		select {
+		case ierr := <-r.failed:
+			// An insert failed: the reader stopped because of it.
+			return fmt.Errorf("insert into %s: %w", r.shadow.Raw, ierr)
+		default:
+		}
+		return err
+	}
+	// Every range is read to its target, though its last record may sit
+	// below it (offsets may skip).
+	for _, p := range r.partitions {
+		if r.pos[p] < target[p] {
+			r.pos[p] = target[p]
 		}
 	}
 	if err := r.send(ctx); err != nil {
@@ -494,16 +493,13 @@ func (r *ClickHouse) catchUpAndSwap(ctx context.Context, target map[int32]int64)
 		defer cancel()
 		_ = tx.Rollback(cctx)
 	}()
-	// Partitions added since the start would be missing from the shadow.
-	if err := r.client.RefreshMetadata(r.topic); err != nil {
-		return fmt.Errorf("kafka metadata of %s: %w", r.topic, err)
-	}
-	if now, err := r.client.Partitions(r.topic); err != nil || len(now) != len(r.partitions) {
-		return errors.Join(fmt.Errorf("%s went from %d partitions to %d during the replay; run it again", r.topic, len(r.partitions), len(now)), err)
-	}
-	final, err := kafka.Ends(r.client, r.topic)
+	final, err := r.reader.Ends(r.topic)
 	if err != nil {
 		return err
+	}
+	// Partitions added since the start would be missing from the shadow.
+	if len(final) != len(r.partitions) {
+		return fmt.Errorf("%s went from %d partitions to %d during the replay; run it again", r.topic, len(r.partitions), len(final))
 	}
 	r.grow(target, final)
 	if err := r.consumeTo(ctx, final); err != nil {
