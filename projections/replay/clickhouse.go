@@ -90,6 +90,10 @@ type ClickHouseConfig struct {
 	// CatchUpRecords: once the topic is at most this many records ahead,
 	// the replay holds the sink back and reads the rest.
 	CatchUpRecords int64
+	// AllowPartial swaps a rebuild in although the live tables hold rows
+	// whose records Kafka's retention has deleted (they are lost);
+	// without it such a replay is refused with ErrPartial.
+	AllowPartial bool
 }
 
 // DefaultClickHouseConfig returns the defaults for bus c.
@@ -117,6 +121,31 @@ func (c ClickHouseConfig) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// ErrPartial refuses to replace the request-log tables with a rebuild
+// that lacks rows they hold: Kafka's retention deleted the records those
+// rows came from. Kafka must keep the request-log topic at least as long
+// as ClickHouse keeps the rows (CLICKHOUSE__RETENTION_DAYS), or the
+// replay needs AllowPartial (`cfgd replay --allow-partial`).
+var ErrPartial = errors.New("the rebuild would lose rows the live tables hold")
+
+// Loss is what a rebuild would lose: live rows, within the retention, of
+// records the topic no longer holds.
+type Loss struct {
+	Rows int64
+	// Days are the UTC days of those rows (2006-01-02), oldest first.
+	Days []string
+}
+
+// Error describes l as ErrPartial.
+func (l Loss) Error() string {
+	return fmt.Sprintf("Kafka's retention has deleted the records of %d rows the live request-log tables hold (days %s, UTC); "+
+		"keep the request-log topic at least as long as CLICKHOUSE__RETENTION_DAYS, or run the replay with --allow-partial to rebuild without them",
+		l.Rows, strings.Join(l.Days, ", "))
+}
+
+// Unwrap makes a Loss ErrPartial.
+func (l Loss) Unwrap() error { return ErrPartial }
 
 // ClickHouse is the Target of the request-log tables. Its progress counts
 // Kafka records, not events: a record packs many events and the count of
@@ -208,6 +237,11 @@ func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) error {
 	}
 
 	if err := r.open(ctx); err != nil {
+		return err
+	}
+	// Before the long rebuild: does the topic still hold every row's
+	// record? (Checked again before the swap, against what was read.)
+	if err := r.checkLoss(ctx, r.pos); err != nil {
 		return err
 	}
 	target, err := r.reader.Ends(r.topic)
@@ -505,6 +539,19 @@ func (r *ClickHouse) catchUpAndSwap(ctx context.Context, target map[int32]int64)
 	if err := r.consumeTo(ctx, final); err != nil {
 		return err
 	}
+	// The sink is held back: the live rows are final. Those below the
+	// first record read of their partition are missing from the shadow
+	// (retention deleted them before the replay or while it read).
+	below := make(map[int32]int64, len(r.partitions))
+	for _, p := range r.partitions {
+		below[p] = r.pos[p]
+		if o, ok := r.first[p]; ok {
+			below[p] = o
+		}
+	}
+	if err := r.checkLoss(ctx, below); err != nil {
+		return err
+	}
 
 	// From here on the swap runs to its end whatever happens to ctx: a
 	// half-done swap is worse than a late Ctrl-C.
@@ -535,6 +582,52 @@ func (r *ClickHouse) catchUpAndSwap(ctx context.Context, target map[int32]int64)
 		// leaves them for the next replay to drop.
 		_ = r.conn.Exec(sctx, "DROP TABLE IF EXISTS "+t)
 	}
+	return nil
+}
+
+// checkLoss returns a Loss when the live raw table holds rows, inside the
+// retention, of a partition's records below below[p]: a rebuild reading
+// from there lacks them. With AllowPartial it notes them in the result
+// instead.
+func (r *ClickHouse) checkLoss(ctx context.Context, below map[int32]int64) error {
+	var conds []string
+	args := []any{time.Now().UTC().AddDate(0, 0, -r.cfg.RetentionDays).Truncate(24 * time.Hour).Unix()}
+	for p, o := range below {
+		if o > 0 {
+			conds = append(conds, "(kafka_partition = ? AND kafka_offset < ?)")
+			args = append(args, p, o)
+		}
+	}
+	if len(conds) == 0 {
+		return nil
+	}
+	// Days by UTC seconds, whatever the server's time zone.
+	rows, err := r.conn.Query(ctx, "SELECT intDiv(toUInt32(created_at), 86400) AS day, count() FROM "+r.live.Raw+
+		" WHERE created_at >= toDateTime(?) AND ("+strings.Join(conds, " OR ")+") GROUP BY day ORDER BY day", args...)
+	if err != nil {
+		return fmt.Errorf("compare %s with the topic: %w", r.live.Raw, err)
+	}
+	defer rows.Close()
+	var l Loss
+	for rows.Next() {
+		var day uint32
+		var n uint64
+		if err := rows.Scan(&day, &n); err != nil {
+			return fmt.Errorf("compare %s with the topic: %w", r.live.Raw, err)
+		}
+		l.Rows += int64(n)
+		l.Days = append(l.Days, time.Unix(int64(day)*86400, 0).UTC().Format(time.DateOnly))
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("compare %s with the topic: %w", r.live.Raw, err)
+	}
+	if l.Rows == 0 {
+		return nil
+	}
+	if !r.cfg.AllowPartial {
+		return l
+	}
+	r.res.Lost = max(r.res.Lost, l.Rows)
 	return nil
 }
 
