@@ -27,7 +27,7 @@ import (
 // benchReplay is `make bench-replay-clickhouse`: N events produced into
 // the request-log topic of an embedded broker, then, in alternating
 // rounds, the raw consume rate of that topic (every record read and
-// decoded with sarama, nothing stored) and the rate of `cfgd replay
+// decoded with the replay's reader, nothing stored) and the rate of `cfgd replay
 // requestlog.clickhouse`'s code rebuilding the tables from it into a
 // scratch ClickHouse database (shadow tables built, no swap).
 func benchReplay(ctx context.Context, o options) error {
@@ -156,7 +156,7 @@ func benchReplay(ctx context.Context, o options) error {
 		return err
 	}
 	raw, rep := median(raws), median(replays)
-	fmt.Printf("raw consume (median)           %10.0f events/s (sarama partition consumers, every record decoded, nothing stored)\n", raw)
+	fmt.Printf("raw consume (median)           %10.0f events/s (kafka.Reader.ReadConcurrently as the replay reads, every record decoded, nothing stored)\n", raw)
 	fmt.Printf("replay (median)                %10.0f events/s = %.0f%% of raw consume (target 60%%)\n", rep, rep/raw*100)
 	fmt.Printf("clickhouse insert ceiling      %10.0f events/s (the same rows straight into a raw table without views, 250,000 a batch, 2 at once; replay = %.0f%% of it)\n", ceiling, rep/ceiling*100)
 	return nil

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,8 +36,13 @@ import (
 )
 
 // readBatch is how many records of a partition are decoded and handed to
-// the batch builder at once.
-const readBatch = 256
+// the batch builder at once, readAhead how many records at most wait
+// decoded for it: a record holds up to REQUESTLOG__PACK_EVENTS rows, so
+// more only costs memory and garbage collection.
+const (
+	readBatch = 16
+	readAhead = 256
+)
 
 // RequestLogName is the request-log tables' name for `cfgd replay`.
 const RequestLogName = "requestlog.clickhouse"
@@ -422,11 +428,13 @@ func (r *ClickHouse) consumeTo(ctx context.Context, target map[int32]int64) erro
 		return nil
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	in := make(chan []Decoded, 64)
+	in := make(chan []Decoded, readAhead/readBatch)
 	read := make(chan error, 1)
+	// The loop below moves r.pos on while the reader runs.
+	from := maps.Clone(r.pos)
 	go func() {
 		defer close(in)
-		_, err := r.reader.ReadConcurrently(rctx, r.topic, r.pos, target, readBatch, func(ctx context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
+		_, err := r.reader.ReadConcurrently(rctx, r.topic, from, target, readBatch, func(ctx context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
 			// Decoded here, one goroutine per partition, so the batch
 			// builder only appends rows.
 			ds := make([]Decoded, len(msgs))
