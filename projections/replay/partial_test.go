@@ -129,3 +129,54 @@ func TestReplayRefusesToLoseRowsRetentionDeleted(t *testing.T) {
 		})
 	}
 }
+
+// Rows older than the retention do not count as lost: the rebuild drops
+// their days anyway, so Kafka deleting their records is no reason to
+// refuse it.
+func TestReplayIgnoresLostRowsBeyondTheRetention(t *testing.T) {
+	t.Parallel()
+	e := newCHEnv(t, 2)
+	// Five days back first (the first records of every partition), then
+	// the last hours.
+	e.spread(1000, time.Now().UTC().Add(-5*24*time.Hour), time.Second)
+	e.spread(2000, time.Now().UTC().Add(-3*time.Hour), time.Second)
+	e.fencedSink()
+	testenv.ExactRequestLogs(t, e.conn, 3000)
+	// Delete, per partition, every record before the first one with a
+	// recent row.
+	recent := time.Now().UTC().Add(-4 * time.Hour).Unix()
+	cuts := map[int32]int64{}
+	for _, l := range lines(t, e.conn, fmt.Sprintf("SELECT concat(toString(kafka_partition), ' ', toString(min(kafka_offset))) FROM %s WHERE created_at >= toDateTime(%d) GROUP BY kafka_partition",
+		requestlogview.RawTable, recent)) {
+		var p int32
+		var o int64
+		if _, err := fmt.Sscan(l, &p, &o); err != nil {
+			t.Fatal(err)
+		}
+		if o > 0 {
+			cuts[p] = o
+		}
+	}
+	if len(cuts) == 0 {
+		t.Fatal("no partition starts with old records")
+	}
+	admin, err := sarama.NewClusterAdmin(e.bus.Brokers, e.bus.Sarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if err := admin.DeleteRecords(e.bus.Topic(kafka.TopicRequestLogs), cuts); err != nil {
+		t.Fatal(err)
+	}
+	cfg := replay.DefaultClickHouseConfig(e.bus)
+	cfg.RetentionDays = 3
+	target, err := replay.NewClickHouse(cfg, e.conn, e.pool, sinks.RequestLogCodec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := replay.Rebuild(context.Background(), e.pool, target, nil)
+	if err != nil || !res.Swapped || res.Lost != 0 {
+		t.Fatalf("replay: %+v, %v; want it swapped in, nothing lost", res, err)
+	}
+	testenv.ExactRequestLogs(t, e.conn, 2000)
+}
