@@ -22,8 +22,8 @@ import (
 // replayCommand is `cfgd replay NAME... | --all | --list`.
 func replayCommand() *cobra.Command {
 	var (
-		all, list bool
-		batch     int
+		all, list, partial bool
+		batch              int
 	)
 	cmd := &cobra.Command{
 		Use:   "replay NAME... | --all | --list",
@@ -41,7 +41,7 @@ from, its tables, checkpoint and lag.`,
 		// completion of names, and no file names either.
 		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE: func(cmd *cobra.Command, names []string) error {
-			act, err := parseReplay(names, all, list, batch, cmd.OutOrStdout())
+			act, err := parseReplay(names, all, list, partial, batch, cmd.OutOrStdout())
 			if err != nil {
 				if len(names) == 0 && !all && !list {
 					fmt.Fprint(cmd.ErrOrStderr(), cmd.UsageString())
@@ -54,12 +54,14 @@ from, its tables, checkpoint and lag.`,
 	cmd.Flags().BoolVar(&all, "all", false, "replay every read-model projection, Postgres and ClickHouse")
 	cmd.Flags().BoolVar(&list, "list", false, "list the projections with their tables, checkpoint and lag")
 	cmd.Flags().IntVar(&batch, "batch", replay.DefaultBatchSize, "events per transaction")
+	cmd.Flags().BoolVar(&partial, "allow-partial", false, "swap in a rebuild of "+replay.RequestLogName+
+		" although Kafka's retention deleted records of rows the live tables hold (they are lost)")
 	return cmd
 }
 
 // parseReplay checks a replay's arguments before any setting is read;
 // names are looked up in the registry once the modules are built.
-func parseReplay(names []string, all, list bool, batch int, stdout io.Writer) (action, error) {
+func parseReplay(names []string, all, list, partial bool, batch int, stdout io.Writer) (action, error) {
 	modes := 0
 	for _, on := range []bool{all, list, len(names) > 0} {
 		if on {
@@ -69,7 +71,7 @@ func parseReplay(names []string, all, list bool, batch int, stdout io.Writer) (a
 	if modes != 1 {
 		return nil, &exitError{code: 2, err: errors.New("replay takes projection names, --all or --list (one of them)")}
 	}
-	cfg := replay.Config{BatchSize: batch, LockTimeout: replay.DefaultLockTimeout}
+	cfg := replay.Config{BatchSize: batch, LockTimeout: replay.DefaultLockTimeout, AllowPartial: partial}
 	if err := cfg.Validate(); err != nil {
 		return nil, &exitError{code: 2, err: err}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
@@ -114,5 +115,29 @@ func TestReplayClickHouseCommand(t *testing.T) {
 	var n uint64
 	if err := chConn.QueryRow(ctx, "SELECT count() FROM "+requestlogview.RawTable).Scan(&n); err != nil || n != 500 {
 		t.Fatalf("rows after two replays: %d, %v", n, err)
+	}
+
+	// Retention deletes the first records of a partition: a replay is
+	// refused unless --allow-partial, which rebuilds without their rows.
+	admin, err := sarama.NewClusterAdmin(c.Brokers, c.Sarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if err := admin.DeleteRecords(c.Topic(kafka.TopicRequestLogs), map[int32]int64{0: 3}); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	err = run(ctx, []string{"replay", replay.RequestLogName}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "Kafka's retention has deleted the records of 30 rows") || !strings.Contains(err.Error(), "--allow-partial") {
+		t.Fatalf("replay of a truncated topic: %v", err)
+	}
+	stdout.Reset()
+	if err := run(ctx, []string{"replay", "--allow-partial", replay.RequestLogName}, &stdout, &stderr); err != nil ||
+		!strings.Contains(stdout.String(), "30 rows whose records Kafka no longer held left out (--allow-partial)") {
+		t.Fatalf("replay --allow-partial: %v, stdout %q", err, stdout.String())
+	}
+	if err := chConn.QueryRow(ctx, "SELECT count() FROM "+requestlogview.RawTable).Scan(&n); err != nil || n != 470 {
+		t.Fatalf("rows after a partial replay: %d, %v", n, err)
 	}
 }

@@ -243,3 +243,69 @@ func TestParse(t *testing.T) {
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// A p95 above the histogram's last bound (60 s) is the real 95th
+// percentile, read from the raw rows of the window, not the maximum; the
+// window is the same in UTC whatever zone the clock reports in.
+func TestP95AboveTheLastBound(t *testing.T) {
+	t.Parallel()
+	var rows []row
+	at := func(i int) time.Time { return now.Add(-time.Duration(i) * 29 * time.Minute) }
+	for i := range 90 {
+		rows = append(rows, row{at(i), "slow.Svc", "Stream", "success", 100})
+	}
+	for i, d := range []uint32{61000, 70000, 80000, 90000, 120000, 150000, 180000, 200000, 220000, 250000} {
+		rows = append(rows, row{at(90 + i), "slow.Svc", "Stream", "success", d})
+	}
+	for i := range 20 {
+		rows = append(rows, row{at(i), "slow.Svc", "Other", "success", 1000})
+	}
+	// Outside the 72-hour window: a longer request that must not count.
+	rows = append(rows, row{now.Add(-100 * time.Hour), "slow.Svc", "Stream", "success", 500000})
+	conn := seed(t, rows...)
+	for _, zone := range []*time.Location{time.UTC, time.FixedZone("IST", 5*3600+1800), time.FixedZone("HST", -10*3600)} {
+		t.Run(zone.String(), func(t *testing.T) {
+			store := requestlogview.New(conn, func() time.Time { return now.In(zone) }, nil)
+			ctx := context.Background()
+			// The service: 120 requests, the 114th shortest is the 7th
+			// longest of those above 60 s.
+			svcs, err := store.Services(ctx, 72)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(svcs) != 1 || svcs[0].TotalRequests != 120 || svcs[0].P95DurationMS != 90000 {
+				t.Fatalf("services = %+v, want p95 90000 of 120 requests", svcs)
+			}
+			ms, err := store.Methods(ctx, 72, "slow.Svc")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Stream: 100 requests, the 95th shortest; Other stays inside
+			// the histogram (clamped to its 1000 ms).
+			if len(ms) != 2 || ms[0].MethodName != "Stream" || ms[0].P95DurationMS != 120000 || ms[0].MaxDurationMS != 250000 ||
+				ms[1].MethodName != "Other" || ms[1].P95DurationMS != 1000 {
+				t.Fatalf("methods = %+v, want Stream p95 120000 (max 250000), Other 1000", ms)
+			}
+			// The timeline's hours are UTC hours, whatever the clock's zone.
+			tl, err := store.Timeline(ctx, 48, "slow.Svc")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var requests int64
+			for _, p := range tl.Points {
+				requests += p.Requests
+				if p.Time.Location() != time.UTC || p.Time.Unix()%3600 != 0 {
+					t.Fatalf("timeline point at %v: want whole UTC hours", p.Time)
+				}
+			}
+			if want := int64(119); requests != want { // from 13:00 two days back: all but the oldest (12:43:56)
+				t.Fatalf("timeline over 48 hours: %d requests, want %d", requests, want)
+			}
+			// Over a year the request outside the 72 hours counts.
+			svcs, err = store.Services(ctx, 8760)
+			if err != nil || len(svcs) != 1 || svcs[0].P95DurationMS != 120000 {
+				t.Fatalf("services over a year = %+v, %v, want p95 120000", svcs, err)
+			}
+		})
+	}
+}
