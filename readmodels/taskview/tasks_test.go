@@ -2,16 +2,14 @@ package taskview_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/readmodels/taskview"
@@ -37,17 +35,9 @@ func (noWorkers) Live(context.Context) ([]tasks.WorkerState, error) { return nil
 func TestLiveSnapshotIsSharedForItsTTL(t *testing.T) {
 	t.Parallel()
 	pool := testenv.Postgres(t)
-	opts, err := redis.ParseURL("redis://127.0.0.1:6379/0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	q := "t" + hex.EncodeToString(b) + "-snap"
+	rdb, _ := testenv.RedisDB(t, authtest.RedisURL())
+	const q = "snap"
 	insp := &counting{Inspector: asynq.NewInspectorFromRedisClient(rdb)}
-	defer func() { _ = insp.DeleteQueue(q, true) }()
 	const ttl = 500 * time.Millisecond
 	r := taskview.NewReader(pool, insp, noWorkers{}, []string{q}, ttl)
 	ctx := context.Background()
