@@ -3,6 +3,10 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -71,4 +75,75 @@ func withDB(o *redis.Options, db int) *redis.Options {
 	c := *o
 	c.DB = db
 	return &c
+}
+
+// RedisServer is a private redis-server on a port of its own, for tests
+// that stop Redis under load; it keeps nothing on disk, so a restart
+// starts empty apart from what the test writes again.
+type RedisServer struct {
+	t    testing.TB
+	port int
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// StartRedisServer starts one; it is killed when t ends.
+func StartRedisServer(t testing.TB) *RedisServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	s := &RedisServer{t: t, port: port}
+	s.Start()
+	t.Cleanup(func() {
+		if s.cmd != nil {
+			_ = s.cmd.Process.Kill()
+			<-s.done
+		}
+	})
+	return s
+}
+
+// URL is the server's database 0.
+func (s *RedisServer) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", s.port) }
+
+// Start runs the server (again), with extra redis-server arguments, and
+// waits until it answers.
+func (s *RedisServer) Start(extra ...string) {
+	s.t.Helper()
+	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no"}, extra...)
+	cmd := exec.Command("redis-server", args...)
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("testenv: redis-server: %v", err)
+	}
+	s.cmd, s.done = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); close(s.done) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", s.port), 200*time.Millisecond)
+		if err == nil {
+			_ = c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("testenv: redis-server on %d did not come up", s.port)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop shuts the server down and waits for it.
+func (s *RedisServer) Stop() {
+	s.t.Helper()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(20 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	s.cmd = nil
 }
