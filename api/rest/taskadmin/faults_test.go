@@ -157,7 +157,7 @@ func TestClearInterruptedHalfway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := tasks.NewProducer(s.Bus, testenv.Quiet())
+	pub, err := tasks.NewProducer(s.Bus, testenv.Signer(t), testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,7 +103,7 @@ func startStackWith(t *testing.T, o stackOpts) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := tasks.NewProducer(busCfg, testenv.Quiet())
+	pub, err := tasks.NewProducer(busCfg, testenv.Signer(t), testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func startStackWith(t *testing.T, o stackOpts) *stack {
 	}
 	testenv.Pipeline(t, env.Pool, nil, busCfg, reg, ps...)
 
-	sink := sinks.NewLifecycle(env.Pool, busCfg, testenv.Quiet())
+	sink := sinks.NewLifecycle(env.Pool, busCfg, testenv.Signer(t), testenv.Quiet())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -125,7 +125,7 @@ func startStackWith(t *testing.T, o stackOpts) *stack {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 
-	em, err := tasks.NewProducer(busCfg, testenv.Quiet())
+	em, err := tasks.NewProducer(busCfg, testenv.Signer(t), testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,7 +82,7 @@ func (s *stack) replayViews(t *testing.T, afterRebuild func()) replay.Result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := sinks.ViewsWithLifecycle(s.Bus, testenv.Quiet())
+	p := sinks.ViewsWithLifecycle(s.Bus, testenv.Signer(t), testenv.Quiet())
 	for i, f := range p.Feeds {
 		p.Feeds[i] = hooked{Feed: f, after: afterRebuild}
 	}
@@ -223,7 +223,7 @@ func TestRedeliveredClearRunsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := tasks.NewProducer(s.Bus, testenv.Quiet())
+	pub, err := tasks.NewProducer(s.Bus, testenv.Signer(t), testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
