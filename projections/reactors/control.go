@@ -134,7 +134,7 @@ func Control(q Queues, w Registry, pub Publisher, db store.DB) *projections.Proj
 		return nil
 	})
 	worker := func(ctx context.Context, env events.Envelope, id, action string) error {
-		return w.SetCommand(ctx, id, env.Version, action)
+		return redisRetrying(ctx, func() error { return w.SetCommand(ctx, id, env.Version, action) })
 	}
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.WorkerStartRequested) error {
 		return worker(ctx, env, e.WorkerID, tasks.ActionStart)

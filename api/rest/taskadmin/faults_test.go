@@ -184,3 +184,41 @@ func TestClearInterruptedHalfway(t *testing.T) {
 		t.Fatalf("clear outcome: removed %d (%v), want %d", removed, err, n)
 	}
 }
+
+// A worker command that meets Redis read-only is left for the worker
+// once Redis takes writes again, not dead-lettered.
+func TestWorkerCommandWithRedisReadOnly(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedisServer(t)
+	opts, err := redis.ParseURL(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := startStackWith(t, stackOpts{redis: rdb, tune: func(c *taskqueues.Config) { c.ApplyWait = time.Second }})
+	ctx := context.Background()
+	// A live worker, as its heartbeat shows it.
+	const id = "w-ro"
+	if err := s.App.Registry.Beat(ctx, tasks.WorkerState{WorkerID: id, State: tasks.WorkerRunning}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, "REPLICAOF", "127.0.0.1", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	res := s.Do(t, "POST", taskadmin.PathWorkerManage, map[string]any{"action": "stop", "worker_id": id}, s.Admin...)
+	if res.Status != 202 {
+		t.Fatalf("stop with Redis read-only: %d %s, want 202", res.Status, res.Raw)
+	}
+	time.Sleep(4 * time.Second) // longer than the runner tries one failing event
+	if err := rdb.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.eventually(t, 20*time.Second, "the worker has its command", func() bool {
+		c, ok, err := s.App.Registry.PendingCommand(ctx, id)
+		return err == nil && ok && c.Action == tasks.ActionStop
+	})
+	if dls := s.deadLetters(t); len(dls) != 0 {
+		t.Fatalf("dead letters: %+v", dls)
+	}
+}
