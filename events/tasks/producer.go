@@ -15,9 +15,11 @@ import (
 )
 
 // Producer is the one producer of lifecycle records, keyed by task id so
-// one task's records stay in order. Workers Emit without waiting (task
-// processing never waits for Kafka); the tasks.control reactor Publishes
-// and waits, so a clear whose records were not stored is retried. It
+// one task's records stay in order. Enqueued and started records are
+// Emitted without waiting; an attempt's outcome is Published and waited
+// for before asynq hears of it, so a worker killed meanwhile leaves the
+// task to asynq's lease recovery rather than a lost record; the
+// tasks.control reactor Publishes a clear's records and waits too. It
 // connects on first use, so a broker that is not up yet fails a Publish
 // rather than the process start.
 //
