@@ -198,9 +198,10 @@ func TestWorkerCommandWithRedisReadOnly(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	s := startStackWith(t, stackOpts{redis: rdb, tune: func(c *taskqueues.Config) { c.ApplyWait = time.Second }})
 	ctx := context.Background()
-	// A live worker, as its heartbeat shows it.
+	// A live worker, as its heartbeat shows it (one that lives a minute:
+	// the stack's beats expire after 600ms).
 	const id = "w-ro"
-	if err := s.App.Registry.Beat(ctx, tasks.WorkerState{WorkerID: id, State: tasks.WorkerRunning}); err != nil {
+	if err := taskqueues.NewRegistry(rdb, s.Cfg.KeyPrefix, time.Minute).Beat(ctx, tasks.WorkerState{WorkerID: id, State: tasks.WorkerRunning}); err != nil {
 		t.Fatal(err)
 	}
 	if err := rdb.Do(ctx, "REPLICAOF", "127.0.0.1", "1").Err(); err != nil {
