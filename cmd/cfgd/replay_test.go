@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/tasks"
 )
@@ -23,7 +24,13 @@ func TestReplayCommand(t *testing.T) {
 	kc, _ := clickhouseReplayEnv(t)
 	// One task's lifecycle on the topic: the replay of the task views
 	// reads it through the configured kafka.
-	pub, err := tasks.NewProducer(kc, testenv.Quiet())
+	// The records are signed with the key the replay verifies them with.
+	t.Setenv("EVENTS__SIGNING_KEY", "replay-test-signing-key-0123456789abcdef")
+	signer, err := events.NewSigner([]byte("replay-test-signing-key-0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := tasks.NewProducer(kc, signer, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
