@@ -1,6 +1,7 @@
 package sinks
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/readmodels/apikeyview"
 )
 
 // handle applies one partition's batch; the loop commits its offset
@@ -81,25 +83,6 @@ func (b *usageBatch) add(u *Usage, m *sarama.ConsumerMessage) {
 	}
 }
 
-// Statements of apply. The offset row is claimed first (inserted or
-// locked), so two members that briefly both hold a partition during a
-// rebalance apply one after the other and the second sees the first's
-// offset. The keys are locked in id order before the UPDATE so batches of
-// different partitions touching the same keys never deadlock.
-const (
-	claimOffset = `INSERT INTO consumer_offsets AS o (consumer, topic, kafka_partition, last_offset) VALUES ($1, $2, $3, -1)
-		ON CONFLICT (consumer, topic, kafka_partition) DO UPDATE SET last_offset = o.last_offset
-		RETURNING last_offset`
-	lockKeys    = `SELECT id FROM api_keys WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
-	applyCounts = `UPDATE api_keys AS k
-		SET request_count = k.request_count + u.n,
-		    last_used_at = GREATEST(k.last_used_at, u.at)
-		FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS u(id, n, at)
-		WHERE k.id = u.id`
-	storeOffset = `UPDATE consumer_offsets SET last_offset = $4
-		WHERE consumer = $1 AND topic = $2 AND kafka_partition = $3 AND last_offset < $4`
-)
-
 // apply counts, in one transaction, the uses of b above the stored offset
 // and stores b's last offset.
 func (u *Usage) apply(ctx context.Context, b *usageBatch) error {
@@ -125,15 +108,11 @@ func (u *Usage) apply(ctx context.Context, b *usageBatch) error {
 // are unqualified, so a replay's connection applies into its shadow
 // tables.
 func (u *Usage) applyTx(ctx context.Context, tx pgx.Tx, b *usageBatch) (int64, error) {
-	var stored int64
-	if err := tx.QueryRow(ctx, claimOffset, u.cfg.Name, u.topic, b.partition).Scan(&stored); err != nil {
-		return 0, fmt.Errorf("stored offset: %w", err)
+	stored, err := apikeyview.ClaimOffset(ctx, tx, u.cfg.Name, u.topic, b.partition)
+	if err != nil {
+		return 0, err
 	}
-	type agg struct {
-		n  int64
-		at time.Time
-	}
-	per := map[int64]*agg{}
+	per := map[int64]*apikeyview.Usage{}
 	var skipped int64
 	for _, x := range b.uses {
 		if x.offset <= stored {
@@ -142,33 +121,24 @@ func (u *Usage) applyTx(ctx context.Context, tx pgx.Tx, b *usageBatch) (int64, e
 		}
 		a := per[x.key]
 		if a == nil {
-			a = &agg{}
+			a = &apikeyview.Usage{KeyID: x.key}
 			per[x.key] = a
 		}
-		a.n++
-		if x.at.After(a.at) {
-			a.at = x.at
+		a.Requests++
+		if x.at.After(a.LastUsed) {
+			a.LastUsed = x.at
 		}
 	}
-	ids := make([]int64, 0, len(per))
-	for id := range per {
-		ids = append(ids, id)
+	uses := make([]apikeyview.Usage, 0, len(per))
+	for _, a := range per {
+		uses = append(uses, *a)
 	}
-	slices.Sort(ids)
-	if len(ids) > 0 {
-		ns, ats := make([]int64, len(ids)), make([]time.Time, len(ids))
-		for i, id := range ids {
-			ns[i], ats[i] = per[id].n, per[id].at
-		}
-		if _, err := tx.Exec(ctx, lockKeys, ids); err != nil {
-			return 0, fmt.Errorf("lock keys: %w", err)
-		}
-		if _, err := tx.Exec(ctx, applyCounts, ids, ns, ats); err != nil {
-			return 0, fmt.Errorf("apply usage: %w", err)
-		}
+	slices.SortFunc(uses, func(a, b apikeyview.Usage) int { return cmp.Compare(a.KeyID, b.KeyID) })
+	if err := apikeyview.ApplyUsage(ctx, tx, uses); err != nil {
+		return 0, err
 	}
-	if _, err := tx.Exec(ctx, storeOffset, u.cfg.Name, u.topic, b.partition, b.last); err != nil {
-		return 0, fmt.Errorf("store offset: %w", err)
+	if err := apikeyview.StoreOffset(ctx, tx, u.cfg.Name, u.topic, b.partition, b.last); err != nil {
+		return 0, err
 	}
 	return skipped, nil
 }
