@@ -5,13 +5,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/kafka"
-	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/readmodels/apikeyview"
 )
 
@@ -25,7 +24,6 @@ func (u *Usage) handle(ctx context.Context, mb *kafka.Batch) error {
 	if err := u.apply(ctx, b); err != nil {
 		return fmt.Errorf("api-key usage: %w", err)
 	}
-	u.ignored.Add(b.ignored)
 	u.poisoned.Add(b.poisoned)
 	if u.afterApply != nil {
 		if err := u.afterApply(); err != nil {
@@ -35,11 +33,10 @@ func (u *Usage) handle(ctx context.Context, mb *kafka.Batch) error {
 	return nil
 }
 
-// use is one event that names an API key.
+// use is one key's uses in one record.
 type use struct {
 	offset int64
-	key    int64
-	at     time.Time
+	apikey.Use
 }
 
 // batch is one partition's records since the last apply.
@@ -47,39 +44,25 @@ type usageBatch struct {
 	partition int32
 	uses      []use
 	// last is the highest offset seen, stored and committed with the
-	// batch whether or not its records named a key.
+	// batch whether or not its records could be read.
 	last    int64
 	records int
-	// ignored events named no key; poisoned records could not be read.
-	ignored, poisoned int64
+	// poisoned records could not be read.
+	poisoned int64
 }
 
-// add reads m. A record the ClickHouse sink would dead-letter (unreadable
-// or holding an invalid event) is not counted here either, so both read
-// models agree on what happened.
+// add reads m, a record of the usage topic (apikey.AppendUses).
 func (b *usageBatch) add(u *Usage, m *sarama.ConsumerMessage) {
 	b.records++
 	b.last = m.Offset
-	evs, err := requestlog.DecodeBatch(m.Value, nil)
-	if err == nil {
-		for i, e := range evs {
-			if errs := requestlog.Check(i, e); len(errs) > 0 {
-				err = errs[0]
-				break
-			}
-		}
-	}
+	uses, err := apikey.DecodeUses(m.Value, nil)
 	if err != nil {
 		b.poisoned++
-		u.log.Warn("api-key usage: unreadable request-log record ignored", "partition", m.Partition, "offset", m.Offset, "err", err)
+		u.log.Warn("api-key usage: unreadable usage record ignored", "partition", m.Partition, "offset", m.Offset, "err", err)
 		return
 	}
-	for _, e := range evs {
-		if e.APIKeyID == 0 {
-			b.ignored++
-			continue
-		}
-		b.uses = append(b.uses, use{offset: m.Offset, key: e.APIKeyID, at: e.CreatedAt})
+	for _, x := range uses {
+		b.uses = append(b.uses, use{offset: m.Offset, Use: x})
 	}
 }
 
@@ -98,13 +81,17 @@ func (u *Usage) apply(ctx context.Context, b *usageBatch) error {
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
-	u.applied.Add(int64(len(b.uses)) - skipped)
+	var total int64
+	for _, x := range b.uses {
+		total += x.Requests
+	}
+	u.applied.Add(total - skipped)
 	u.skipped.Add(skipped)
 	return nil
 }
 
 // applyTx counts in tx the uses of b above the stored offset and stores
-// b's last offset; it returns how many uses it skipped. The table names
+// b's last offset; it returns how many requests it skipped. The table names
 // are unqualified, so a replay's connection applies into its shadow
 // tables.
 func (u *Usage) applyTx(ctx context.Context, tx pgx.Tx, b *usageBatch) (int64, error) {
@@ -116,17 +103,17 @@ func (u *Usage) applyTx(ctx context.Context, tx pgx.Tx, b *usageBatch) (int64, e
 	var skipped int64
 	for _, x := range b.uses {
 		if x.offset <= stored {
-			skipped++
+			skipped += x.Requests
 			continue
 		}
-		a := per[x.key]
+		a := per[x.KeyID]
 		if a == nil {
-			a = &apikeyview.Usage{KeyID: x.key}
-			per[x.key] = a
+			a = &apikeyview.Usage{KeyID: x.KeyID}
+			per[x.KeyID] = a
 		}
-		a.Requests++
-		if x.at.After(a.LastUsed) {
-			a.LastUsed = x.at
+		a.Requests += x.Requests
+		if x.LastUsed.After(a.LastUsed) {
+			a.LastUsed = x.LastUsed
 		}
 	}
 	uses := make([]apikeyview.Usage, 0, len(per))

@@ -16,7 +16,7 @@ import (
 // UsageFeed is the usage consumer as a replay feed of the API-key projection:
 // replaying api_keys from the key events alone would reset the counts
 // while consumer_offsets still says they were applied. The feed folds the
-// request-log topic, from its oldest record, into the shadow api_keys with
+// usage topic, from its oldest record, into the shadow api_keys with
 // a shadow consumer_offsets, through the consumer's own apply; in the
 // swap it catches up to the live consumer's stored offsets and hands its
 // offsets to the live consumer, which goes on from there exactly once.
@@ -46,7 +46,7 @@ func (f *UsageFeed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp func(c
 	if err := apikeyview.CreateShadowOffsets(ctx, conn); err != nil {
 		return 0, err
 	}
-	if err := kafka.EnsureTopics(ctx, f.u.cfg.Bus, f.u.log, kafka.TopicRequestLogs); err != nil {
+	if err := kafka.EnsureTopics(ctx, f.u.cfg.Bus, f.u.log, kafka.TopicAPIKeyUsage); err != nil {
 		return 0, err
 	}
 	r, err := kafka.NewReader(f.u.cfg.Bus)
