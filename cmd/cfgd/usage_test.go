@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -24,8 +25,12 @@ import (
 func TestServeCountsAPIKeyUsage(t *testing.T) {
 	pgURL := testenv.PostgresURL(t)
 	baseEnv(t, pgURL)
+	// A database of its own: the shared one holds higher offsets of
+	// earlier runs' topics, under which the sink would skip these rows.
+	opts, _ := testenv.ClickHouse(t)
+	t.Setenv("CLICKHOUSE__URL", fmt.Sprintf("clickhouse://%s/%s", opts.Addr[0], opts.Auth.Database))
 	var out, errOut bytes.Buffer
-	if err := run(context.Background(), []string{"user", "create-superuser", "--email", "usage@example.com"}, &out, &errOut); err != nil {
+	if err := run(context.Background(), []string{"user", "create-superuser", "--email", "usage@example.com", "--password", "usage password 1"}, &out, &errOut); err != nil {
 		t.Fatalf("create-superuser: %v %s", err, errOut.String())
 	}
 	newKey := func(name string) (key, id string) {
@@ -41,9 +46,10 @@ func TestServeCountsAPIKeyUsage(t *testing.T) {
 	r := start(t)
 
 	forged := time.Date(2105, 6, 1, 0, 0, 0, 0, time.UTC)
-	body := fmt.Sprintf(`[{"service_name":"s","method_name":"m","status":"success","api_key_id":%[1]s,"created_at":%[2]q},
-		{"service_name":"s","method_name":"m","status":"error","api_key_id":%[1]s,"created_at":%[2]q},
-		{"service_name":"s","method_name":"m","status":"success"}]`, idB, forged.Format(time.RFC3339Nano))
+	svc := "usage.Test"
+	body := fmt.Sprintf(`[{"service_name":%[3]q,"method_name":"m","status":"success","api_key_id":%[1]s,"created_at":%[2]q},
+		{"service_name":%[3]q,"method_name":"m","status":"error","api_key_id":%[1]s,"created_at":%[2]q},
+		{"service_name":%[3]q,"method_name":"m","status":"success"}]`, idB, forged.Format(time.RFC3339Nano), svc)
 	post := func() int {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, r.base+"/api/grpc/monitor/ingest/", strings.NewReader(body))
@@ -66,7 +72,7 @@ func TestServeCountsAPIKeyUsage(t *testing.T) {
 		}
 	}
 	if code != http.StatusAccepted {
-		t.Fatalf("ingest answered %d", code)
+		t.Fatalf("ingest answered %d\n%s", code, r.stderr)
 	}
 	if code := post(); code != http.StatusAccepted {
 		t.Fatalf("second ingest answered %d", code)
@@ -97,6 +103,39 @@ func TestServeCountsAPIKeyUsage(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	if n, last := usage(idB); n != 0 || last != nil {
 		t.Fatalf("key B, only claimed by A's reports: request_count %d, last_used_at %v; want 0, never", n, last)
+	}
+	// Each row records who reported it (A), beside what it claims (B);
+	// a report cannot name its reporter.
+	var list struct {
+		Results []struct {
+			APIKeyID   int64  `json:"api_key_id"`
+			ReportedBy string `json:"reported_by"`
+		} `json:"results"`
+	}
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && len(list.Results) < 6; time.Sleep(100 * time.Millisecond) {
+		req, _ := http.NewRequest(http.MethodGet, r.base+"/api/grpc/monitor/requests/?service="+svc, nil)
+		req.SetBasicAuth("usage@example.com", "usage password 1")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = json.NewDecoder(res.Body).Decode(&list)
+		res.Body.Close()
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("requests: %d %v", res.StatusCode, err)
+		}
+	}
+	if len(list.Results) != 6 {
+		t.Fatalf("%d rows listed, want 6", len(list.Results))
+	}
+	for _, row := range list.Results {
+		if row.ReportedBy != "api_key:"+idA || (row.APIKeyID != 0 && fmt.Sprint(row.APIKeyID) != idB) {
+			t.Errorf("row %+v, want reported by api_key:%s, claiming %s or none", row, idA, idB)
+		}
+	}
+	body = `[{"service_name":"s","method_name":"m","status":"success","reported_by":"api_key:` + idB + `"}]`
+	if code := post(); code != http.StatusBadRequest {
+		t.Errorf("a report naming its reporter answered %d, want 400", code)
 	}
 	if body := waitStatus(t, r.base+"/readyz", 200); !strings.Contains(body, `"name":"apikey-usage","ok":true`) {
 		t.Errorf("/readyz does not report apikey-usage ok: %s", body)
