@@ -120,7 +120,7 @@ type stmt struct {
 	// TimeColumn is the column a TTL counts from.
 	TimeColumn string
 	// ReportedBy: the raw table has the reported_by column. Every set is
-	// made with it, except by migration 00001, to which 00002 adds it.
+	// made with it, except by migration 00001, to which 00003 adds it.
 	ReportedBy bool
 }
 
@@ -284,7 +284,7 @@ func ClickHouseSchema(f Features, retentionDays int) (fs.FS, error) {
 	}
 	out := fstest.MapFS{}
 	// The migrations build the schema step by step: 00001 creates the
-	// raw table as it first was, 00002 adds reported_by.
+	// raw table as it first was, 00003 adds reported_by.
 	d := plan(LiveTables(), f, retentionDays)
 	d.Raw.ReportedBy = false
 	for _, name := range names {

@@ -63,7 +63,7 @@ func TestClickHouseSchemaFollowsVersion(t *testing.T) {
 				t.Fatal(err)
 			}
 			names, _ := fs.Glob(fsys, "*.sql")
-			if strings.Join(names, " ") != "00001_requestlog.sql 00002_reported_by.sql" {
+			if strings.Join(names, " ") != "00001_requestlog.sql 00003_reported_by.sql" {
 				t.Fatalf("migrations %v", names)
 			}
 			b, err := fs.ReadFile(fsys, names[0])
@@ -72,12 +72,12 @@ func TestClickHouseSchemaFollowsVersion(t *testing.T) {
 			}
 			sql := string(b)
 			// 00001 creates the raw table as it first was: 18.16 cannot add
-			// a column only if missing, so 00002 must find it missing.
+			// a column only if missing, so 00003 must find it missing.
 			if strings.Contains(sql, "reported_by") {
 				t.Error("00001 creates reported_by")
 			}
 			if b, err := fs.ReadFile(fsys, names[1]); err != nil || !strings.Contains(string(b), "ALTER TABLE requestlog_raw ADD COLUMN reported_by String DEFAULT '';") {
-				t.Errorf("00002: %s %v", b, err)
+				t.Errorf("00003: %s %v", b, err)
 			}
 			for _, s := range c.want {
 				if !strings.Contains(sql, s) {
@@ -151,7 +151,7 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The raw table as the code before migration 00002 made it.
+	// The raw table as the code before migration 00003 made it.
 	before := strings.Replace(stmts[0], ",\n\treported_by String DEFAULT ''", "", 1)
 	if before == stmts[0] {
 		t.Fatalf("the raw table lacks reported_by:\n%s", stmts[0])
