@@ -151,6 +151,9 @@ func (r *UsageRecorder) add(u Use) {
 }
 
 // Flush sends what was gathered; on failure it keeps it for the next one.
+// The producer is idempotent, so a retried record is stored once; a send
+// that timed out after Kafka stored it is counted again by the next flush
+// (it is one record unless more than 20,000 keys were used in a second).
 func (r *UsageRecorder) Flush(ctx context.Context) error {
 	r.mu.Lock()
 	taken := r.pending
