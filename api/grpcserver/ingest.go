@@ -75,6 +75,7 @@ func (s *Ingest) Report(stream grpc.ClientStreamingServer[ingestv1.ReportRequest
 			batch[i] = fromProto(e)
 		}
 		valid, problems := requestlog.Validate(batch, s.now().UTC())
+		valid = requestlog.ReportedAs(valid, reporter(p))
 		if err := s.producer.Produce(ctx, valid); err != nil {
 			if errors.Is(err, requestlog.ErrUnavailable) {
 				return &errcode.Error{Code: errcode.Unavailable, Message: fmt.Sprintf("the request-log queue is unavailable, retry shortly (events accepted before this message: %d)", res.Accepted), Err: err}
@@ -94,6 +95,14 @@ func (s *Ingest) Report(stream grpc.ClientStreamingServer[ingestv1.ReportRequest
 		}
 		base += int64(n)
 	}
+}
+
+// reporter names who posted a report: the API key, or the staff user.
+func reporter(p Principal) string {
+	if p.Via == ViaAPIKey {
+		return requestlog.ReportedByKey(p.KeyID)
+	}
+	return requestlog.ReportedByUser(p.UserID)
 }
 
 func fromProto(e *ingestv1.Event) requestlog.Event {

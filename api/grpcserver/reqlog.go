@@ -77,6 +77,7 @@ func report(ctx context.Context, r Reporter, rec *callRecord, fullMethod string,
 		}
 	}
 	e := requestlog.FromCall(c)
+	e.ReportedBy = requestlog.ReportedBySelf
 	if rec.ok {
 		e.IsAuthenticated = true
 		e.UserID, e.APIKeyID, e.APIKeyName = rec.principal.UserID, rec.principal.KeyID, rec.principal.KeyName

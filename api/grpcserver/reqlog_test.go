@@ -130,6 +130,9 @@ func TestRequestLogOverGRPC(t *testing.T) {
 			if (w.code == "OK") != (r.ErrorMessage == "") {
 				t.Errorf("%s: error message %q", w.rid, r.ErrorMessage)
 			}
+			if r.ReportedBy != requestlog.ReportedBySelf {
+				t.Errorf("%s: cfgd's own call reported by %q", w.rid, r.ReportedBy)
+			}
 		}
 		refl := waitRequests(t, e, requestlogview.Filter{Service: "grpc.reflection.v1.ServerReflection"}, 1)
 		if r := refl[0]; r.MethodName != "ServerReflectionInfo" || r.Status != requestlog.StatusSuccess || r.IsAuthenticated {
@@ -173,6 +176,13 @@ func TestRequestLogOverGRPC(t *testing.T) {
 		}
 		if len(got) != 3 || statuses[requestlog.StatusSuccess] != 1 || statuses[requestlog.StatusError] != 1 || statuses[requestlog.StatusTimeout] != 1 {
 			t.Errorf("ingested %+v", got)
+		}
+		// Who posted is recorded by the server: the key, whatever the
+		// events say of themselves.
+		for _, r := range got {
+			if r.ReportedBy != requestlog.ReportedByKey(key.State.ID) {
+				t.Errorf("ingested row reported by %q, want the key %d", r.ReportedBy, key.State.ID)
+			}
 		}
 		// The ingest service's own calls are not logged (recursion).
 		if rs, n, err := e.Requests.Requests(ctx, requestlogview.Filter{Service: ingestv1.IngestService_ServiceDesc.ServiceName}); err != nil || n != 0 {
@@ -312,7 +322,7 @@ func TestRequestLogOverGRPC(t *testing.T) {
 			t.Fatal(err)
 		}
 		if rq.Count != 1 || len(rq.Results) != 1 || rq.Results[0].MethodName != "Refund" || rq.Results[0].GrpcStatusCode != "DeadlineExceeded" ||
-			rq.Results[0].ClientIp != "10.0.0.7" || rq.Results[0].CreatedAt == "" {
+			rq.Results[0].ClientIp != "10.0.0.7" || rq.Results[0].CreatedAt == "" || rq.Results[0].ReportedBy != requestlog.ReportedByKey(key.State.ID) {
 			t.Errorf("requests %+v", rq)
 		}
 

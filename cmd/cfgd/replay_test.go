@@ -56,7 +56,7 @@ func TestReplayCommand(t *testing.T) {
 		{[]string{"replay", "--list"}, 0, "", []string{"identity.users", "users,profiles,registration_sources,user_registration_sources", "tasks.control", "reactor", "apikey.keys",
 			"tasks.queues", "task_queues,task_worker_commands,task_lifecycle,task_runs",
 			// The logs each is built from.
-			"event store + " + kc.Topic(kafka.TopicRequestLogs), "event store + " + kc.Topic(tasks.TopicLifecycle)}},
+			"event store + " + kc.Topic(kafka.TopicAPIKeyUsage), "event store + " + kc.Topic(tasks.TopicLifecycle)}},
 		{[]string{"replay", "identity.users"}, 0, "", []string{"identity.users: 2/2 events (100.0%)", "events/s, ETA", "identity.users: replayed 2 events (1 applied)"}},
 		{[]string{"replay", "--all"}, 0, "", []string{"identity.users: replayed", "identity.revocations: replayed",
 			"apikey.keys: replayed 2 events (0 applied) and 0 records of its feeds", "tasks.queues: replayed 2 events (0 applied) and 1 records of its feeds",

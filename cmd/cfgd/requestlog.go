@@ -61,10 +61,30 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, act
 		},
 		Replayables: []replay.Replayable{replay.ForClickHouse(rc, w.deps.ch, w.deps.pg, sinks.RequestLogCodec{}, c.Sink.Group)},
 		Checks:      []process.Check{{Name: "requestlog-sink", Ping: s.Ready}, {Name: "apikey-usage", Ping: usage.Ready}},
-		Background: []process.Runner{s.Runner(), usage.Runner(), {Name: "requestlog-producer", Run: func(ctx context.Context) error {
+		Background: []process.Runner{afterMigrations(w, s.Runner()), usage.Runner(), {Name: "requestlog-producer", Run: func(ctx context.Context) error {
 			// Servers stop first, so nothing produces once this closes.
 			<-ctx.Done()
 			return prod.Close()
 		}}},
 	}, nil
+}
+
+// afterMigrations starts r once serve has applied the ClickHouse
+// migrations: the sink creates any missing live table at start, and one it
+// made before goose ran would already have the columns a later migration
+// adds (18.16 cannot add a column only if missing), failing that migration.
+func afterMigrations(w wiring, r process.Runner) process.Runner {
+	if w.clickHouseMigrated == nil {
+		return r
+	}
+	run := r.Run
+	r.Run = func(ctx context.Context) error {
+		select {
+		case <-w.clickHouseMigrated:
+		case <-ctx.Done():
+			return nil
+		}
+		return run(ctx)
+	}
+	return r
 }

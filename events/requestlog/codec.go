@@ -31,6 +31,7 @@ const (
 	fIsAuthenticated
 	fAPIKeyID
 	fAPIKeyName
+	fReportedBy
 )
 
 const fEvents protowire.Number = 1
@@ -77,6 +78,7 @@ func appendEvent(b []byte, e *Event) []byte {
 	num(fIsAuthenticated, protowire.EncodeBool(e.IsAuthenticated))
 	num(fAPIKeyID, uint64(e.APIKeyID))
 	str(fAPIKeyName, e.APIKeyName)
+	str(fReportedBy, e.ReportedBy)
 	return b
 }
 
@@ -165,6 +167,8 @@ func decodeEvent(b []byte) (Event, error) {
 				e.Username = s
 			case fAPIKeyName:
 				e.APIKeyName = s
+			case fReportedBy:
+				e.ReportedBy = s
 			}
 		case protowire.VarintType:
 			v, n := protowire.ConsumeVarint(b)

@@ -8,6 +8,7 @@ package requestlog
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -99,6 +100,28 @@ type Event struct {
 	IsAuthenticated bool      `json:"is_authenticated"`
 	APIKeyID        int64     `json:"api_key_id"`
 	APIKeyName      string    `json:"api_key_name"`
+	// ReportedBy is who sent the event to cfgd, set by the server at
+	// ingest and never taken from the report (ReportedByKey,
+	// ReportedByUser, ReportedBySelf). Everything above is what the
+	// reporter says; only this is a fact cfgd checked.
+	ReportedBy string `json:"-"`
+}
+
+// ReportedBySelf marks the events of cfgd's own gRPC calls.
+const ReportedBySelf = "cfgd"
+
+// ReportedByKey is ReportedBy for a report posted with API key id.
+func ReportedByKey(id int64) string { return "api_key:" + strconv.FormatInt(id, 10) }
+
+// ReportedByUser is ReportedBy for a report posted by (staff) user id.
+func ReportedByUser(id int64) string { return "user:" + strconv.FormatInt(id, 10) }
+
+// ReportedAs returns events with ReportedBy set to by, in place.
+func ReportedAs(events []Event, by string) []Event {
+	for i := range events {
+		events[i].ReportedBy = by
+	}
+	return events
 }
 
 // Limits of the string fields, in bytes. They bound what one event can

@@ -80,6 +80,9 @@ func New(conn driver.Conn, now func() time.Time, activeKeys ActiveAPIKeys) *Stor
 type Request struct {
 	ID uint64 `json:"id"`
 	requestlog.Event
+	// ReportedBy is who posted the row (requestlog.Event.ReportedBy):
+	// shown here, never taken from a report.
+	ReportedBy string `json:"reported_by"`
 }
 
 // Filter narrows the request list; empty fields do not filter.
@@ -111,7 +114,7 @@ func (f *Filter) Validate() error {
 
 // selectRequest reads the columns of a Request, in Scan's order.
 const selectRequest = `SELECT id, request_id, service_name, method_name, status, duration_ms, grpc_status_code, error_message,
-	created_at, created_ms, client_ip, user_id, username, is_authenticated, api_key_id, api_key_name`
+	created_at, created_ms, client_ip, user_id, username, is_authenticated, api_key_id, api_key_name, reported_by`
 
 // Requests returns one page of the requests matching f, newest first, and
 // how many match in all.
@@ -154,7 +157,7 @@ func (s *Store) Requests(ctx context.Context, f Filter) ([]Request, int64, error
 		var uid, kid uint64
 		var auth uint8
 		if err := rows.Scan(&r.ID, &r.RequestID, &r.ServiceName, &r.MethodName, &r.Status, &dur, &r.GRPCStatusCode, &r.ErrorMessage,
-			&r.CreatedAt, &ms, &r.ClientIP, &uid, &r.Username, &auth, &kid, &r.APIKeyName); err != nil {
+			&r.CreatedAt, &ms, &r.ClientIP, &uid, &r.Username, &auth, &kid, &r.APIKeyName, &r.ReportedBy); err != nil {
 			return nil, 0, fmt.Errorf("list requests: %w", err)
 		}
 		r.DurationMS, r.UserID, r.APIKeyID, r.IsAuthenticated = int64(dur), int64(uid), int64(kid), auth == 1

@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/cfgd/cfgd/api/rest"
+	"github.com/cfgd/cfgd/api/rest/auth"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
@@ -117,6 +118,14 @@ func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		events = append(events, e)
+	}
+	// Who posted is the one field of a report cfgd checked itself.
+	if p, ok := auth.PrincipalFrom(r.Context()); ok {
+		if p.Via == auth.ViaAPIKey {
+			events = requestlog.ReportedAs(events, requestlog.ReportedByKey(p.KeyID))
+		} else {
+			events = requestlog.ReportedAs(events, requestlog.ReportedByUser(p.UserID))
+		}
 	}
 	if err := h.producer.Produce(r.Context(), events); err != nil {
 		if errors.Is(err, requestlog.ErrUnavailable) {

@@ -159,7 +159,7 @@ func TestIngestThenQueryEveryEndpoint(t *testing.T) {
 		}
 	}
 	want2_7 := sorted("id", "request_id", "service_name", "method_name", "status", "duration_ms", "grpc_status_code", "error_message",
-		"created_at", "client_ip", "user_id", "username", "is_authenticated", "api_key_id", "api_key_name")
+		"created_at", "client_ip", "user_id", "username", "is_authenticated", "api_key_id", "api_key_name", "reported_by")
 	if first == nil || !slices.Equal(keys(first), want2_7) {
 		t.Fatalf("request record %v", first)
 	}

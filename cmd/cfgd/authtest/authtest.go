@@ -88,6 +88,9 @@ type Options struct {
 	// MaxEventBytes, when set, is the append limit the core gets (as
 	// EVENTS__MAX_BYTES gives it to cfgd serve).
 	MaxEventBytes int
+	// Usage, when set, takes the requests API keys authenticate (as the
+	// usage recorder does in cfgd serve).
+	Usage signin.Usage
 }
 
 // Start brings the stack up for t; everything stops when t ends.
@@ -141,7 +144,7 @@ func Start(t testing.TB, o Options) *Env {
 			t.Fatal(err)
 		}
 	}
-	app, err := signin.New(sc, signin.Deps{Pool: pool, Events: limits, Redis: rdb, Log: testenv.Quiet(), Console: io.Discard, Now: clock.Now})
+	app, err := signin.New(sc, signin.Deps{Pool: pool, Events: limits, Redis: rdb, Log: testenv.Quiet(), Console: io.Discard, Now: clock.Now, Usage: o.Usage})
 	if err != nil {
 		t.Fatal(err)
 	}

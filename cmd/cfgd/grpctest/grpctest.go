@@ -90,6 +90,8 @@ type Options struct {
 	// KafkaDown points the request-log producer at a dead broker (with
 	// RequestLog), for the Unavailable path.
 	KafkaDown bool
+	// Usage takes the requests API keys authenticate (authtest.Options).
+	Usage signin.Usage
 }
 
 // Start brings the stack up for t.
@@ -101,7 +103,7 @@ func Start(t testing.TB) *Env {
 // StartWith brings the stack up for t with o.
 func StartWith(t testing.TB, o Options) *Env {
 	t.Helper()
-	a := authtest.Start(t, authtest.Options{NoPipeline: true, Config: func(c *signin.Config) { c.APIKeyCacheTTL = 200 * time.Millisecond }})
+	a := authtest.Start(t, authtest.Options{NoPipeline: true, Usage: o.Usage, Config: func(c *signin.Config) { c.APIKeyCacheTTL = 200 * time.Millisecond }})
 	logs := &Logs{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	kafka := testenv.Kafka(t, 3)
