@@ -31,14 +31,29 @@ const MaxReportedErrors = 1000
 type Ingest struct {
 	ingestv1.UnimplementedIngestServiceServer
 	producer Producer
-	now      func() time.Time
+	accept   *requestlog.Accepter
 	log      *slog.Logger
 }
+
+// DefaultRetentionDays is the sink's default retention, the created_at
+// window until WithWindow sets the configured one.
+const DefaultRetentionDays = 30
 
 // NewIngest returns the service; with a nil producer it answers
 // Unimplemented.
 func NewIngest(p Producer, now func() time.Time, log *slog.Logger) *Ingest {
-	return &Ingest{producer: p, now: now, log: log}
+	a := &requestlog.Accepter{Now: now, Window: requestlog.WindowFor(DefaultRetentionDays)}
+	if p != nil {
+		a.Produce = p.Produce
+	}
+	return &Ingest{producer: p, accept: a, log: log}
+}
+
+// WithWindow makes Report refuse events whose created_at is outside w
+// (requestlog.WindowFor the sink's retention); it returns s.
+func (s *Ingest) WithWindow(w requestlog.Window) *Ingest {
+	s.accept.Window = w
+	return s
 }
 
 // Report implements IngestService.Report. Each message is validated and
@@ -61,6 +76,11 @@ func (s *Ingest) Report(stream grpc.ClientStreamingServer[ingestv1.ReportRequest
 	for {
 		msg, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
+			if res.Accepted == 0 && res.Rejected > 0 {
+				// Nothing stored: an error, which a client may retry
+				// without doubling a count.
+				return requestlog.Refusal(fieldErrors(res.Errors))
+			}
 			return stream.SendAndClose(res)
 		}
 		if err != nil {
@@ -74,19 +94,21 @@ func (s *Ingest) Report(stream grpc.ClientStreamingServer[ingestv1.ReportRequest
 		for i, e := range msg.GetEvents() {
 			batch[i] = fromProto(e)
 		}
-		valid, problems := requestlog.Validate(batch, s.now().UTC())
-		if err := s.producer.Produce(ctx, valid); err != nil {
-			if errors.Is(err, requestlog.ErrUnavailable) {
-				return &errcode.Error{Code: errcode.Unavailable, Message: fmt.Sprintf("the request-log queue is unavailable, retry shortly (events accepted before this message: %d)", res.Accepted), Err: err}
-			}
+		out, err := s.accept.Accept(ctx, batch, nil)
+		var refusal *errcode.Error
+		if err != nil && !(errors.As(err, &refusal) && refusal.Code == errcode.Invalid) {
 			if ctx.Err() != nil {
 				return status.FromContextError(ctx.Err()).Err()
 			}
-			return fmt.Errorf("request-log ingest: %w", err)
+			var e *errcode.Error
+			if errors.As(err, &e) && e.Code == errcode.Unavailable {
+				return &errcode.Error{Code: errcode.Unavailable, Message: fmt.Sprintf("the request-log queue is unavailable, retry shortly (events accepted before this message: %d)", res.Accepted), Err: err}
+			}
+			return err
 		}
-		res.Accepted += int64(len(valid))
-		res.Rejected += int64(n - len(valid))
-		for _, fe := range problems {
+		res.Accepted += int64(out.Accepted)
+		res.Rejected += int64(out.Rejected)
+		for _, fe := range out.Errors {
 			if len(res.Errors) >= MaxReportedErrors {
 				break
 			}
@@ -105,6 +127,14 @@ func fromProto(e *ingestv1.Event) requestlog.Event {
 	}
 	if ts := e.GetCreatedAt(); ts != nil {
 		out.CreatedAt = ts.AsTime()
+	}
+	return out
+}
+
+func fieldErrors(in []*ingestv1.FieldError) []requestlog.FieldError {
+	out := make([]requestlog.FieldError, len(in))
+	for i, fe := range in {
+		out[i] = requestlog.FieldError{Index: int(fe.GetIndex()), Field: fe.GetField(), Message: fe.GetMessage()}
 	}
 	return out
 }

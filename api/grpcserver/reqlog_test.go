@@ -112,8 +112,8 @@ func TestRequestLogOverGRPC(t *testing.T) {
 			keyName, username string
 		}{
 			{"rid-key", requestlog.StatusSuccess, "OK", true, adminID, key.State.ID, "svc-key", ""},
-			{"rid-anon", requestlog.StatusError, "Unauthenticated", false, 0, 0, "", ""},
-			{"rid-missing", requestlog.StatusError, "NotFound", true, staff.UserID, 0, "", admin},
+			{"rid-anon", requestlog.StatusError, "UNAUTHENTICATED", false, 0, 0, "", ""},
+			{"rid-missing", requestlog.StatusError, "NOT_FOUND", true, staff.UserID, 0, "", admin},
 		}
 		for _, w := range want {
 			r, ok := find(got, func(r requestlogview.Request) bool { return r.RequestID == w.rid })
@@ -146,7 +146,7 @@ func TestRequestLogOverGRPC(t *testing.T) {
 		}
 		batches := [][]*ingestv1.Event{
 			{ev("Charge", "OK", 10), {ServiceName: "ext.Billing", MethodName: "Charge", Status: "bogus"}, ev("Charge", "Internal", 30)},
-			{{MethodName: "Refund", Status: "success", DurationMs: -1}, ev("Refund", "DeadlineExceeded", 50)},
+			{{MethodName: "Refund", Status: "success", DurationMs: -1}, ev("Refund", "4", 50)},
 		}
 		for _, b := range batches {
 			if err := stream.Send(&ingestv1.ReportRequest{Events: b}); err != nil {
@@ -193,6 +193,8 @@ func TestRequestLogOverGRPC(t *testing.T) {
 			{"bad key", withKey(apikey_(t)), &ingestv1.ReportRequest{}, codes.Unauthenticated},
 			{"plain user", withBearer(plain.Access), &ingestv1.ReportRequest{}, codes.PermissionDenied},
 			{"too many events", withKey(key.Key), &ingestv1.ReportRequest{Events: big}, codes.InvalidArgument},
+			// Nothing stored: an error (issue #21 point 6), safe to retry.
+			{"nothing valid", withKey(key.Key), &ingestv1.ReportRequest{Events: []*ingestv1.Event{{ServiceName: "a", MethodName: "b", Status: "bogus"}}}, codes.InvalidArgument},
 		}
 		for _, c := range cases {
 			stream, err := ingest.Report(c.ctx)
@@ -230,7 +232,7 @@ func TestRequestLogOverGRPC(t *testing.T) {
 		}
 		got := waitRequests(t, e, requestlogview.Filter{Service: "ext.Shop"}, 2)
 		if _, ok := find(got, func(r requestlogview.Request) bool {
-			return r.Status == requestlog.StatusCancelled && r.GRPCStatusCode == "Canceled" && r.ErrorMessage == "gone"
+			return r.Status == requestlog.StatusCancelled && r.GRPCStatusCode == "CANCELLED" && r.ErrorMessage == "gone"
 		}); !ok {
 			t.Errorf("cancelled call missing: %+v", got)
 		}
@@ -309,7 +311,7 @@ func TestRequestLogOverGRPC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rq.Count != 1 || len(rq.Results) != 1 || rq.Results[0].MethodName != "Refund" || rq.Results[0].GrpcStatusCode != "DeadlineExceeded" ||
+		if rq.Count != 1 || len(rq.Results) != 1 || rq.Results[0].MethodName != "Refund" || rq.Results[0].GrpcStatusCode != "DEADLINE_EXCEEDED" ||
 			rq.Results[0].ClientIp != "10.0.0.7" || rq.Results[0].CreatedAt == "" {
 			t.Errorf("requests %+v", rq)
 		}

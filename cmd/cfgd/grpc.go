@@ -32,7 +32,7 @@ func grpcModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKeys req
 		ProtoDir: w.app.GRPCProtoDir,
 		Events:   w.deps.events,
 	}, a, w.deps.pg, w.log, time.Now, modules.GRPCRequestLog{
-		Producer: prod, Queries: requestlogview.New(w.deps.ch, time.Now, activeKeys),
+		Producer: prod, Queries: requestlogview.New(w.deps.ch, time.Now, activeKeys), RetentionDays: w.app.RequestLog.Sink.RetentionDays,
 	})
 	if err != nil {
 		return modules.Module{}, err

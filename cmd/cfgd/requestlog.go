@@ -51,7 +51,7 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKe
 	// fills, with the sink's rows.
 	rc := replay.DefaultClickHouseConfig(w.bus)
 	rc.RetentionDays = c.Sink.RetentionDays
-	h := monitor.New(prod, requestlogview.New(w.deps.ch, time.Now, activeKeys), time.Now)
+	h := monitor.New(prod, requestlogview.New(w.deps.ch, time.Now, activeKeys), time.Now).WithWindow(requestlog.WindowFor(c.Sink.RetentionDays))
 	return modules.Module{
 		Name: "requestlog",
 		Routes: func(r *mux.Router) error {

@@ -76,7 +76,8 @@ func New(conn driver.Conn, now func() time.Time, activeKeys ActiveAPIKeys) *Stor
 }
 
 // Request is one record of SPEC.md 2.7: the event as ingested, with the id
-// the sink gave it (its fields flatten into the JSON).
+// the sink gave it (its fields flatten into the JSON). Its grpc_status_code
+// is the canonical name, whatever spelling the row was stored with.
 type Request struct {
 	ID uint64 `json:"id"`
 	requestlog.Event
@@ -85,7 +86,10 @@ type Request struct {
 // Filter narrows the request list; empty fields do not filter.
 type Filter struct {
 	Service, Method, Status string
-	Page, PageSize          int
+	// Code is a gRPC status code in any spelling requestlog.ParseCode
+	// takes; it matches rows stored with any of them.
+	Code           string
+	Page, PageSize int
 }
 
 // Validate checks f, filling the paging defaults.
@@ -93,6 +97,9 @@ func (f *Filter) Validate() error {
 	var errs []error
 	if f.Status != "" && !requestlog.ValidStatus(f.Status) {
 		errs = append(errs, errcode.Field("status", "must be one of "+strings.Join(requestlog.Statuses(), ", ")))
+	}
+	if f.Code != "" && !requestlog.ValidCode(f.Code) {
+		errs = append(errs, errcode.Field("grpc_status_code", "must be a gRPC status code: its name (DEADLINE_EXCEEDED), Go's name (DeadlineExceeded) or its number (4)"))
 	}
 	if f.Page == 0 {
 		f.Page = 1
@@ -127,6 +134,15 @@ func (s *Store) Requests(ctx context.Context, f Filter) ([]Request, int64, error
 			args = append(args, c.v)
 		}
 	}
+	if f.Code != "" {
+		// Rows written before codes were stored canonically hold Go's
+		// name: match every spelling.
+		sp := requestlog.CodeSpellings(f.Code)
+		where = append(where, "grpc_status_code IN (?"+strings.Repeat(", ?", len(sp)-1)+")")
+		for _, v := range sp {
+			args = append(args, v)
+		}
+	}
 	cond := ""
 	if len(where) > 0 {
 		cond = " WHERE " + strings.Join(where, " AND ")
@@ -158,6 +174,7 @@ func (s *Store) Requests(ctx context.Context, f Filter) ([]Request, int64, error
 			return nil, 0, fmt.Errorf("list requests: %w", err)
 		}
 		r.DurationMS, r.UserID, r.APIKeyID, r.IsAuthenticated = int64(dur), int64(uid), int64(kid), auth == 1
+		r.GRPCStatusCode = requestlog.CanonicalCode(r.GRPCStatusCode)
 		r.CreatedAt = r.CreatedAt.UTC().Add(time.Duration(ms) * time.Millisecond)
 		out = append(out, r)
 	}

@@ -194,7 +194,7 @@ func TestRequests(t *testing.T) {
 		t.Fatalf("page 1: count %d, %d rows, first %+v", count, len(got), got[0])
 	}
 	first := got[0]
-	if !first.CreatedAt.Equal(now.Add(123*time.Millisecond)) || first.Status != "error" || first.GRPCStatusCode != "Internal" ||
+	if !first.CreatedAt.Equal(now.Add(123*time.Millisecond)) || first.Status != "error" || first.GRPCStatusCode != "INTERNAL" ||
 		first.ErrorMessage != "boom" || first.ClientIP != "10.0.0.1" || first.UserID != 7 || first.Username != "ann" ||
 		!first.IsAuthenticated || first.APIKeyID != 3 || first.APIKeyName != "ci-key" || first.ID == 0 || first.RequestID == "" {
 		t.Fatalf("fields = %+v", first)
@@ -211,7 +211,15 @@ func TestRequests(t *testing.T) {
 	if err != nil || count != 3 || len(got) != 3 { // i = 0, 10, 20
 		t.Fatalf("filtered: %d rows, count %d, %v", len(got), count, err)
 	}
-	for _, bad := range []requestlogview.Filter{{Status: "weird"}, {Page: -1}, {PageSize: 1001}, {PageSize: -1}} {
+	// Rows stored with Go's names (as cfgd once wrote them) are answered
+	// and found by the canonical name, Go's name and the number.
+	for _, sp := range []string{"INTERNAL", "Internal", "13"} {
+		got, count, err = store.Requests(ctx, requestlogview.Filter{Code: sp})
+		if err != nil || count != 5 || got[0].GRPCStatusCode != "INTERNAL" {
+			t.Fatalf("code %s: %d rows, count %d, %v", sp, len(got), count, err)
+		}
+	}
+	for _, bad := range []requestlogview.Filter{{Status: "weird"}, {Page: -1}, {PageSize: 1001}, {PageSize: -1}, {Code: "17"}, {Code: "internal"}} {
 		var inv *errcode.Error
 		if _, _, err := store.Requests(ctx, bad); !errors.As(err, &inv) || inv.Code != errcode.Invalid {
 			t.Errorf("filter %+v: err = %v, want a field error", bad, err)

@@ -5,11 +5,9 @@ package monitor
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
+	"mime"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -44,14 +42,28 @@ type Queries interface {
 
 // Handlers serve the endpoints.
 type Handlers struct {
-	producer Producer
-	queries  Queries
-	now      func() time.Time
+	accept  *requestlog.Accepter
+	queries Queries
 }
 
-// New returns the handlers.
+// New returns the handlers, taking created_at within the default
+// retention (WithWindow sets the configured one).
 func New(p Producer, q Queries, now func() time.Time) *Handlers {
-	return &Handlers{producer: p, queries: q, now: now}
+	a := &requestlog.Accepter{Now: now, Window: requestlog.WindowFor(DefaultRetentionDays)}
+	if p != nil {
+		a.Produce = p.Produce
+	}
+	return &Handlers{accept: a, queries: q}
+}
+
+// DefaultRetentionDays is the sink's default retention.
+const DefaultRetentionDays = 30
+
+// WithWindow makes ingest refuse events whose created_at is outside w
+// (requestlog.WindowFor the sink's retention); it returns h.
+func (h *Handlers) WithWindow(w requestlog.Window) *Handlers {
+	h.accept.Window = w
+	return h
 }
 
 // Mount adds the endpoints: ingest behind ingestAuth (staff or API key),
@@ -65,113 +77,83 @@ func (h *Handlers) Mount(r *mux.Router, staff, ingestAuth mux.MiddlewareFunc) {
 	r.Handle("/api/grpc/monitor/timeline/", staff(http.HandlerFunc(h.timeline))).Methods(http.MethodGet)
 }
 
-// IngestResult is the answer of the ingest endpoint.
+// IngestResult is the answer of the ingest endpoint to a batch of which
+// something was stored (202), partly (Success false, Errors naming each
+// refused event) or all of it.
 type IngestResult struct {
 	Success  bool                    `json:"success"`
 	Accepted int                     `json:"accepted"`
 	Rejected int                     `json:"rejected"`
-	Error    string                  `json:"error,omitempty"`
-	Code     string                  `json:"code,omitempty"`
 	Errors   []requestlog.FieldError `json:"errors,omitempty"`
 }
 
-// ingest takes a JSON array of events. Valid events are produced even when
-// others are not; then the answer is 400 naming each rejected event's
-// index and field, with the accepted count.
+// ingest takes a JSON array of events, or NDJSON (one event per line),
+// read as a stream. Valid events are produced even when others are not;
+// the answer is 400 only when nothing was stored.
 func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
-		rest.WriteError(w, errcode.New(errcode.BadRequest, "Content-Type must be application/json"))
+	ndjson, bad := ingestType(r.Header.Get("Content-Type"))
+	if bad != nil {
+		rest.WriteError(w, bad)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxIngestBytes))
+	if h.accept.Produce == nil {
+		rest.WriteError(w, errcode.New(errcode.NotImplemented, "the request log is not configured on this server"))
+		return
+	}
+	batch, refused, err := DecodeEvents(http.MaxBytesReader(w, r.Body, MaxIngestBytes), ndjson, MaxIngestEvents)
 	if err != nil {
-		var big *http.MaxBytesError
-		if errors.As(err, &big) {
-			rest.WriteError(w, errcode.New(errcode.TooLarge, fmt.Sprintf("request body is larger than %d bytes", big.Limit)))
-			return
-		}
 		rest.Fail(w, r, err)
 		return
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(body, &items); err != nil || items == nil {
-		rest.WriteError(w, errcode.New(errcode.BadRequest, "request body must be a JSON array of request-log events"))
-		return
-	}
-	if len(items) == 0 || len(items) > MaxIngestEvents {
-		rest.WriteError(w, errcode.New(errcode.BadRequest, fmt.Sprintf("send 1 to %d events per request", MaxIngestEvents)))
-		return
-	}
-	events := make([]requestlog.Event, 0, len(items))
-	var problems []requestlog.FieldError
-	now := h.now().UTC()
-	for i, raw := range items {
-		e, err := decodeEvent(raw)
-		if err != nil {
-			problems = append(problems, requestlog.FieldError{Index: i, Field: err.field, Message: err.msg})
-			continue
-		}
-		e = requestlog.Normalize(e, now)
-		if errs := requestlog.Check(i, e); len(errs) > 0 {
-			problems = append(problems, errs...)
-			continue
-		}
-		events = append(events, e)
-	}
-	if err := h.producer.Produce(r.Context(), events); err != nil {
-		if errors.Is(err, requestlog.ErrUnavailable) {
-			rest.Fail(w, r, &errcode.Error{Code: errcode.Unavailable, Message: "the request-log queue is unavailable, try again shortly", RetryAfter: time.Second, Err: err})
-			return
-		}
+	out, err := h.accept.Accept(r.Context(), batch, refused)
+	if err != nil {
 		rest.Fail(w, r, err)
 		return
 	}
-	res := IngestResult{Success: len(problems) == 0, Accepted: len(events), Rejected: len(items) - len(events)}
-	if len(problems) > 0 {
-		res.Errors, res.Code = problems, "invalid"
-		res.Error = fmt.Sprintf("%d of %d events rejected: %s", res.Rejected, len(items), problems[0].Error())
-		rest.JSON(w, http.StatusBadRequest, res)
-		return
-	}
-	rest.JSON(w, http.StatusAccepted, res)
+	rest.JSON(w, http.StatusAccepted, IngestResult{Success: out.Rejected == 0, Accepted: out.Accepted, Rejected: out.Rejected, Errors: out.Errors})
 }
 
-type decodeError struct{ field, msg string }
-
-// decodeEvent reads one array element strictly: unknown fields and wrong
-// types are problems of that element only.
-func decodeEvent(raw json.RawMessage) (requestlog.Event, *decodeError) {
-	var e requestlog.Event
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&e); err != nil {
-		var typ *json.UnmarshalTypeError
-		var tm *time.ParseError
-		switch {
-		case errors.As(err, &typ) && typ.Field != "":
-			return e, &decodeError{typ.Field, "must be of type " + typ.Type.String()}
-		case errors.As(err, &typ):
-			return e, &decodeError{"", "must be a JSON object"}
-		case errors.As(err, &tm):
-			return e, &decodeError{"created_at", "must be an RFC 3339 date-time"}
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			return e, &decodeError{strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`), "unknown field"}
-		default:
-			return e, &decodeError{"", "is not a valid event"}
-		}
+// ingestType checks the Content-Type: JSON (an array) or NDJSON.
+func ingestType(ct string) (ndjson bool, err *errcode.Error) {
+	if ct == "" {
+		return false, nil
 	}
-	return e, nil
+	mt, params, perr := mime.ParseMediaType(ct)
+	if cs, ok := params["charset"]; perr != nil || (ok && !strings.EqualFold(cs, "utf-8")) {
+		return false, errcode.New(errcode.UnsupportedMediaType, "Content-Type must be application/json or application/x-ndjson (utf-8)")
+	}
+	switch mt {
+	case "application/json":
+		return false, nil
+	case "application/x-ndjson":
+		return true, nil
+	}
+	return false, errcode.New(errcode.UnsupportedMediaType, "Content-Type must be application/json or application/x-ndjson (utf-8)")
+}
+
+// query parses the query string strictly: a pair that does not decode
+// (service=%zz) is refused, not dropped, so no filter is lost unseen.
+func query(r *http.Request) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, errcode.New(errcode.BadRequest, "the query string is not valid URL encoding")
+	}
+	return q, nil
 }
 
 func (h *Handlers) requests(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	q, err := query(r)
+	if err != nil {
+		rest.Fail(w, r, err)
+		return
+	}
 	page, size, err := requestlogview.ParsePage(q.Get("page"), q.Get("page_size"))
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
 	}
 	results, count, err := h.queries.Requests(r.Context(), requestlogview.Filter{
-		Service: q.Get("service"), Method: q.Get("method"), Status: q.Get("status"), Page: page, PageSize: size,
+		Service: q.Get("service"), Method: q.Get("method"), Status: q.Get("status"), Code: q.Get("grpc_status_code"), Page: page, PageSize: size,
 	})
 	if err != nil {
 		rest.Fail(w, r, err)
@@ -181,7 +163,12 @@ func (h *Handlers) requests(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handlers) overview(w http.ResponseWriter, r *http.Request) {
-	hours, err := requestlogview.ParseHours(r.URL.Query().Get("hours"))
+	q, err := query(r)
+	if err != nil {
+		rest.Fail(w, r, err)
+		return
+	}
+	hours, err := requestlogview.ParseHours(q.Get("hours"))
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
@@ -195,7 +182,12 @@ func (h *Handlers) overview(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handlers) services(w http.ResponseWriter, r *http.Request) {
-	hours, err := requestlogview.ParseHours(r.URL.Query().Get("hours"))
+	q, err := query(r)
+	if err != nil {
+		rest.Fail(w, r, err)
+		return
+	}
+	hours, err := requestlogview.ParseHours(q.Get("hours"))
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
@@ -209,12 +201,17 @@ func (h *Handlers) services(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handlers) methods(w http.ResponseWriter, r *http.Request) {
-	hours, err := requestlogview.ParseHours(r.URL.Query().Get("hours"))
+	q, err := query(r)
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
 	}
-	m, err := h.queries.Methods(r.Context(), hours, r.URL.Query().Get("service"))
+	hours, err := requestlogview.ParseHours(q.Get("hours"))
+	if err != nil {
+		rest.Fail(w, r, err)
+		return
+	}
+	m, err := h.queries.Methods(r.Context(), hours, q.Get("service"))
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
@@ -224,12 +221,17 @@ func (h *Handlers) methods(w http.ResponseWriter, r *http.Request) {
 
 // timeline is the per-minute series the monitoring page charts.
 func (h *Handlers) timeline(w http.ResponseWriter, r *http.Request) {
-	hours, err := requestlogview.ParseTimelineHours(r.URL.Query().Get("hours"))
+	q, err := query(r)
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
 	}
-	tl, err := h.queries.Timeline(r.Context(), hours, r.URL.Query().Get("service"))
+	hours, err := requestlogview.ParseTimelineHours(q.Get("hours"))
+	if err != nil {
+		rest.Fail(w, r, err)
+		return
+	}
+	tl, err := h.queries.Timeline(r.Context(), hours, q.Get("service"))
 	if err != nil {
 		rest.Fail(w, r, err)
 		return

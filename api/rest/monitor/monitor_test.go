@@ -3,6 +3,7 @@ package monitor_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -126,12 +127,14 @@ func TestIngestThenQueryEveryEndpoint(t *testing.T) {
  {"service_name":"a.Svc","method_name":"Get","status":"bogus"},
  {"request_id":"r3","service_name":"a.Svc","method_name":"List","status":"error","grpc_status_code":"Internal","error_message":"boom","duration_ms":30},
  {"service_name":"","method_name":"Get","status":"success","duration_ms":-4},
- {"request_id":"r5","service_name":"b.Svc","method_name":"Put","grpc_status_code":"DeadlineExceeded","duration_ms":20},
+ {"request_id":"r5","service_name":"b.Svc","method_name":"Put","grpc_status_code":4,"duration_ms":20},
  {"service_name":"b.Svc","method_name":"Put","status":"success","duration_ms":"slow"},
  {"service_name":"b.Svc","method_name":"Put","status":"success","colour":"red"}
 ]`
 	code, res := do(t, http.MethodPost, srv.URL+"/api/grpc/monitor/ingest/", body)
-	if code != http.StatusBadRequest || res["accepted"] != 3.0 || res["rejected"] != 4.0 {
+	// Partly stored: 2xx, so a client that retries on 4xx never doubles
+	// the three counted (issue #21 point 6).
+	if code != http.StatusAccepted || res["success"] != false || res["accepted"] != 3.0 || res["rejected"] != 4.0 {
 		t.Fatalf("ingest: %d %v", code, res)
 	}
 	var named []string
@@ -169,6 +172,13 @@ func TestIngestThenQueryEveryEndpoint(t *testing.T) {
 	_, filtered := do(t, http.MethodGet, srv.URL+"/api/grpc/monitor/requests/?service=b.Svc&status=timeout&page_size=1", "")
 	if filtered["count"] != 1.0 || len(filtered["results"].([]any)) != 1 {
 		t.Fatalf("filtered %v", filtered)
+	}
+	// The code sent as 4 is answered and filtered by every spelling.
+	for _, sp := range []string{"DEADLINE_EXCEEDED", "DeadlineExceeded", "4"} {
+		_, byCode := do(t, http.MethodGet, srv.URL+"/api/grpc/monitor/requests/?grpc_status_code="+sp, "")
+		if byCode["count"] != 1.0 || byCode["results"].([]any)[0].(map[string]any)["grpc_status_code"] != "DEADLINE_EXCEEDED" {
+			t.Fatalf("grpc_status_code=%s: %v", sp, byCode)
+		}
 	}
 
 	// The rollups are written right after the raw rows.
@@ -231,7 +241,6 @@ func TestBadInput(t *testing.T) {
 		{"POST", "/api/grpc/monitor/ingest/", `[{"service_name":"a","method_name":"b","status":"pending"}] trailing`},
 		{"POST", "/api/grpc/monitor/ingest/", `[1, "x"]`},
 		{"POST", "/api/grpc/monitor/ingest/", `[{"service_name":"a","method_name":"b","status":"success","created_at":"yesterday"}]`},
-		{"POST", "/api/grpc/monitor/ingest/", "[" + strings.Repeat(`{},`, monitor.MaxIngestEvents) + "{}]"},
 	}
 	for _, p := range []string{"overview", "services", "methods"} {
 		for _, h := range []string{"0", "8761", "-1", "abc", "1.5", ""} {
@@ -244,8 +253,13 @@ func TestBadInput(t *testing.T) {
 	for _, h := range []string{"0", "721", "-1", "abc", "1.5", "%20"} {
 		cases = append(cases, struct{ method, path, body string }{"GET", "/api/grpc/monitor/timeline/?hours=" + h, ""})
 	}
-	for _, q := range []string{"page_size=0", "page_size=1001", "page_size=-1", "page_size=abc", "page=0", "page=x", "status=weird"} {
+	for _, q := range []string{"page_size=0", "page_size=1001", "page_size=-1", "page_size=abc", "page=0", "page=x", "status=weird",
+		"grpc_status_code=17", "grpc_status_code=Nope", "service=%zz", "method=a%", "status=%zz&page=1"} {
 		cases = append(cases, struct{ method, path, body string }{"GET", "/api/grpc/monitor/requests/?" + q, ""})
+	}
+	// A query that does not decode is a 400, never a dropped filter.
+	for _, p := range []string{"overview", "services", "methods", "timeline"} {
+		cases = append(cases, struct{ method, path, body string }{"GET", "/api/grpc/monitor/" + p + "/?service=%zz", ""})
 	}
 	for _, c := range cases {
 		code, res := do(t, c.method, srv.URL+c.path, c.body)
@@ -294,5 +308,76 @@ func TestEveryRouteIsDocumented(t *testing.T) {
 			t.Errorf("docs/openapi.yaml does not describe %s", tpl)
 		}
 		return nil
+	})
+}
+
+// Issue #21 point 6: a batch of which nothing is stored is a 400 naming
+// each event in errcode's field shape; Kafka is never asked.
+func TestIngestAllRefusedIs400WithEveryEvent(t *testing.T) {
+	t.Parallel()
+	srv := stack(t, &kafka.Config{Brokers: []string{"127.0.0.1:1"}, Partitions: 1})
+	code, res := do(t, http.MethodPost, srv.URL+"/api/grpc/monitor/ingest/",
+		`[{"service_name":"a","method_name":"b","status":"bogus"},{"service_name":"a","method_name":"b","grpc_status_code":1.5},{"service_name":"a","method_name":"b","status":"success","created_at":"1971-01-01T00:00:00Z"}]`)
+	fields, _ := res["fields"].(map[string]any)
+	if code != http.StatusBadRequest || res["code"] != "invalid" || len(fields) != 3 ||
+		fields["events[0].status"] == nil || fields["events[1].grpc_status_code"] == nil || fields["events[2].created_at"] == nil {
+		t.Fatalf("%d %v", code, res)
+	}
+}
+
+// Issue #20 point 11: the body is read as a stream and refused with 413
+// as soon as it passes the event or the byte limit.
+func TestIngestOverLimitsIs413(t *testing.T) {
+	t.Parallel()
+	srv := stack(t, &kafka.Config{Brokers: []string{"127.0.0.1:1"}, Partitions: 1})
+	ev := `{"service_name":"a","method_name":"b","status":"success"}`
+	for name, body := range map[string]string{
+		"events": "[" + strings.Repeat(ev+",", monitor.MaxIngestEvents) + ev + "]",
+		"bytes":  `[{"service_name":"a","method_name":"b","status":"success","error_message":"` + strings.Repeat("x", monitor.MaxIngestBytes) + `"}]`,
+		// Past the event limit even when the rest would not parse.
+		"events then garbage": "[" + strings.Repeat(ev+",", monitor.MaxIngestEvents+1) + "garbage",
+	} {
+		code, res := do(t, http.MethodPost, srv.URL+"/api/grpc/monitor/ingest/", body)
+		if code != http.StatusRequestEntityTooLarge || res["code"] != "too_large" {
+			t.Errorf("%s: %d %v, want 413", name, code, res)
+		}
+	}
+}
+
+func TestDecodeEventsNDJSON(t *testing.T) {
+	body := `{"service_name":"a","method_name":"b","status":"success","grpc_status_code":"4"}
+{"service_name":"a","colour":"red"}
+{"service_name":"a","method_name":"c","grpc_status_code":0}
+`
+	batch, refused, err := monitor.DecodeEvents(strings.NewReader(body), true, 10)
+	if err != nil || len(batch) != 3 || len(refused) != 1 || refused[0].Index != 1 || refused[0].Field != "colour" ||
+		batch[0].GRPCStatusCode != "4" || batch[2].GRPCStatusCode != "0" {
+		t.Fatalf("%v %v %v", batch, refused, err)
+	}
+}
+
+func FuzzDecodeEvents(f *testing.F) {
+	f.Add([]byte(`[{"service_name":"a","method_name":"b","status":"success","grpc_status_code":4}]`), false)
+	f.Add([]byte(`[{"service_name":"a"}, 1, "x", null, {"grpc_status_code":"DeadlineExceeded"}]`), false)
+	f.Add([]byte("{\"service_name\":\"a\"}\n{\"method_name\":2}\n"), true)
+	f.Add([]byte(`[`), false)
+	f.Fuzz(func(t *testing.T, body []byte, ndjson bool) {
+		batch, refused, err := monitor.DecodeEvents(strings.NewReader(string(body)), ndjson, 50)
+		if err != nil {
+			// Only the one error type, and only 400 or 413.
+			var e *errcode.Error
+			if !errors.As(err, &e) || (e.Code != errcode.BadRequest && e.Code != errcode.TooLarge) {
+				t.Fatalf("error %v", err)
+			}
+			return
+		}
+		if len(batch) == 0 || len(batch) > 50 || len(refused) > len(batch) {
+			t.Fatalf("%d events, %d refused", len(batch), len(refused))
+		}
+		for i, r := range refused {
+			if r.Index < 0 || r.Index >= len(batch) || (i > 0 && r.Index <= refused[i-1].Index) {
+				t.Fatalf("refusal %d at %d of %d", i, r.Index, len(batch))
+			}
+		}
 	})
 }

@@ -84,6 +84,9 @@ type GRPCParts struct {
 type GRPCRequestLog struct {
 	Producer grpcserver.Producer
 	Queries  grpcserver.RequestLogQueries
+	// RetentionDays bounds the created_at cfgd.ingest.v1 takes (0: the
+	// sink's default).
+	RetentionDays int
 }
 
 // GRPC builds gRPC monitoring: the gRPC server (health, reflection,
@@ -130,7 +133,11 @@ func GRPC(cfg GRPCConfig, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now
 	srv.Register(&authv1.AuthService_ServiceDesc, grpcserver.NewAuth(a.App(), log))
 	// Registered even without a producer (it then answers Unimplemented),
 	// so reflection always lists what the proto files declare.
-	srv.Register(&ingestv1.IngestService_ServiceDesc, grpcserver.NewIngest(rl.Producer, now, log))
+	ing := grpcserver.NewIngest(rl.Producer, now, log)
+	if rl.RetentionDays > 0 {
+		ing = ing.WithWindow(requestlog.WindowFor(rl.RetentionDays))
+	}
+	srv.Register(&ingestv1.IngestService_ServiceDesc, ing)
 	dir, err := protos.NewDir(cfg.ProtoDir)
 	if err != nil {
 		return GRPCParts{}, err
