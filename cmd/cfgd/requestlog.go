@@ -24,6 +24,11 @@ import (
 func requestLogProducer(w wiring) (*requestlog.Producer, error) {
 	c := w.app.RequestLog.Producer
 	c.Bus = w.bus
+	signer, err := eventSigner(w.app.Core)
+	if err != nil {
+		return nil, err
+	}
+	c.Signer = signer
 	return requestlog.NewProducer(c, w.log)
 }
 
@@ -34,6 +39,13 @@ func requestLogProducer(w wiring) (*requestlog.Producer, error) {
 func requestLogModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKeys requestlogview.ActiveAPIKeys) (modules.Module, error) {
 	c := w.app.RequestLog
 	c.Sink.Bus = w.bus
+	// Records are signed with the events' key; the sink and the replay
+	// dead-letter what does not verify.
+	signer, err := eventSigner(w.app.Core)
+	if err != nil {
+		return modules.Module{}, err
+	}
+	c.Sink.Signer = signer
 	// The fence lets `cfgd replay requestlog.clickhouse` swap rebuilt
 	// tables in between two of the sink's batches.
 	s, err := sinks.NewFencedRequestLogs(c.Sink, w.deps.ch, sinks.PostgresFence{Pool: w.deps.pg}, w.log)
@@ -59,7 +71,7 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKe
 			// The page's assets are served by the front module.
 			return pages.MountMonitorDashboard(r, a.Staff(), w.assets)
 		},
-		Replayables: []replay.Replayable{replay.ForClickHouse(rc, w.deps.ch, w.deps.pg, sinks.RequestLogCodec{}, c.Sink.Group)},
+		Replayables: []replay.Replayable{replay.ForClickHouse(rc, w.deps.ch, w.deps.pg, sinks.RequestLogCodec{Signer: signer}, c.Sink.Group)},
 		Checks:      []process.Check{{Name: "requestlog-sink", Ping: s.Ready}, {Name: "apikey-usage", Ping: usage.Ready}},
 		Background: []process.Runner{s.Runner(), usage.Runner(), {Name: "requestlog-producer", Run: func(ctx context.Context) error {
 			// Servers stop first, so nothing produces once this closes.

@@ -257,3 +257,25 @@ func TestCheckTimeWindow(t *testing.T) {
 		}
 	}
 }
+
+// Issue #21 point 7: every id is an exact JSON number.
+func TestIDsFitInAJSONNumber(t *testing.T) {
+	if id := ID(1<<idPartitionBits-1, 1<<idOffsetBits-1, 1<<idIndexBits-1); id != MaxJSONInt {
+		t.Fatalf("largest id %d, want %d", id, uint64(MaxJSONInt))
+	}
+	if got := ID(2, 5, 3); got != 2<<48|5<<12|3 || IDIndex(got) != 3 {
+		t.Fatalf("ID(2, 5, 3) = %d", got)
+	}
+	for _, tc := range []struct {
+		p    int32
+		off  int64
+		n    int
+		fits bool
+	}{
+		{0, 0, 4096, true}, {31, 1<<36 - 1, 1, true}, {32, 0, 1, false}, {0, 1 << 36, 1, false}, {0, 0, 4097, false}, {-1, 0, 1, false},
+	} {
+		if IDFits(tc.p, tc.off, tc.n) != tc.fits {
+			t.Errorf("IDFits(%d, %d, %d) != %v", tc.p, tc.off, tc.n, tc.fits)
+		}
+	}
+}

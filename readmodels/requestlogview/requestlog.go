@@ -118,7 +118,7 @@ func (f *Filter) Validate() error {
 
 // selectRequest reads the columns of a Request, in Scan's order.
 const selectRequest = `SELECT id, request_id, service_name, method_name, status, duration_ms, grpc_status_code, error_message,
-	created_at, created_ms, client_ip, user_id, username, is_authenticated, api_key_id, api_key_name`
+	created_at, created_ms, client_ip, user_id, username, is_authenticated, api_key_id, api_key_name, kafka_partition, kafka_offset`
 
 // Requests returns one page of the requests matching f, newest first, and
 // how many match in all.
@@ -169,12 +169,17 @@ func (s *Store) Requests(ctx context.Context, f Filter) ([]Request, int64, error
 		var ms uint16
 		var uid, kid uint64
 		var auth uint8
+		var partition uint16
+		var offset uint64
 		if err := rows.Scan(&r.ID, &r.RequestID, &r.ServiceName, &r.MethodName, &r.Status, &dur, &r.GRPCStatusCode, &r.ErrorMessage,
-			&r.CreatedAt, &ms, &r.ClientIP, &uid, &r.Username, &auth, &kid, &r.APIKeyName); err != nil {
+			&r.CreatedAt, &ms, &r.ClientIP, &uid, &r.Username, &auth, &kid, &r.APIKeyName, &partition, &offset); err != nil {
 			return nil, 0, fmt.Errorf("list requests: %w", err)
 		}
 		r.DurationMS, r.UserID, r.APIKeyID, r.IsAuthenticated = int64(dur), int64(uid), int64(kid), auth == 1
 		r.GRPCStatusCode = requestlog.CanonicalCode(r.GRPCStatusCode)
+		// Rows stored before ids fit in 53 bits held the partition at
+		// bit 52: answer every row with the id its place in Kafka has now.
+		r.ID = requestlog.ID(int32(partition), int64(offset), requestlog.IDIndex(r.ID))
 		r.CreatedAt = r.CreatedAt.UTC().Add(time.Duration(ms) * time.Millisecond)
 		out = append(out, r)
 	}

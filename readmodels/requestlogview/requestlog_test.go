@@ -11,6 +11,7 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/errcode"
+	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -251,3 +252,32 @@ func TestParse(t *testing.T) {
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// Issue #21 point 7: a row stored when ids held the partition at bit 52
+// is answered with an id under 2^53, the one its place in Kafka has now.
+func TestRequestIDsOfOldRowsFitInAJSONNumber(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, conn := testenv.ClickHouse(t)
+	if err := requestlogview.CreateTables(ctx, conn, requestlogview.LiveTables(), 30); err != nil {
+		t.Fatal(err)
+	}
+	old := uint64(2)<<52 | uint64(5)<<12 | 3
+	b, err := conn.PrepareBatch(ctx, "INSERT INTO requestlog_raw (id, kafka_partition, kafka_offset, created_at, service_name, method_name, status)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Append(old, uint16(2), uint64(5), now.Truncate(time.Second), "s", "m", "success"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Send(); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := requestlogview.New(conn, clock, nil).Requests(ctx, requestlogview.Filter{})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("%v %v", got, err)
+	}
+	if want := uint64(2)<<48 | uint64(5)<<12 | 3; got[0].ID != want || got[0].ID > requestlog.MaxJSONInt {
+		t.Fatalf("id %d, want %d", got[0].ID, want)
+	}
+}
