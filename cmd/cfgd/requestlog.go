@@ -32,6 +32,11 @@ func requestLogProducer(w wiring) (*requestlog.Producer, error) {
 	return requestlog.NewProducer(c, w.log)
 }
 
+// IdempotencyWait is how long an ingest call waits for the answer of a
+// concurrent call with the same Idempotency-Key (a produce takes at most
+// its 1 s timeout) before it is answered 409 in progress.
+const IdempotencyWait = 3 * time.Second
+
 // requestLogModule is the request log: the ingest endpoint producing to
 // the request-log topic through prod, the ClickHouse sink, and the staff
 // monitoring endpoints over the read model. activeKeys counts active API
@@ -63,7 +68,8 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKe
 	// fills, with the sink's rows.
 	rc := replay.DefaultClickHouseConfig(w.bus)
 	rc.RetentionDays = c.Sink.RetentionDays
-	h := monitor.New(prod, requestlogview.New(w.deps.ch, time.Now, activeKeys), time.Now).WithWindow(requestlog.WindowFor(c.Sink.RetentionDays))
+	h := monitor.New(prod, requestlogview.New(w.deps.ch, time.Now, activeKeys), time.Now).WithWindow(requestlog.WindowFor(c.Sink.RetentionDays)).
+		WithIdempotency(requestlogview.NewIdempotency(w.deps.pg, time.Now, IdempotencyWait))
 	return modules.Module{
 		Name: "requestlog",
 		Routes: func(r *mux.Router) error {

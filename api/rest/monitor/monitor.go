@@ -5,15 +5,22 @@ package monitor
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
 
 	"github.com/cfgd/cfgd/api/rest"
+	"github.com/cfgd/cfgd/api/rest/auth"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
@@ -40,10 +47,30 @@ type Queries interface {
 	Timeline(ctx context.Context, hours int, service string) (requestlogview.Timeline, error)
 }
 
+// Idempotency remembers ingest answers by caller and Idempotency-Key
+// (requestlogview.Idempotency).
+type Idempotency interface {
+	Claim(ctx context.Context, caller, key string, hash []byte) (*requestlogview.Answer, error)
+	Finish(ctx context.Context, caller, key string, a requestlogview.Answer) error
+	Release(ctx context.Context, caller, key string) error
+}
+
+// HeaderIdempotencyKey names an ingest call, so its retries within 24 h
+// get its first answer and count nothing again.
+const HeaderIdempotencyKey = "Idempotency-Key"
+
 // Handlers serve the endpoints.
 type Handlers struct {
 	accept  *requestlog.Accepter
 	queries Queries
+	idem    Idempotency
+}
+
+// WithIdempotency makes ingest honour Idempotency-Key through store; it
+// returns h.
+func (h *Handlers) WithIdempotency(store Idempotency) *Handlers {
+	h.idem = store
+	return h
 }
 
 // New returns the handlers, taking created_at within the default
@@ -100,17 +127,90 @@ func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
 		rest.WriteError(w, errcode.New(errcode.NotImplemented, "the request log is not configured on this server"))
 		return
 	}
-	batch, refused, err := DecodeEvents(http.MaxBytesReader(w, r.Body, MaxIngestBytes), ndjson, MaxIngestEvents)
+	key := r.Header.Get(HeaderIdempotencyKey)
+	body := io.Reader(http.MaxBytesReader(w, r.Body, MaxIngestBytes))
+	sum := sha256.New()
+	if key != "" && h.idem != nil {
+		body = io.TeeReader(body, sum)
+	}
+	batch, refused, err := DecodeEvents(body, ndjson, MaxIngestEvents)
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
 	}
-	out, err := h.accept.Accept(r.Context(), batch, refused)
+	if key == "" || h.idem == nil {
+		status, res, err := h.run(r.Context(), batch, refused)
+		if err != nil {
+			rest.Fail(w, r, err)
+			return
+		}
+		rest.JSON(w, status, res)
+		return
+	}
+	caller := callerOf(r)
+	stored, err := h.idem.Claim(r.Context(), caller, key, sum.Sum(nil))
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
 	}
-	rest.JSON(w, http.StatusAccepted, IngestResult{Success: out.Rejected == 0, Accepted: out.Accepted, Rejected: out.Rejected, Errors: out.Errors})
+	if stored != nil {
+		w.Header().Set("Idempotent-Replayed", "true")
+		writeRaw(w, stored.Status, stored.Body)
+		return
+	}
+	status, res, err := h.run(r.Context(), batch, refused)
+	var e *errcode.Error
+	if err != nil && !(errors.As(err, &e) && e.Code == errcode.Invalid) {
+		// Nothing is remembered of a failure a retry may fix.
+		if rerr := h.idem.Release(context.WithoutCancel(r.Context()), caller, key); rerr != nil {
+			slog.WarnContext(r.Context(), "idempotency key not released", "err", rerr)
+		}
+		rest.Fail(w, r, err)
+		return
+	}
+	if err != nil {
+		status, res = e.Code.HTTPStatus(), rest.ErrorBody{Error: e.Message, Code: string(e.Code), Fields: e.Fields}
+	}
+	out, merr := json.Marshal(res)
+	if merr != nil {
+		rest.Fail(w, r, merr)
+		return
+	}
+	// The events are in Kafka: the answer is stored even if the client
+	// has gone, so its retry finds it.
+	if ferr := h.idem.Finish(context.WithoutCancel(r.Context()), caller, key, requestlogview.Answer{Status: status, Body: out}); ferr != nil {
+		slog.WarnContext(r.Context(), "idempotency answer not stored", "err", ferr)
+	}
+	writeRaw(w, status, out)
+}
+
+// run accepts a decoded batch: the answer's status and body, or the error
+// to answer (errcode Invalid when nothing was stored).
+func (h *Handlers) run(ctx context.Context, batch []requestlog.Event, refused []requestlog.FieldError) (int, any, error) {
+	out, err := h.accept.Accept(ctx, batch, refused)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusAccepted, IngestResult{Success: out.Rejected == 0, Accepted: out.Accepted, Rejected: out.Rejected, Errors: out.Errors}, nil
+}
+
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// callerOf names who sent r, the scope of its Idempotency-Key: the API
+// key, or the user.
+func callerOf(r *http.Request) string {
+	p, ok := auth.PrincipalFrom(r.Context())
+	switch {
+	case !ok || p == nil:
+		return "anonymous"
+	case p.Via == auth.ViaAPIKey:
+		return "key:" + strconv.FormatInt(p.KeyID, 10)
+	}
+	return "user:" + strconv.FormatInt(p.UserID, 10)
 }
 
 // ingestType checks the Content-Type: JSON (an array) or NDJSON.

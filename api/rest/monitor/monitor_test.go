@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -380,4 +382,89 @@ func FuzzDecodeEvents(f *testing.F) {
 			}
 		}
 	})
+}
+
+func post(t *testing.T, url, key, body string) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set(monitor.HeaderIdempotencyKey, key)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b), res.Header
+}
+
+// Issue #21 point 5: a repeated Idempotency-Key gets the first answer and
+// counts nothing again, also when the copies arrive at once; the same key
+// with another body is refused.
+func TestIngestIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	p, store := backend(t, nil)
+	idem := requestlogview.NewIdempotency(testenv.Postgres(t), time.Now, 10*time.Second)
+	r := mux.NewRouter()
+	monitor.New(p, store, time.Now).WithIdempotency(idem).Mount(r, pass, pass)
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	url := srv.URL + "/api/grpc/monitor/ingest/"
+	body := `[{"service_name":"idem.Svc","method_name":"A","status":"success"},{"service_name":"idem.Svc","method_name":"B","status":"bogus"}]`
+
+	code, first, _ := post(t, url, "k1", body)
+	if code != http.StatusAccepted || !strings.Contains(first, `"accepted":1`) {
+		t.Fatalf("first: %d %s", code, first)
+	}
+	code, again, h := post(t, url, "k1", body)
+	if code != http.StatusAccepted || again != first || h.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("repeat: %d %s %v", code, again, h)
+	}
+	code, other, _ := post(t, url, "k1", strings.Replace(body, `"A"`, `"C"`, 1))
+	if code != http.StatusConflict || !strings.Contains(other, `"code":"conflict"`) {
+		t.Fatalf("other body: %d %s", code, other)
+	}
+	// Eight copies at once: one runs, the others get its answer.
+	var wg sync.WaitGroup
+	answers := make([]string, 8)
+	codes := make([]int, 8)
+	for i := range answers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i], answers[i], _ = post(t, url, "k2", body)
+		}()
+	}
+	wg.Wait()
+	for i := range answers {
+		if codes[i] != http.StatusAccepted || answers[i] != answers[0] {
+			t.Fatalf("copy %d: %d %s (first %s)", i, codes[i], answers[i], answers[0])
+		}
+	}
+	// A batch of which nothing is stored is remembered too (400).
+	bad := `[{"service_name":"idem.Svc","method_name":"B","status":"bogus"}]`
+	c1, b1, _ := post(t, url, "k3", bad)
+	c2, b2, _ := post(t, url, "k3", bad)
+	if c1 != http.StatusBadRequest || c2 != c1 || b2 != b1 {
+		t.Fatalf("refused batch: %d %s then %d %s", c1, b1, c2, b2)
+	}
+	// Exactly two events counted (k1 once, k2 once); a last batch without
+	// a key shows the sink has passed everything sent before it.
+	if code, res, _ := post(t, url, "", `[{"service_name":"idem.Last","method_name":"A","status":"success"}]`); code != http.StatusAccepted {
+		t.Fatalf("last: %d %s", code, res)
+	}
+	ctx := context.Background()
+	waitFor(t, func() bool {
+		_, n, err := store.Requests(ctx, requestlogview.Filter{Service: "idem.Last"})
+		return err == nil && n == 1
+	})
+	time.Sleep(time.Second) // the other partition's records
+	if _, n, err := store.Requests(ctx, requestlogview.Filter{Service: "idem.Svc"}); err != nil || n != 2 {
+		t.Fatalf("idem.Svc counted %d times (%v), want 2", n, err)
+	}
 }
