@@ -64,10 +64,10 @@ const MaxIdempotencyKey = 255
 const (
 	claimKey = `INSERT INTO requestlog_idempotency (caller, key, body_hash, created_at) VALUES ($1, $2, $3, $4)
 	ON CONFLICT (caller, key) DO NOTHING`
-	readKey      = `SELECT body_hash, status, answer, created_at FROM requestlog_idempotency WHERE caller = $1 AND key = $2`
-	dropExpired  = `DELETE FROM requestlog_idempotency WHERE caller = $1 AND key = $2 AND (created_at < $3 OR (status IS NULL AND created_at < $4))`
-	finishKey    = `UPDATE requestlog_idempotency SET status = $3, answer = $4 WHERE caller = $1 AND key = $2 AND status IS NULL`
-	releaseKey   = `DELETE FROM requestlog_idempotency WHERE caller = $1 AND key = $2 AND status IS NULL`
+	readKey     = `SELECT body_hash, status, answer, created_at FROM requestlog_idempotency WHERE caller = $1 AND key = $2`
+	dropExpired = `DELETE FROM requestlog_idempotency WHERE caller = $1 AND key = $2 AND (created_at < $3 OR (status IS NULL AND created_at < $4))`
+	finishKey   = `UPDATE requestlog_idempotency SET status = $3, answer = $4 WHERE caller = $1 AND key = $2 AND status IS NULL`
+	releaseKey  = `DELETE FROM requestlog_idempotency WHERE caller = $1 AND key = $2 AND status IS NULL`
 	// The sweep looks at the oldest rows only, through the created_at
 	// index (expired rows are always the oldest), in bounded steps: a
 	// plain "created_at < $1" gets a sequential scan as its generic plan.
