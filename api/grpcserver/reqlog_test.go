@@ -208,6 +208,36 @@ func TestRequestLogOverGRPC(t *testing.T) {
 		}
 	})
 
+	// Issue #21 point 5 over gRPC: the idempotency-key metadata.
+	t.Run("ingest idempotency key", func(t *testing.T) {
+		send := func(key, method string) (*ingestv1.ReportResponse, error) {
+			stream, err := ingest.Report(metadata.AppendToOutgoingContext(withKey(key), grpcserver.MetadataIdempotencyKey, "batch-1"))
+			if err != nil {
+				return nil, err
+			}
+			for _, m := range []string{method, "Two"} {
+				ev := &ingestv1.Event{ServiceName: "ext.Idem", MethodName: m, GrpcStatusCode: "OK"}
+				if err := stream.Send(&ingestv1.ReportRequest{Events: []*ingestv1.Event{ev}}); err != nil {
+					return nil, err
+				}
+			}
+			return stream.CloseAndRecv()
+		}
+		for range 3 {
+			if res, err := send(key.Key, "One"); err != nil || res.Accepted != 2 {
+				t.Fatalf("%+v %v", res, err)
+			}
+		}
+		if _, err := send(key.Key, "Other"); code(err) != codes.Aborted {
+			t.Fatalf("same key, other body: %v", err)
+		}
+		got := waitRequests(t, e, requestlogview.Filter{Service: "ext.Idem"}, 2)
+		time.Sleep(time.Second) // what a duplicate would have added
+		if _, n, err := e.Requests.Requests(ctx, requestlogview.Filter{Service: "ext.Idem"}); err != nil || n != 2 {
+			t.Fatalf("ext.Idem counted %d (%v), want 2: %+v", n, err, got)
+		}
+	})
+
 	t.Run("reporter package delivers", func(t *testing.T) {
 		rep, err := reporter.New(e.Conn, reporter.Config{APIKey: key.Key, Batch: requestlog.BatcherConfig{
 			QueueSize: 100, BatchSize: 10, FlushInterval: 20 * time.Millisecond, SendTimeout: 5 * time.Second,
@@ -270,7 +300,7 @@ func TestRequestLogOverGRPC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o.TotalRequests != want.TotalRequests || o.TotalRequests != 9 || o.SuccessRate != want.SuccessRate ||
+		if o.TotalRequests != want.TotalRequests || o.TotalRequests != 11 || o.SuccessRate != want.SuccessRate ||
 			o.AvgDurationMs != want.AvgDurationMS || o.TotalServices != want.TotalServices || o.FailedRequests != want.FailedRequests {
 			t.Errorf("overview %+v, read model %+v", o, want)
 		}

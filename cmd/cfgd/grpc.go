@@ -33,6 +33,7 @@ func grpcModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKeys req
 		Events:   w.deps.events,
 	}, a, w.deps.pg, w.log, time.Now, modules.GRPCRequestLog{
 		Producer: prod, Queries: requestlogview.New(w.deps.ch, time.Now, activeKeys), RetentionDays: w.app.RequestLog.Sink.RetentionDays,
+		Idempotency: requestlogview.NewIdempotency(w.deps.pg, time.Now, IdempotencyWait),
 	})
 	if err != nil {
 		return modules.Module{}, err

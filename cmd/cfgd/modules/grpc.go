@@ -87,6 +87,9 @@ type GRPCRequestLog struct {
 	// RetentionDays bounds the created_at cfgd.ingest.v1 takes (0: the
 	// sink's default).
 	RetentionDays int
+	// Idempotency keeps the answers of Report calls sent with an
+	// idempotency key (nil: the key is ignored).
+	Idempotency grpcserver.Idempotency
 }
 
 // GRPC builds gRPC monitoring: the gRPC server (health, reflection,
@@ -136,6 +139,9 @@ func GRPC(cfg GRPCConfig, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now
 	ing := grpcserver.NewIngest(rl.Producer, now, log)
 	if rl.RetentionDays > 0 {
 		ing = ing.WithWindow(requestlog.WindowFor(rl.RetentionDays))
+	}
+	if rl.Idempotency != nil {
+		ing = ing.WithIdempotency(rl.Idempotency)
 	}
 	srv.Register(&ingestv1.IngestService_ServiceDesc, ing)
 	dir, err := protos.NewDir(cfg.ProtoDir)
