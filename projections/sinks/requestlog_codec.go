@@ -47,7 +47,7 @@ type decoded struct {
 func decode(m *sarama.ConsumerMessage, v *events.Signer) decoded {
 	if v != nil {
 		if err := v.Verify(m.Value, header(m, events.HeaderSignature)); err != nil {
-			return decoded{msg: m, reason: kafka.ReasonInvalid, err: fmt.Errorf("request-log record: %w", err)}
+			return decoded{msg: m, reason: kafka.ReasonBadSignature, err: fmt.Errorf("request-log record: %w", err)}
 		}
 	}
 	evs, err := requestlog.DecodeBatch(m.Value, nil)

@@ -82,6 +82,11 @@ func TestRequestLogCodecVerifiesAndDeadLettersPerEvent(t *testing.T) {
 	if len(dead) != 4 {
 		t.Fatalf("%d dead letters, want 4", len(dead))
 	}
+	for i, want := range []string{kafka.ReasonBadSignature, kafka.ReasonBadSignature, kafka.ReasonInvalid, kafka.ReasonBadSignature} {
+		if got := headerOf(dead[i], kafka.HeaderDeadReason); got != want {
+			t.Errorf("dead letter %d: reason %q, want %q", i, got, want)
+		}
+	}
 	one, err := requestlog.DecodeBatch(dead[2].Value, nil)
 	if err != nil || len(one) != 1 || one[0].RequestID != "bad-\xff" {
 		t.Fatalf("the per-event dead letter holds %+v (%v)", one, err)
@@ -98,3 +103,5 @@ func TestRequestLogCodecVerifiesAndDeadLettersPerEvent(t *testing.T) {
 		}
 	}
 }
+
+func headerOf(m *sarama.ConsumerMessage, key string) string { return header(m, key) }
