@@ -22,7 +22,13 @@ import (
 func grpcModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKeys requestlogview.ActiveAPIKeys) (modules.Module, error) {
 	// The usage counts the request-log module's consumer keeps in api_keys
 	// (same settings), rebuilt with the keys.
-	usage, err := sinks.NewUsageFeed(sinks.DefaultUsageConfig(w.bus), w.log)
+	uc := sinks.DefaultUsageConfig(w.bus)
+	signer, err := eventSigner(w.app.Core)
+	if err != nil {
+		return modules.Module{}, err
+	}
+	uc.Signer = signer
+	usage, err := sinks.NewUsageFeed(uc, w.log)
 	if err != nil {
 		return modules.Module{}, err
 	}

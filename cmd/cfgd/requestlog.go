@@ -60,7 +60,9 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlog.Producer, activeKe
 	// API-key usage (request_count, last_used_at) is a second consumer of
 	// the same topic; its settings are the defaults until cmd/settings
 	// reads them.
-	usage, err := sinks.NewUsage(sinks.DefaultUsageConfig(w.bus), w.deps.pg, w.log)
+	uc := sinks.DefaultUsageConfig(w.bus)
+	uc.Signer = signer
+	usage, err := sinks.NewUsage(uc, w.deps.pg, w.log)
 	if err != nil {
 		return modules.Module{}, err
 	}

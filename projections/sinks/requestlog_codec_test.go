@@ -105,3 +105,48 @@ func TestRequestLogCodecVerifiesAndDeadLettersPerEvent(t *testing.T) {
 }
 
 func headerOf(m *sarama.ConsumerMessage, key string) string { return header(m, key) }
+
+// The API-key usage counts read records through the same decode: a forged
+// record counts no use, and a bad event costs only itself.
+func TestUsageReadsThroughTheSinksDecode(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.keys(5)
+	signer := testenv.Signer(t)
+	other, err := events.NewSigner([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.produce([]requestlog.Event{{ServiceName: "s", MethodName: "m", Status: requestlog.StatusSuccess, CreatedAt: base}}) // creates the topic; unsigned
+	raw, err := kafka.NewProducer(e.bus, kafka.ProducerOptions{}, testenv.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	at := base.Add(time.Hour)
+	ev := func(rid string) requestlog.Event {
+		return requestlog.Event{RequestID: rid, ServiceName: "s", MethodName: "m", Status: requestlog.StatusSuccess, CreatedAt: at, APIKeyID: 5}
+	}
+	mixed := requestlog.AppendBatch(nil, []requestlog.Event{ev("a"), ev("bad-\xff"), ev("b")})
+	forged := requestlog.AppendBatch(nil, []requestlog.Event{ev("f")})
+	for _, m := range []*sarama.ProducerMessage{
+		{Topic: e.prod.Topic(), Value: sarama.ByteEncoder(mixed), Headers: []sarama.RecordHeader{{Key: []byte(events.HeaderSignature), Value: []byte(signer.Sign(mixed))}}},
+		{Topic: e.prod.Topic(), Value: sarama.ByteEncoder(forged), Headers: []sarama.RecordHeader{{Key: []byte(events.HeaderSignature), Value: []byte(other.Sign(forged))}}},
+	} {
+		if err := raw.Send(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := DefaultUsageConfig(e.bus)
+	cfg.Group, cfg.BatchWait, cfg.Signer = "g", 50*time.Millisecond, signer
+	u, err := NewUsage(cfg, e.pool, testenv.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = u.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "the records", func() bool { return u.Stats().Poisoned == 2 && u.Stats().Applied == 2 })
+	e.exact(map[int64]usage{5: {count: 2, last: &at}})
+}

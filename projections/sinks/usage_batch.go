@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cfgd/cfgd/events/kafka"
-	"github.com/cfgd/cfgd/events/requestlog"
 )
 
 // handle applies one partition's batch; the loop commits its offset
@@ -52,27 +51,23 @@ type usageBatch struct {
 	ignored, poisoned int64
 }
 
-// add reads m. A record the ClickHouse sink would dead-letter (unreadable
-// or holding an invalid event) is not counted here either, so both read
-// models agree on what happened.
+// add reads m through the ClickHouse sink's decode, so both read models
+// agree on what happened: a record it dead-letters (unreadable, or not
+// signed with the key) is not counted here, nor is an event it
+// dead-letters on its own.
 func (b *usageBatch) add(u *Usage, m *sarama.ConsumerMessage) {
 	b.records++
 	b.last = m.Offset
-	evs, err := requestlog.DecodeBatch(m.Value, nil)
-	if err == nil {
-		for i, e := range evs {
-			if errs := requestlog.Check(i, e); len(errs) > 0 {
-				err = errs[0]
-				break
-			}
-		}
-	}
-	if err != nil {
+	d := decode(m, u.cfg.Signer)
+	if d.err != nil {
 		b.poisoned++
-		u.log.Warn("api-key usage: unreadable request-log record ignored", "partition", m.Partition, "offset", m.Offset, "err", err)
+		u.log.Warn("api-key usage: unreadable request-log record ignored", "partition", m.Partition, "offset", m.Offset, "err", d.err)
 		return
 	}
-	for _, e := range evs {
+	for i, e := range d.evs {
+		if d.skip[i] {
+			continue
+		}
 		if e.APIKeyID == 0 {
 			b.ignored++
 			continue
