@@ -80,10 +80,9 @@ func report(ctx context.Context, r Reporter, rec *callRecord, fullMethod string,
 	e.ReportedBy = requestlog.ReportedBySelf
 	if rec.ok {
 		e.IsAuthenticated = true
-		e.UserID, e.APIKeyID, e.APIKeyName = rec.principal.UserID, rec.principal.KeyID, rec.principal.KeyName
-		if len(rec.principal.Username) <= requestlog.MaxUsername {
-			e.Username = rec.principal.Username
-		}
+		e.UserID, e.APIKeyID = rec.principal.UserID, rec.principal.KeyID
+		e.Username = requestlog.Clean(rec.principal.Username, requestlog.MaxUsername)
+		e.APIKeyName = requestlog.Clean(rec.principal.KeyName, requestlog.MaxAPIKeyName)
 	}
 	// The call's own context may be cancelled already; the report is not
 	// part of the call.

@@ -113,9 +113,9 @@ func TestRequestLogOverGRPC(t *testing.T) {
 		}{
 			// The key service is staff only: a key is refused, and logged
 			// with the key's fields.
-			{"rid-key", requestlog.StatusError, "PermissionDenied", true, adminID, key.State.ID, "svc-key", ""},
-			{"rid-anon", requestlog.StatusError, "Unauthenticated", false, 0, 0, "", ""},
-			{"rid-missing", requestlog.StatusError, "NotFound", true, staff.UserID, 0, "", admin},
+			{"rid-key", requestlog.StatusError, "PERMISSION_DENIED", true, adminID, key.State.ID, "svc-key", ""},
+			{"rid-anon", requestlog.StatusError, "UNAUTHENTICATED", false, 0, 0, "", ""},
+			{"rid-missing", requestlog.StatusError, "NOT_FOUND", true, staff.UserID, 0, "", admin},
 		}
 		for _, w := range want {
 			r, ok := find(got, func(r requestlogview.Request) bool { return r.RequestID == w.rid })
@@ -151,7 +151,7 @@ func TestRequestLogOverGRPC(t *testing.T) {
 		}
 		batches := [][]*ingestv1.Event{
 			{ev("Charge", "OK", 10), {ServiceName: "ext.Billing", MethodName: "Charge", Status: "bogus"}, ev("Charge", "Internal", 30)},
-			{{MethodName: "Refund", Status: "success", DurationMs: -1}, ev("Refund", "DeadlineExceeded", 50)},
+			{{MethodName: "Refund", Status: "success", DurationMs: -1}, ev("Refund", "4", 50)},
 		}
 		for _, b := range batches {
 			if err := stream.Send(&ingestv1.ReportRequest{Events: b}); err != nil {
@@ -205,6 +205,8 @@ func TestRequestLogOverGRPC(t *testing.T) {
 			{"bad key", withKey(apikey_(t)), &ingestv1.ReportRequest{}, codes.Unauthenticated},
 			{"plain user", withBearer(plain.Access), &ingestv1.ReportRequest{}, codes.PermissionDenied},
 			{"too many events", withKey(key.Key), &ingestv1.ReportRequest{Events: big}, codes.InvalidArgument},
+			// Nothing stored: an error (issue #21 point 6), safe to retry.
+			{"nothing valid", withKey(key.Key), &ingestv1.ReportRequest{Events: []*ingestv1.Event{{ServiceName: "a", MethodName: "b", Status: "bogus"}}}, codes.InvalidArgument},
 		}
 		for _, c := range cases {
 			stream, err := ingest.Report(c.ctx)
@@ -215,6 +217,36 @@ func TestRequestLogOverGRPC(t *testing.T) {
 			if code(err) != c.want {
 				t.Errorf("%s: %v, want %v", c.name, err, c.want)
 			}
+		}
+	})
+
+	// Issue #21 point 5 over gRPC: the idempotency-key metadata.
+	t.Run("ingest idempotency key", func(t *testing.T) {
+		send := func(key, method string) (*ingestv1.ReportResponse, error) {
+			stream, err := ingest.Report(metadata.AppendToOutgoingContext(withKey(key), grpcserver.MetadataIdempotencyKey, "batch-1"))
+			if err != nil {
+				return nil, err
+			}
+			for _, m := range []string{method, "Two"} {
+				ev := &ingestv1.Event{ServiceName: "ext.Idem", MethodName: m, GrpcStatusCode: "OK"}
+				if err := stream.Send(&ingestv1.ReportRequest{Events: []*ingestv1.Event{ev}}); err != nil {
+					return nil, err
+				}
+			}
+			return stream.CloseAndRecv()
+		}
+		for range 3 {
+			if res, err := send(key.Key, "One"); err != nil || res.Accepted != 2 {
+				t.Fatalf("%+v %v", res, err)
+			}
+		}
+		if _, err := send(key.Key, "Other"); code(err) != codes.Aborted {
+			t.Fatalf("same key, other body: %v", err)
+		}
+		got := waitRequests(t, e, requestlogview.Filter{Service: "ext.Idem"}, 2)
+		time.Sleep(time.Second) // what a duplicate would have added
+		if _, n, err := e.Requests.Requests(ctx, requestlogview.Filter{Service: "ext.Idem"}); err != nil || n != 2 {
+			t.Fatalf("ext.Idem counted %d (%v), want 2: %+v", n, err, got)
 		}
 	})
 
@@ -242,7 +274,7 @@ func TestRequestLogOverGRPC(t *testing.T) {
 		}
 		got := waitRequests(t, e, requestlogview.Filter{Service: "ext.Shop"}, 2)
 		if _, ok := find(got, func(r requestlogview.Request) bool {
-			return r.Status == requestlog.StatusCancelled && r.GRPCStatusCode == "Canceled" && r.ErrorMessage == "gone"
+			return r.Status == requestlog.StatusCancelled && r.GRPCStatusCode == "CANCELLED" && r.ErrorMessage == "gone"
 		}); !ok {
 			t.Errorf("cancelled call missing: %+v", got)
 		}
@@ -280,7 +312,7 @@ func TestRequestLogOverGRPC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o.TotalRequests != want.TotalRequests || o.TotalRequests != 9 || o.SuccessRate != want.SuccessRate ||
+		if o.TotalRequests != want.TotalRequests || o.TotalRequests != 11 || o.SuccessRate != want.SuccessRate ||
 			o.AvgDurationMs != want.AvgDurationMS || o.TotalServices != want.TotalServices || o.FailedRequests != want.FailedRequests {
 			t.Errorf("overview %+v, read model %+v", o, want)
 		}
@@ -321,7 +353,7 @@ func TestRequestLogOverGRPC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rq.Count != 1 || len(rq.Results) != 1 || rq.Results[0].MethodName != "Refund" || rq.Results[0].GrpcStatusCode != "DeadlineExceeded" ||
+		if rq.Count != 1 || len(rq.Results) != 1 || rq.Results[0].MethodName != "Refund" || rq.Results[0].GrpcStatusCode != "DEADLINE_EXCEEDED" ||
 			rq.Results[0].ClientIp != "10.0.0.7" || rq.Results[0].CreatedAt == "" || rq.Results[0].ReportedBy != requestlog.ReportedByKey(key.State.ID) {
 			t.Errorf("requests %+v", rq)
 		}

@@ -5,6 +5,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
+
 	// OTLP exporters may compress with gzip (OTEL_EXPORTER_OTLP_COMPRESSION);
 	// the codec registers itself for every server of the process.
 	_ "google.golang.org/grpc/encoding/gzip"
@@ -35,7 +36,7 @@ func (s *traceService) Export(ctx context.Context, req ptraceotlp.ExportRequest)
 	if err := allowed(p); err != nil {
 		return ptraceotlp.ExportResponse{}, err
 	}
-	return s.r.export(ctx, req.Traces())
+	return s.r.export(ctx, p, req.Traces())
 }
 
 // RegisterGRPC serves TraceService/Export on srv.

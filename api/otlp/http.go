@@ -71,7 +71,7 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 		r.fail(w, req, typ, err)
 		return
 	}
-	res, err := r.export(ctx, ereq.Traces())
+	res, err := r.export(ctx, p, ereq.Traces())
 	if err != nil {
 		r.fail(w, req, typ, err)
 		return

@@ -62,7 +62,7 @@ func (keys) APIKey(_ context.Context, raw string) (grpcserver.Principal, error) 
 func server(t *testing.T, p *producer) *httptest.Server {
 	t.Helper()
 	r := mux.NewRouter()
-	otlp.New(otlp.ProduceValid{Producer: p, Now: time.Now}, keys{}, slog.New(slog.DiscardHandler)).Mount(r)
+	otlp.New(otlp.ViaIngest{Ingest: &requestlog.Accepter{Produce: p.Produce, Now: time.Now}}, keys{}, slog.New(slog.DiscardHandler)).Mount(r)
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
 	return srv

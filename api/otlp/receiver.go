@@ -31,17 +31,31 @@ type Producer interface {
 	Produce(ctx context.Context, events []requestlog.Event) error
 }
 
-// ProduceValid is the Accepter of the JSON ingest's path:
-// requestlog.Validate, then the producer.
-type ProduceValid struct {
-	Producer Producer
-	Now      func() time.Time
+// ViaIngest is the Accepter of the JSON ingest's one path
+// (requestlog.Accepter): the same validation, created_at window and
+// producer. A batch of which every span was refused is a partial_success
+// with every span rejected, not an error, in OTLP.
+type ViaIngest struct {
+	Ingest *requestlog.Accepter
 }
 
 // Accept implements Accepter.
-func (p ProduceValid) Accept(ctx context.Context, events []requestlog.Event) ([]requestlog.FieldError, error) {
-	valid, problems := requestlog.Validate(events, p.Now().UTC())
-	return problems, p.Producer.Produce(ctx, valid)
+func (v ViaIngest) Accept(ctx context.Context, events []requestlog.Event) ([]requestlog.FieldError, error) {
+	out, err := v.Ingest.Accept(ctx, events, nil)
+	var refusal *errcode.Error
+	if err != nil && errors.As(err, &refusal) && refusal.Code == errcode.Invalid {
+		return out.Errors, nil
+	}
+	return out.Errors, err
+}
+
+// reporter is the reported_by of what p exports: its API key, or its
+// (staff) user.
+func reporter(p grpcserver.Principal) string {
+	if p.Via == grpcserver.ViaAPIKey {
+		return requestlog.ReportedByKey(p.KeyID)
+	}
+	return requestlog.ReportedByUser(p.UserID)
 }
 
 // Keys checks an API key (grpcserver.SigninAuthenticator): the HTTP side
@@ -85,7 +99,7 @@ func allowed(p grpcserver.Principal) error {
 // mapped, or whose event fails validation, is rejected and counted in
 // partial_success with the first reasons. The whole export fails only
 // when it is too large or the request log cannot take it (retryable).
-func (r *Receiver) export(ctx context.Context, td ptrace.Traces) (ptraceotlp.ExportResponse, error) {
+func (r *Receiver) export(ctx context.Context, p grpcserver.Principal, td ptrace.Traces) (ptraceotlp.ExportResponse, error) {
 	if n := td.SpanCount(); n > MaxSpans {
 		return ptraceotlp.ExportResponse{}, errcode.New(errcode.TooLarge, fmt.Sprintf("at most %d spans per export, got %d", MaxSpans, n))
 	}
@@ -119,7 +133,8 @@ func (r *Receiver) export(ctx context.Context, td ptrace.Traces) (ptraceotlp.Exp
 			}
 		}
 	}
-	problems, err := r.accept.Accept(ctx, events)
+	// Who posted is the one field of a report cfgd checked itself.
+	problems, err := r.accept.Accept(ctx, requestlog.ReportedAs(events, reporter(p)))
 	if err != nil {
 		return ptraceotlp.ExportResponse{}, r.failed(ctx, err)
 	}

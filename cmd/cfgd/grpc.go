@@ -22,7 +22,13 @@ import (
 func grpcModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, activeKeys requestlogview.ActiveAPIKeys) (modules.Module, error) {
 	// The usage counts the request-log module's consumer keeps in api_keys
 	// (same settings), rebuilt with the keys.
-	usage, err := sinks.NewUsageFeed(sinks.DefaultUsageConfig(w.bus), w.log)
+	uc := sinks.DefaultUsageConfig(w.bus)
+	signer, err := eventSigner(w.app.Core)
+	if err != nil {
+		return modules.Module{}, err
+	}
+	uc.Signer = signer
+	usage, err := sinks.NewUsageFeed(uc, w.log)
 	if err != nil {
 		return modules.Module{}, err
 	}
@@ -32,7 +38,8 @@ func grpcModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, activeKey
 		ProtoDir: w.app.GRPCProtoDir,
 		Events:   w.deps.events,
 	}, a, w.deps.pg, w.log, time.Now, modules.GRPCRequestLog{
-		Producer: prod, Queries: requestlogview.New(w.deps.ch, time.Now, activeKeys),
+		Producer: prod, Queries: requestlogview.New(w.deps.ch, time.Now, activeKeys), RetentionDays: w.app.RequestLog.Sink.RetentionDays,
+		Idempotency: requestlogview.NewIdempotency(w.deps.pg, time.Now, IdempotencyWait),
 	})
 	if err != nil {
 		return modules.Module{}, err

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/events/requestlogkafka"
@@ -43,9 +44,17 @@ func TestReplayClickHouseCommand(t *testing.T) {
 	c, chConn := clickhouseReplayEnv(t)
 	ctx := context.Background()
 
+	// Records signed with the key the commands verify them with.
+	key := strings.Repeat("replay-signing-key-", 2)
+	t.Setenv("EVENTS__SIGNING_KEY", key)
+	signer, err := events.NewSigner([]byte(key))
+	if err != nil {
+		t.Fatal(err)
+	}
 	pc := requestlogkafka.DefaultProducerConfig(c)
 	pc.PackEvents = 10
 	pc.Timeout = 10 * time.Second
+	pc.Signer = signer
 	prod, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +76,7 @@ func TestReplayClickHouseCommand(t *testing.T) {
 	defer pool.Close()
 	cfg := sinks.DefaultRequestLogConfig(c)
 	cfg.BatchWait = 50 * time.Millisecond
+	cfg.Signer = signer
 	s, err := sinks.NewFencedRequestLogs(cfg, chConn, sinks.PostgresFence{Pool: pool}, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +86,7 @@ func TestReplayClickHouseCommand(t *testing.T) {
 	go func() { done <- s.Run(sctx) }()
 	defer func() { stop(); <-done }()
 	// Caught up: its offsets committed.
-	entry := replay.ForClickHouse(replay.DefaultClickHouseConfig(c), chConn, pool, sinks.RequestLogCodec{}, cfg.Group)
+	entry := replay.ForClickHouse(replay.DefaultClickHouseConfig(c), chConn, pool, sinks.RequestLogCodec{Signer: signer}, cfg.Group)
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		if st, err := entry.Status(ctx); err == nil && st.Position == 50 {

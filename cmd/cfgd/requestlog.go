@@ -6,6 +6,7 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
 	"github.com/cfgd/cfgd/deploy/process"
+	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/events/requestlogkafka"
 
 	"github.com/gorilla/mux"
@@ -24,8 +25,18 @@ import (
 func requestLogProducer(w wiring) (*requestlogkafka.Producer, error) {
 	c := w.app.RequestLog.Producer
 	c.Bus = w.bus
+	signer, err := eventSigner(w.app.Core)
+	if err != nil {
+		return nil, err
+	}
+	c.Signer = signer
 	return requestlogkafka.NewProducer(c, w.log)
 }
+
+// IdempotencyWait is how long an ingest call waits for the answer of a
+// concurrent call with the same Idempotency-Key (a produce takes at most
+// its 1 s timeout) before it is answered 409 in progress.
+const IdempotencyWait = 3 * time.Second
 
 // requestLogModule is the request log: the ingest endpoint producing to
 // the request-log topic through prod, the ClickHouse sink, and the staff
@@ -34,6 +45,13 @@ func requestLogProducer(w wiring) (*requestlogkafka.Producer, error) {
 func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, activeKeys requestlogview.ActiveAPIKeys) (modules.Module, error) {
 	c := w.app.RequestLog
 	c.Sink.Bus = w.bus
+	// Records are signed with the events' key; the sink and the replay
+	// dead-letter what does not verify.
+	signer, err := eventSigner(w.app.Core)
+	if err != nil {
+		return modules.Module{}, err
+	}
+	c.Sink.Signer = signer
 	// The fence lets `cfgd replay requestlog.clickhouse` swap rebuilt
 	// tables in between two of the sink's batches.
 	s, err := sinks.NewFencedRequestLogs(c.Sink, w.deps.ch, sinks.PostgresFence{Pool: w.deps.pg}, w.log)
@@ -43,7 +61,9 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, act
 	// API-key usage (request_count, last_used_at) is a second consumer of
 	// the same topic; its settings are the defaults until cmd/settings
 	// reads them.
-	usage, err := sinks.NewUsage(sinks.DefaultUsageConfig(w.bus), w.deps.pg, w.log)
+	uc := sinks.DefaultUsageConfig(w.bus)
+	uc.Signer = signer
+	usage, err := sinks.NewUsage(uc, w.deps.pg, w.log)
 	if err != nil {
 		return modules.Module{}, err
 	}
@@ -51,7 +71,8 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, act
 	// fills, with the sink's rows.
 	rc := replay.DefaultClickHouseConfig(w.bus)
 	rc.RetentionDays = c.Sink.RetentionDays
-	h := monitor.New(prod, requestlogview.New(w.deps.ch, time.Now, activeKeys), time.Now)
+	h := monitor.New(prod, requestlogview.New(w.deps.ch, time.Now, activeKeys), time.Now).WithWindow(requestlog.WindowFor(c.Sink.RetentionDays)).
+		WithIdempotency(requestlogview.NewIdempotency(w.deps.pg, time.Now, IdempotencyWait))
 	return modules.Module{
 		Name: "requestlog",
 		Routes: func(r *mux.Router) error {
@@ -59,7 +80,7 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, act
 			// The page's assets are served by the front module.
 			return pages.MountMonitorDashboard(r, a.Staff(), w.assets)
 		},
-		Replayables: []replay.Replayable{replay.ForClickHouse(rc, w.deps.ch, w.deps.pg, sinks.RequestLogCodec{}, c.Sink.Group)},
+		Replayables: []replay.Replayable{replay.ForClickHouse(rc, w.deps.ch, w.deps.pg, sinks.RequestLogCodec{Signer: signer}, c.Sink.Group)},
 		Checks:      []process.Check{{Name: "requestlog-sink", Ping: s.Ready}, {Name: "apikey-usage", Ping: usage.Ready}},
 		Background: []process.Runner{afterMigrations(w, s.Runner()), usage.Runner(), {Name: "requestlog-producer", Run: func(ctx context.Context) error {
 			// Servers stop first, so nothing produces once this closes.

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cfgd/cfgd/deploy/process"
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 )
 
@@ -28,6 +29,9 @@ type UsageConfig struct {
 	BatchWait    time.Duration
 	// MaxBackoff caps the wait between attempts while Postgres is down.
 	MaxBackoff time.Duration
+	// Signer verifies records as the ClickHouse sink's does (nil: no
+	// check), so a forged record counts no API-key use.
+	Signer *events.Signer
 }
 
 // DefaultUsageConfig returns the defaults for bus c.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/errcode"
+	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -194,7 +195,7 @@ func TestRequests(t *testing.T) {
 		t.Fatalf("page 1: count %d, %d rows, first %+v", count, len(got), got[0])
 	}
 	first := got[0]
-	if !first.CreatedAt.Equal(now.Add(123*time.Millisecond)) || first.Status != "error" || first.GRPCStatusCode != "Internal" ||
+	if !first.CreatedAt.Equal(now.Add(123*time.Millisecond)) || first.Status != "error" || first.GRPCStatusCode != "INTERNAL" ||
 		first.ErrorMessage != "boom" || first.ClientIP != "10.0.0.1" || first.UserID != 7 || first.Username != "ann" ||
 		!first.IsAuthenticated || first.APIKeyID != 3 || first.APIKeyName != "ci-key" || first.ID == 0 || first.RequestID == "" {
 		t.Fatalf("fields = %+v", first)
@@ -211,7 +212,15 @@ func TestRequests(t *testing.T) {
 	if err != nil || count != 3 || len(got) != 3 { // i = 0, 10, 20
 		t.Fatalf("filtered: %d rows, count %d, %v", len(got), count, err)
 	}
-	for _, bad := range []requestlogview.Filter{{Status: "weird"}, {Page: -1}, {PageSize: 1001}, {PageSize: -1}} {
+	// Rows stored with Go's names (as cfgd once wrote them) are answered
+	// and found by the canonical name, Go's name and the number.
+	for _, sp := range []string{"INTERNAL", "Internal", "13"} {
+		got, count, err = store.Requests(ctx, requestlogview.Filter{Code: sp})
+		if err != nil || count != 5 || got[0].GRPCStatusCode != "INTERNAL" {
+			t.Fatalf("code %s: %d rows, count %d, %v", sp, len(got), count, err)
+		}
+	}
+	for _, bad := range []requestlogview.Filter{{Status: "weird"}, {Page: -1}, {PageSize: 1001}, {PageSize: -1}, {Code: "17"}, {Code: "internal"}} {
 		var inv *errcode.Error
 		if _, _, err := store.Requests(ctx, bad); !errors.As(err, &inv) || inv.Code != errcode.Invalid {
 			t.Errorf("filter %+v: err = %v, want a field error", bad, err)
@@ -307,5 +316,34 @@ func TestP95AboveTheLastBound(t *testing.T) {
 				t.Fatalf("services over a year = %+v, %v, want p95 120000", svcs, err)
 			}
 		})
+	}
+}
+
+// Issue #21 point 7: a row stored when ids held the partition at bit 52
+// is answered with an id under 2^53, the one its place in Kafka has now.
+func TestRequestIDsOfOldRowsFitInAJSONNumber(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, conn := testenv.ClickHouse(t)
+	if err := requestlogview.CreateTables(ctx, conn, requestlogview.LiveTables(), 30); err != nil {
+		t.Fatal(err)
+	}
+	old := uint64(2)<<52 | uint64(5)<<12 | 3
+	b, err := conn.PrepareBatch(ctx, "INSERT INTO requestlog_raw (id, kafka_partition, kafka_offset, created_at, service_name, method_name, status)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Append(old, uint16(2), uint64(5), now.Truncate(time.Second), "s", "m", "success"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Send(); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := requestlogview.New(conn, clock, nil).Requests(ctx, requestlogview.Filter{})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("%v %v", got, err)
+	}
+	if want := uint64(2)<<48 | uint64(5)<<12 | 3; got[0].ID != want || got[0].ID > requestlog.MaxJSONInt {
+		t.Fatalf("id %d, want %d", got[0].ID, want)
 	}
 }

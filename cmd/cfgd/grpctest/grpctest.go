@@ -112,7 +112,7 @@ func StartWith(t testing.TB, o Options) *Env {
 	var store *requestlogview.Store
 	if o.RequestLog {
 		prod, store = requestLog(t, kafka, o.KafkaDown)
-		rl = modules.GRPCRequestLog{Producer: prod, Queries: store}
+		rl = modules.GRPCRequestLog{Producer: prod, Queries: store, Idempotency: requestlogview.NewIdempotency(a.Pool, time.Now, 10*time.Second)}
 	}
 	report := requestlog.DefaultBatcherConfig()
 	report.FlushInterval = 20 * time.Millisecond

@@ -85,6 +85,12 @@ type GRPCParts struct {
 type GRPCRequestLog struct {
 	Producer grpcserver.Producer
 	Queries  grpcserver.RequestLogQueries
+	// RetentionDays bounds the created_at cfgd.ingest.v1 takes (0: the
+	// sink's default).
+	RetentionDays int
+	// Idempotency keeps the answers of Report calls sent with an
+	// idempotency key (nil: the key is ignored).
+	Idempotency grpcserver.Idempotency
 }
 
 // GRPC builds gRPC monitoring: the gRPC server (health, reflection,
@@ -132,12 +138,26 @@ func GRPC(cfg GRPCConfig, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now
 	srv.Register(&authv1.AuthService_ServiceDesc, grpcserver.NewAuth(a.App(), log))
 	// Registered even without a producer (it then answers Unimplemented),
 	// so reflection always lists what the proto files declare.
-	srv.Register(&ingestv1.IngestService_ServiceDesc, grpcserver.NewIngest(rl.Producer, now, log))
+	ing := grpcserver.NewIngest(rl.Producer, now, log)
+	// One accept path for the JSON ingest and OTLP: the same validation,
+	// created_at window and producer.
+	accept := &requestlog.Accepter{Now: now}
+	if rl.Producer != nil {
+		accept.Produce = rl.Producer.Produce
+	}
+	if rl.RetentionDays > 0 {
+		ing = ing.WithWindow(requestlog.WindowFor(rl.RetentionDays))
+		accept.Window = requestlog.WindowFor(rl.RetentionDays)
+	}
+	if rl.Idempotency != nil {
+		ing = ing.WithIdempotency(rl.Idempotency)
+	}
+	srv.Register(&ingestv1.IngestService_ServiceDesc, ing)
 	// OTLP trace export on both ports (gRPC here, HTTP /v1/traces in
 	// Routes): the gRPC server spans become request logs.
 	var traces *otlp.Receiver
 	if rl.Producer != nil {
-		traces = otlp.New(otlp.ProduceValid{Producer: rl.Producer, Now: now}, grpcserver.NewSigninAuthenticator(a.App().Auth), log)
+		traces = otlp.New(otlp.ViaIngest{Ingest: accept}, grpcserver.NewSigninAuthenticator(a.App().Auth), log)
 		traces.RegisterGRPC(srv)
 	}
 	dir, err := protos.NewDir(cfg.ProtoDir)
