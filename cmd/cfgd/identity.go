@@ -20,7 +20,13 @@ import (
 // key, recorded at server time and sent to the usage topic, which the
 // usage consumer counts into api_keys.
 func identityModule(w wiring) (modules.Module, *auth.API, error) {
-	usage, err := apikey.NewUsageRecorder(apikey.DefaultUsageRecorderConfig(w.bus), w.log)
+	signer, err := eventSigner(w.app.Core)
+	if err != nil {
+		return modules.Module{}, nil, err
+	}
+	rc := apikey.DefaultUsageRecorderConfig(w.bus)
+	rc.Signer = signer
+	usage, err := apikey.NewUsageRecorder(rc, w.log)
 	if err != nil {
 		return modules.Module{}, nil, err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 )
 
@@ -83,6 +84,10 @@ type UsageRecorderConfig struct {
 	FlushEvery time.Duration
 	// Timeout bounds one flush (default 5s).
 	Timeout time.Duration
+	// Signer signs each record as the relay signs domain events (header
+	// events.HeaderSignature), so a broker login alone cannot move a key's
+	// counters; nil sends them unsigned (tests of the recorder alone).
+	Signer *events.Signer
 }
 
 // DefaultUsageRecorderConfig returns the defaults for bus c.
@@ -168,7 +173,12 @@ func (r *UsageRecorder) Flush(ctx context.Context) error {
 	// One record per 20,000 keys stays far below any message size limit.
 	var msgs []*sarama.ProducerMessage
 	for i := 0; i < len(uses); i += 20_000 {
-		msgs = append(msgs, &sarama.ProducerMessage{Topic: r.topic, Value: sarama.ByteEncoder(AppendUses(nil, uses[i:min(i+20_000, len(uses))]))})
+		buf := AppendUses(nil, uses[i:min(i+20_000, len(uses))])
+		m := &sarama.ProducerMessage{Topic: r.topic, Value: sarama.ByteEncoder(buf)}
+		if r.cfg.Signer != nil {
+			m.Headers = []sarama.RecordHeader{{Key: []byte(events.HeaderSignature), Value: []byte(r.cfg.Signer.Sign(buf))}}
+		}
+		msgs = append(msgs, m)
 	}
 	if err := r.p.Send(ctx, msgs...); err != nil {
 		r.mu.Lock()

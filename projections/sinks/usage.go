@@ -29,8 +29,8 @@ type UsageConfig struct {
 	BatchWait    time.Duration
 	// MaxBackoff caps the wait between attempts while Postgres is down.
 	MaxBackoff time.Duration
-	// Signer verifies records as the ClickHouse sink's does (nil: no
-	// check), so a forged record counts no API-key use.
+	// Signer verifies each usage record's signature (nil: no check), so
+	// a record forged with a broker login alone counts no API-key use.
 	Signer *events.Signer
 }
 

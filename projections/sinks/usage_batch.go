@@ -9,6 +9,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/readmodels/apikeyview"
@@ -55,7 +56,7 @@ type usageBatch struct {
 func (b *usageBatch) add(u *Usage, m *sarama.ConsumerMessage) {
 	b.records++
 	b.last = m.Offset
-	uses, err := apikey.DecodeUses(m.Value, nil)
+	uses, err := decodeUses(m, u.cfg.Signer)
 	if err != nil {
 		b.poisoned++
 		u.log.Warn("api-key usage: unreadable usage record ignored", "partition", m.Partition, "offset", m.Offset, "err", err)
@@ -64,6 +65,17 @@ func (b *usageBatch) add(u *Usage, m *sarama.ConsumerMessage) {
 	for _, x := range uses {
 		b.uses = append(b.uses, use{offset: m.Offset, Use: x})
 	}
+}
+
+// decodeUses reads a usage record signed with v's key (nil v: no check),
+// so a record forged with a broker login alone counts no use.
+func decodeUses(m *sarama.ConsumerMessage, v *events.Signer) ([]apikey.Use, error) {
+	if v != nil {
+		if err := v.Verify(m.Value, header(m, events.HeaderSignature)); err != nil {
+			return nil, fmt.Errorf("%s: %w", kafka.ReasonBadSignature, err)
+		}
+	}
+	return apikey.DecodeUses(m.Value, nil)
 }
 
 // apply counts, in one transaction, the uses of b above the stored offset
