@@ -161,6 +161,8 @@ func TestHTTPExport(t *testing.T) {
 					RequestID: "5b8efff798038103d269b633813fc60c-eee19b7ec3c1b174", ServiceName: "shop.v1.Cart", MethodName: "Get",
 					Status: "error", GRPCStatusCode: requestlog.CodeName(uint32(codes.NotFound)), DurationMS: 250,
 					CreatedAt: time.Unix(1544712660, 0).UTC(), ClientIP: "10.0.0.9",
+					// Who exported is set by cfgd, never read from a span.
+					ReportedBy: requestlog.ReportedByKey(1),
 				}
 				if es[0] != want {
 					t.Fatalf("event %+v\nwant  %+v", es[0], want)

@@ -77,6 +77,10 @@ type call struct {
 	orWant int
 	// before runs first (a wait for an earlier call's effect, a fault).
 	before func()
+	// partial marks a body invalid in part on purpose: the server stores
+	// the rest (a partial 202), so the request is not held to the schema
+	// and the call is not a model for the derived error cases.
+	partial bool
 	// route names the document's path when a path parameter holds a "/"
 	// (/static/{asset}, /media/{file}), which an OpenAPI router never
 	// matches: a parameter ends at a slash.
@@ -138,14 +142,14 @@ func (s *contract) do(c call) answer {
 		t.Errorf("%s: %s %s is operation %q, the table says %q", c.name, c.method, c.path, route.Operation.OperationID, c.op)
 	}
 	s.called[route.Operation.OperationID]++
-	if a.status < 300 {
+	if a.status < 300 && !c.partial {
 		s.succeeded = append(s.succeeded, succeeded{c, route.Operation})
 	}
 	in := &openapi3filter.RequestValidationInput{
 		Request: vreq, PathParams: params, Route: route,
 		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, MultiError: true},
 	}
-	if a.status < 300 {
+	if a.status < 300 && !c.partial {
 		if err := openapi3filter.ValidateRequest(context.Background(), in); err != nil {
 			t.Errorf("%s: the request the server accepted does not match the document: %v", c.name, err)
 		}
@@ -166,10 +170,6 @@ func (s *contract) do(c call) answer {
 // when it takes no anonymous callers, and for a JSON body, 400 for one
 // that is not JSON and 415 for one not sent as application/json.
 func (s *contract) errorCases() []call {
-	// The status an operation answers to a JSON body sent as text/plain,
-	// where it is not 415: the ingest handler reads its body itself and
-	// answers 400 bad_request today.
-	wrongTypeAnswer := map[string]int{"ingestRequestLogs": http.StatusBadRequest}
 	var out []call
 	seen := map[string]bool{}
 	for _, ok := range s.succeeded {
@@ -196,9 +196,6 @@ func (s *contract) errorCases() []call {
 			c.name, c.body, c.want, c.orWant = ok.name+", not JSON", []byte(`{"a":`), http.StatusBadRequest, 0
 			out = append(out, c)
 			c.name, c.ctype, c.body, c.want = ok.name+", text/plain", "text/plain", ok.body, http.StatusUnsupportedMediaType
-			if st, ok := wrongTypeAnswer[id]; ok {
-				c.want = st
-			}
 			out = append(out, c)
 		}
 	}
@@ -577,7 +574,13 @@ func TestServedAnswersMatchTheOpenAPIDocument(t *testing.T) {
 		{name: "ingest, API key", op: "ingestRequestLogs", method: "POST", path: "/api/grpc/monitor/ingest/", ctype: js,
 			body: []byte("[" + event + "]"), auth: header("X-API-Key", apiKey), want: 202},
 		{name: "ingest, one event rejected", op: "ingestRequestLogs", method: "POST", path: "/api/grpc/monitor/ingest/", ctype: js,
-			body: []byte("[" + event + `,{"method_name":"Ping"}]`), auth: staff, want: 400},
+			body: []byte("[" + event + `,{"method_name":"Ping"}]`), auth: staff, want: 202, partial: true},
+		{name: "ingest, every event rejected", op: "ingestRequestLogs", method: "POST", path: "/api/grpc/monitor/ingest/", ctype: js,
+			body: []byte(`[{"method_name":"Ping"}]`), auth: staff, want: 400},
+		{name: "ingest, Idempotency-Key", op: "ingestRequestLogs", method: "POST", path: "/api/grpc/monitor/ingest/", ctype: js,
+			body: []byte("[" + event + "]"), auth: func(r *http.Request) { r.Header.Set("X-API-Key", apiKey); r.Header.Set("Idempotency-Key", "contract-1") }, want: 202},
+		{name: "ingest, same Idempotency-Key, another body", op: "ingestRequestLogs", method: "POST", path: "/api/grpc/monitor/ingest/", ctype: js,
+			body: []byte("[" + event + "," + event + "]"), auth: func(r *http.Request) { r.Header.Set("X-API-Key", apiKey); r.Header.Set("Idempotency-Key", "contract-1") }, want: 409},
 		{name: "ingest, not an array", op: "ingestRequestLogs", method: "POST", path: "/api/grpc/monitor/ingest/", ctype: js,
 			body: []byte(`{"service_name":"s"}`), auth: header("X-API-Key", apiKey), want: 400},
 		{name: "ingest, over 8 MiB", op: "ingestRequestLogs", method: "POST", path: "/api/grpc/monitor/ingest/", ctype: js,
