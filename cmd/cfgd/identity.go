@@ -20,5 +20,6 @@ func identityModule(w wiring) (modules.Module, *auth.API, error) {
 	if err != nil {
 		return modules.Module{}, nil, err
 	}
+	logGeneratedKeys(w.log, append(w.generatedKeys, app.Generated...))
 	return modules.Identity(app, w.app.Identity, w.deps.pg, time.Now)
 }

@@ -32,6 +32,10 @@ type wiring struct {
 	// assets are the pages' static assets, indexed once; the front
 	// module serves them.
 	assets *pages.Assets
+	// generatedKeys are key files this start created before the modules
+	// (the event signing key); the identity module reports them with its
+	// own in one log line.
+	generatedKeys []string
 }
 
 // eventTypes is the explicit registry of every event type cfgd stores.

@@ -54,15 +54,19 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	if err != nil {
 		return err
 	}
-	mods, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: busCfg, metrics: metrics})
+	signer, generated, err := eventSigner(c, app.Signin.KeysDir)
+	if err != nil {
+		return err
+	}
+	w := wiring{log: log, app: app, deps: d, bus: busCfg, metrics: metrics}
+	if generated != "" {
+		w.generatedKeys = []string{generated}
+	}
+	mods, err := buildModules(ctx, w)
 	if err != nil {
 		return err
 	}
 	replayables, err := registry(d, reg, mods)
-	if err != nil {
-		return err
-	}
-	signer, err := eventSigner(c)
 	if err != nil {
 		return err
 	}
