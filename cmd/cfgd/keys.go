@@ -70,10 +70,12 @@ With --print it writes no file and prints the same keys as settings instead
 		Use:   "rotate [--dir D]",
 		Short: "make a new JWT signing key; older keys keep verifying their tokens",
 		Long: `rotate puts a new JWT signing key first in the key file of the keys directory
-(--dir, default AUTH__KEYS_DIR). The older keys stay to verify the tokens they
-signed, and are dropped once every such token has expired (the longest of
-JWT__ACCESS_TTL, JWT__REFRESH_TTL and ADMIN__SESSION_TTL). Every running
-replica reads the file again within JWT__KEYS_RELOAD (30s by default). With JWT__SIGNING_KEY set,
+(--dir, default AUTH__KEYS_DIR). Every running replica reads the file again
+within JWT__KEYS_RELOAD (30s by default) and verifies the new key at once; it
+signs with it two such intervals after the rotation, when every replica knows
+it. The older keys stay to verify the tokens they signed, and a later rotation
+drops them once every such token has expired (the longest of JWT__ACCESS_TTL,
+JWT__REFRESH_TTL and ADMIN__SESSION_TTL after they stopped signing). With JWT__SIGNING_KEY set,
 rotate in the settings instead (see docs/operations.md).`,
 		Example: "  cfgd keys rotate --dir /mnt/shared/cfgd-keys",
 		Args:    noArgs,
@@ -153,12 +155,17 @@ func generateKeys(alg, dir string, stdout io.Writer) error {
 }
 
 func rotateKeys(cfg signin.Config, dir string, stdout io.Writer) error {
-	r, err := token.Rotate(cfg.JWT.Algorithm, dir, time.Now(), cfg.MaxTokenLifetime())
+	// A key signs two reload intervals after it is made (token.NewReloading):
+	// an old key stops signing that much after the rotation that retired it.
+	activation := 2 * cfg.JWT.KeysReload
+	now := time.Now()
+	r, err := token.Rotate(cfg.JWT.Algorithm, dir, now, cfg.MaxTokenLifetime()+activation)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "new signing key: kid %s in %s\nstill verifying: %s\ndropped (every token they signed has expired): %s\nEvery running replica reads the file again within %s.\n",
-		r.Kid, r.Path, orNone(r.Kept), orNone(r.Pruned), cfg.JWT.KeysReload)
+	_, err = fmt.Fprintf(stdout, "new signing key: kid %s in %s\nstill verifying: %s\ndropped (every token they signed has expired): %s\n"+
+		"Every running replica reads the file again within %s and signs with the new key from %s.\n",
+		r.Kid, r.Path, orNone(r.Kept), orNone(r.Pruned), cfg.JWT.KeysReload, now.Add(activation).UTC().Format(time.RFC3339))
 	return err
 }
 

@@ -126,7 +126,8 @@ func newKeys(method jwt.SigningMethod, in []key) (*Keys, error) {
 	return k, nil
 }
 
-// Kid is the key id of the signing key.
+// Kid is the key id of the newest key, the one that signs (for a
+// reloading Service, once it is old enough: NewReloading).
 func (k *Keys) Kid() string { return k.keys[0].kid }
 
 // Kids are the key ids of every key, the signing one first.
@@ -144,6 +145,18 @@ func (k *Keys) Generated() string { return k.generated }
 
 // Algorithm is the keys' signing algorithm.
 func (k *Keys) Algorithm() string { return k.method.Alg() }
+
+// signing is the key that signs at now: the newest one dated at least
+// delay before now (or undated), else the oldest, so a key a rotation
+// added verifies at once but signs only once every replica knows it.
+func (k *Keys) signing(now time.Time, delay time.Duration) key {
+	for _, e := range k.keys {
+		if e.created.IsZero() || !e.created.Add(delay).After(now) {
+			return e
+		}
+	}
+	return k.keys[len(k.keys)-1]
+}
 
 // verifier is the key whose id is kid.
 func (k *Keys) verifier(kid string) (any, bool) {
@@ -458,8 +471,8 @@ type Rotation struct {
 
 // Rotate puts a new signing key first in the key file of alg in dir; the
 // older keys stay to verify the tokens they signed, except those that
-// stopped signing more than keep ago (the longest token lifetime): no
-// token of theirs can still be valid. The file is replaced atomically.
+// stopped signing more than keep ago (the longest token lifetime plus the
+// activation delay of NewReloading): no token of theirs can still be valid. The file is replaced atomically.
 func Rotate(alg, dir string, now time.Time, keep time.Duration) (Rotation, error) {
 	path := KeyFile(alg, dir)
 	old, err := os.ReadFile(path)

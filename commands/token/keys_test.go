@@ -164,15 +164,15 @@ func load(t *testing.T, src token.Source) *token.Keys {
 }
 
 // Two replicas reading one key directory follow a rotation without a
-// restart: the one that has not reloaded yet reads the file when a token
-// names a key it does not know, and both sign with the new key after the
-// reload interval.
+// restart: the new key verifies at once, signs only after two reload
+// intervals (when every replica has read it), and a replica that has not
+// reloaded yet reads the file when a token names a key it does not know.
 func TestReloadingServicesFollowRotation(t *testing.T) {
 	dir := t.TempDir()
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	cfg := token.Config{Issuer: "cfgd", Audience: "cfgd", AccessTTL: 15 * time.Minute, RefreshTTL: time.Hour, WebTTL: time.Hour, Now: now, ReloadEvery: time.Minute}
-	replica := func() *token.Service {
+	replica := func(cfg token.Config) *token.Service {
 		src := token.Source{Alg: token.EdDSA, Dir: dir}
 		keys := load(t, src)
 		src.NoCreate = true
@@ -182,30 +182,32 @@ func TestReloadingServicesFollowRotation(t *testing.T) {
 		}
 		return s
 	}
-	a, b := replica(), replica()
+	a := replica(cfg)
+	slow := cfg
+	slow.ReloadEvery = 10 * time.Minute
+	b := replica(slow)
 	before, _ := a.Issue(token.Spec{Kind: token.Access, UserID: 1, SessionID: "s"})
 	r, err := token.Rotate(token.EdDSA, dir, time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Within the reload interval a still signs with the old key.
-	offset.Store(int64(2 * time.Second))
+	// a has read the file (its interval passed) but the new key is too
+	// young to sign: b may not know it yet.
+	offset.Store(int64(90 * time.Second))
 	if got, _ := a.Issue(token.Spec{Kind: token.Access, UserID: 1, SessionID: "s"}); kidOf(t, got.Token) != kidOf(t, before.Token) {
-		t.Fatalf("a reloaded before its interval")
+		t.Fatalf("a signs with a key younger than two reload intervals")
 	}
-	// A token of the new key (as a restarted replica signs) reaches b.
-	fresh := service(t, load(t, token.Source{Alg: token.EdDSA, Dir: dir, NoCreate: true}), cfg)
-	tok, _ := fresh.Issue(token.Spec{Kind: token.Access, UserID: 1, SessionID: "s"})
-	if _, err := b.Parse(tok.Token, token.Access); err != nil {
-		t.Fatalf("b refused a token of the new key: %v", err)
+	if kids := jwksKids(t, a.JWKS()); len(kids) != 2 || kids[0] != r.Kid {
+		t.Fatalf("a's JWKS after its reload: %v", kids)
 	}
-	if kids := jwksKids(t, b.JWKS()); len(kids) != 2 {
-		t.Fatalf("b's JWKS after its reload: %v", kids)
-	}
-	offset.Store(int64(2 * time.Minute))
+	offset.Store(int64(2*time.Minute + 5*time.Second))
 	after, _ := a.Issue(token.Spec{Kind: token.Access, UserID: 1, SessionID: "s"})
 	if kidOf(t, after.Token) != r.Kid {
-		t.Fatalf("a signs with %s after its interval, want %s", kidOf(t, after.Token), r.Kid)
+		t.Fatalf("a signs with %s two intervals after the rotation, want %s", kidOf(t, after.Token), r.Kid)
+	}
+	// b, not due for its own reload, reads the file for the unknown kid.
+	if _, err := b.Parse(after.Token, token.Access); err != nil {
+		t.Fatalf("b refused a token of the new key: %v", err)
 	}
 	for name, s := range map[string]*token.Service{"a": a, "b": b} {
 		if _, err := s.Parse(before.Token, token.Access); err != nil {
@@ -215,10 +217,7 @@ func TestReloadingServicesFollowRotation(t *testing.T) {
 	// A broken file leaves the keys loaded before in place.
 	var reported error
 	cfg.ReloadFailed = func(err error) { reported = err }
-	c, err := token.NewReloading(cfg, load(t, token.Source{Alg: token.EdDSA, Dir: dir}), token.Source{Alg: token.EdDSA, Dir: dir, NoCreate: true}.Load)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := replica(cfg)
 	if err := os.WriteFile(token.KeyFile(token.EdDSA, dir), []byte("garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -134,7 +134,9 @@ const (
 
 // NewReloading returns a Service on keys that reads its keys again with
 // reload (a key file on storage every replica shares), so a rotation
-// reaches every replica without a restart.
+// reaches every replica without a restart. A key new in the file verifies
+// at once and signs two reload intervals after it was made, when every
+// replica has read it.
 func NewReloading(cfg Config, keys *Keys, reload func() (*Keys, error)) (*Service, error) {
 	s, err := New(cfg, keys)
 	if err != nil {
@@ -177,6 +179,16 @@ func New(cfg Config, keys *Keys) (*Service, error) {
 	}
 	s.keys.Store(keys)
 	return s, nil
+}
+
+// activation is how long a reloading Service waits before signing with a
+// key new in its file: two reload intervals, so every replica reading the
+// file verifies the key before any signs with it.
+func (s *Service) activation() time.Duration {
+	if s.reload == nil {
+		return 0
+	}
+	return 2 * s.cfg.ReloadEvery
 }
 
 // current is the key set, read again when it is due (reloading Services
@@ -281,10 +293,11 @@ func (s *Service) Issue(sp Spec) (Issued, error) {
 		c.ClientID = s.cfg.ClientID
 	}
 	keys := s.current(false)
+	k := keys.signing(now, s.activation())
 	t := jwt.NewWithClaims(keys.method, c)
-	t.Header["kid"] = keys.Kid()
+	t.Header["kid"] = k.kid
 	t.Header["typ"] = sp.Kind.Type()
-	signed, err := t.SignedString(keys.keys[0].sign)
+	signed, err := t.SignedString(k.sign)
 	if err != nil {
 		return Issued{}, fmt.Errorf("sign %s token: %w", sp.Kind, err)
 	}
@@ -310,7 +323,7 @@ func (s *Service) Parse(raw string, want Kind) (*Claims, error) {
 		// key only.
 		raw, ok := t.Header["kid"]
 		if !ok {
-			return s.current(false).keys[0].verify, nil
+			return s.current(false).signing(s.cfg.Now(), s.activation()).verify, nil
 		}
 		kid, _ := raw.(string)
 		if key, ok := s.current(false).verifier(kid); ok {
