@@ -365,9 +365,6 @@ func (s *Service) Parse(raw string, want Kind) (*Claims, error) {
 // first; it holds no key at all for HS256, whose keys are shared secrets.
 func (s *Service) JWKS() []byte { return s.current(false).jwks }
 
-// Kids are the ids of the keys that verify, the signing one first.
-func (s *Service) Kids() []string { return s.current(false).Kids() }
-
 // Issuer is the iss of every token.
 func (s *Service) Issuer() string { return s.cfg.Issuer }
 
