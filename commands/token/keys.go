@@ -285,7 +285,10 @@ func (s Source) Load() (*Keys, error) {
 			if err != nil {
 				return nil, fmt.Errorf("JWT__SIGNING_KEY: %w", err)
 			}
-			e, _ := ed25519Key(priv, time.Time{})
+			e, err := ed25519Key(priv, time.Time{})
+			if err != nil {
+				return nil, err
+			}
 			ks = append(ks, e)
 		} else {
 			e, err := hs256Key([]byte(s.SigningKey), time.Time{})
