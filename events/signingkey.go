@@ -18,17 +18,19 @@ import (
 // the same key. The file is created 0600 and refused when group or others
 // may read it, as ssh does with private keys.
 func LoadOrCreateSigningKey(path string) ([]byte, error) {
-	key, err := readSigningKey(path)
+	key, err := ReadSigningKey(path)
 	if err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return key, err
 	}
-	if err := createSigningKey(path); err != nil {
+	if _, err := CreateSigningKey(path); err != nil {
 		return nil, err
 	}
-	return readSigningKey(path)
+	return ReadSigningKey(path)
 }
 
-func readSigningKey(path string) ([]byte, error) {
+// ReadSigningKey reads the key file at path (an error wrapping
+// fs.ErrNotExist when there is none), refusing one others may read.
+func ReadSigningKey(path string) ([]byte, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("event signing key: %w", err)
@@ -47,32 +49,34 @@ func readSigningKey(path string) ([]byte, error) {
 	return key, nil
 }
 
-// createSigningKey writes a fresh key beside path and links it into place,
+// CreateSigningKey writes a fresh key beside path and links it into place,
 // so two processes starting at once agree on one key and neither reads a
-// half-written file.
-func createSigningKey(path string) error {
+// half-written file; created is false when the file was there already.
+func CreateSigningKey(path string) (created bool, err error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("event signing key: %w", err)
+		return false, fmt.Errorf("event signing key: %w", err)
 	}
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
-		return fmt.Errorf("event signing key: %w", err)
+		return false, fmt.Errorf("event signing key: %w", err)
 	}
 	tmp, err := os.CreateTemp(dir, ".signing-key-*")
 	if err != nil {
-		return fmt.Errorf("event signing key: %w", err)
+		return false, fmt.Errorf("event signing key: %w", err)
 	}
 	defer os.Remove(tmp.Name())
 	_, werr := tmp.WriteString(hex.EncodeToString(raw) + "\n")
 	serr := tmp.Sync()
 	cerr := tmp.Close()
 	if err := errors.Join(werr, serr, cerr); err != nil {
-		return fmt.Errorf("event signing key: %w", err)
+		return false, fmt.Errorf("event signing key: %w", err)
 	}
 	// CreateTemp makes the file 0600.
-	if err := os.Link(tmp.Name(), path); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("event signing key: %w", err)
+	if err := os.Link(tmp.Name(), path); errors.Is(err, fs.ErrExist) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("event signing key: %w", err)
 	}
-	return nil
+	return true, nil
 }

@@ -61,6 +61,7 @@ CFGD_ENV_FILE (default ./.env), then defaults. See docs/cli.md.`,
 		deadlettersCommand(),
 		replayCommand(),
 		apikeyCommand(),
+		keysCommand(),
 		configCommand(),
 		checkCommand(),
 	)

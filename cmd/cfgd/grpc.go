@@ -23,10 +23,7 @@ func grpcModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, activeKey
 	// The usage counts the request-log module's consumer keeps in api_keys
 	// (same settings), rebuilt with the keys.
 	uc := sinks.DefaultUsageConfig(w.bus)
-	signer, err := eventSigner(w.app.Core)
-	if err != nil {
-		return modules.Module{}, err
-	}
+	signer := w.signer
 	uc.Signer = signer
 	usage, err := sinks.NewUsageFeed(uc, w.log)
 	if err != nil {

@@ -20,10 +20,7 @@ import (
 // key, recorded at server time and sent to the usage topic, which the
 // usage consumer counts into api_keys.
 func identityModule(w wiring) (modules.Module, *auth.API, error) {
-	signer, err := eventSigner(w.app.Core)
-	if err != nil {
-		return modules.Module{}, nil, err
-	}
+	signer := w.signer
 	rc := apikey.DefaultUsageRecorderConfig(w.bus)
 	rc.Signer = signer
 	usage, err := apikey.NewUsageRecorder(rc, w.log)
@@ -36,6 +33,7 @@ func identityModule(w wiring) (modules.Module, *auth.API, error) {
 	if err != nil {
 		return modules.Module{}, nil, err
 	}
+	logGeneratedKeys(w.log, append(w.generatedKeys, app.Generated...))
 	m, a, err := modules.Identity(app, w.app.Identity, w.deps.pg, time.Now)
 	if err != nil {
 		return m, a, err

@@ -35,6 +35,13 @@ type wiring struct {
 	// clickHouseMigrated is closed once serve has applied the ClickHouse
 	// migrations (nil: nothing to wait for).
 	clickHouseMigrated <-chan struct{}
+	// generatedKeys are key files this start created before the modules
+	// (the event signing key); the identity module reports them with its
+	// own in one log line.
+	generatedKeys []string
+	// signer signs and verifies what cfgd puts on the bus (events, request
+	// logs, usage and lifecycle records): made once, in serve.
+	signer *events.Signer
 }
 
 // eventTypes is the explicit registry of every event type cfgd stores.

@@ -578,9 +578,15 @@ func TestServedAnswersMatchTheOpenAPIDocument(t *testing.T) {
 		{name: "ingest, every event rejected", op: "ingestRequestLogs", method: "POST", path: "/api/grpc/monitor/ingest/", ctype: js,
 			body: []byte(`[{"method_name":"Ping"}]`), auth: staff, want: 400},
 		{name: "ingest, Idempotency-Key", op: "ingestRequestLogs", method: "POST", path: "/api/grpc/monitor/ingest/", ctype: js,
-			body: []byte("[" + event + "]"), auth: func(r *http.Request) { r.Header.Set("X-API-Key", apiKey); r.Header.Set("Idempotency-Key", "contract-1") }, want: 202},
+			body: []byte("[" + event + "]"), auth: func(r *http.Request) {
+				r.Header.Set("X-API-Key", apiKey)
+				r.Header.Set("Idempotency-Key", "contract-1")
+			}, want: 202},
 		{name: "ingest, same Idempotency-Key, another body", op: "ingestRequestLogs", method: "POST", path: "/api/grpc/monitor/ingest/", ctype: js,
-			body: []byte("[" + event + "," + event + "]"), auth: func(r *http.Request) { r.Header.Set("X-API-Key", apiKey); r.Header.Set("Idempotency-Key", "contract-1") }, want: 409},
+			body: []byte("[" + event + "," + event + "]"), auth: func(r *http.Request) {
+				r.Header.Set("X-API-Key", apiKey)
+				r.Header.Set("Idempotency-Key", "contract-1")
+			}, want: 409},
 		{name: "ingest, not an array", op: "ingestRequestLogs", method: "POST", path: "/api/grpc/monitor/ingest/", ctype: js,
 			body: []byte(`{"service_name":"s"}`), auth: header("X-API-Key", apiKey), want: 400},
 		{name: "ingest, over 8 MiB", op: "ingestRequestLogs", method: "POST", path: "/api/grpc/monitor/ingest/", ctype: js,

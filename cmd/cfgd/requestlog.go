@@ -25,10 +25,7 @@ import (
 func requestLogProducer(w wiring) (*requestlogkafka.Producer, error) {
 	c := w.app.RequestLog.Producer
 	c.Bus = w.bus
-	signer, err := eventSigner(w.app.Core)
-	if err != nil {
-		return nil, err
-	}
+	signer := w.signer
 	c.Signer = signer
 	return requestlogkafka.NewProducer(c, w.log)
 }
@@ -47,10 +44,7 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, act
 	c.Sink.Bus = w.bus
 	// Records are signed with the events' key; the sink and the replay
 	// dead-letter what does not verify.
-	signer, err := eventSigner(w.app.Core)
-	if err != nil {
-		return modules.Module{}, err
-	}
+	signer := w.signer
 	c.Sink.Signer = signer
 	// The fence lets `cfgd replay requestlog.clickhouse` swap rebuilt
 	// tables in between two of the sink's batches.

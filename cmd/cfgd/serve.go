@@ -54,16 +54,20 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	if err != nil {
 		return err
 	}
+	signer, generated, err := eventSigner(c, app.Signin.KeysDir)
+	if err != nil {
+		return err
+	}
 	chMigrated := make(chan struct{})
-	mods, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: busCfg, metrics: metrics, clickHouseMigrated: chMigrated})
+	w := wiring{log: log, app: app, deps: d, bus: busCfg, metrics: metrics, clickHouseMigrated: chMigrated, signer: signer}
+	if generated != "" {
+		w.generatedKeys = []string{generated}
+	}
+	mods, err := buildModules(ctx, w)
 	if err != nil {
 		return err
 	}
 	replayables, err := registry(d, reg, mods)
-	if err != nil {
-		return err
-	}
-	signer, err := eventSigner(c)
 	if err != nil {
 		return err
 	}

@@ -133,6 +133,11 @@ func TestServeBecomesReadyAndStopsCleanly(t *testing.T) {
 			t.Errorf("/readyz does not report %s ok: %s", dep, body)
 		}
 	}
+	// A replica that made its own keys says so, once, naming every file.
+	if logs := r.stderr.String(); strings.Count(logs, "generated new keys") != 1 ||
+		!strings.Contains(logs, "jwt-ed25519.pem") || !strings.Contains(logs, "otp-hmac.key") || !strings.Contains(logs, "signing.key") {
+		t.Errorf("no single log line about the generated keys:\n%s", logs)
+	}
 	code, body := get(t, r.base+"/no/such/path")
 	if code != 404 || !strings.Contains(body, `"code":"not_found"`) {
 		t.Fatalf("unknown path: %d %s", code, body)

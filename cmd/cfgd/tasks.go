@@ -38,11 +38,7 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (modules.Module, erro
 		return modules.Module{}, err
 	}
 	// Lifecycle records are signed and verified with the events' key.
-	signer, err := eventSigner(w.app.Core)
-	if err != nil {
-		closeRedis()
-		return modules.Module{}, err
-	}
+	signer := w.signer
 	sink := sinks.NewLifecycle(w.deps.pg, w.bus, signer, w.log)
 	pub, err := tasks.NewProducer(w.bus, signer, w.log)
 	if err != nil {

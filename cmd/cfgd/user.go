@@ -60,6 +60,7 @@ func createSuperuser(ctx context.Context, log *slog.Logger, app appSettings, cmd
 	if err != nil {
 		return err
 	}
+	logGeneratedKeys(log, core.Generated)
 	u, err := core.CreateSuperuser.Handle(ctx, cmd)
 	if err != nil {
 		if user.IsInputError(err) {

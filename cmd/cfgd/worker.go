@@ -56,7 +56,7 @@ func taskBus(app appSettings) kafka.Config { return clientBus(app.Core) }
 
 // lifecycleEmitter waits for Kafka; nil when ctx ended first.
 func lifecycleEmitter(ctx context.Context, log *slog.Logger, app appSettings) (*tasks.Producer, error) {
-	signer, err := eventSigner(app.Core)
+	signer, _, err := eventSigner(app.Core, app.Signin.KeysDir)
 	if err != nil {
 		return nil, err
 	}

@@ -37,15 +37,17 @@ func (t *signinTarget) fields() []field {
 		secret(&e.SMTPPassword, "EMAIL__SMTP_PASSWORD", "AUTH PLAIN password (required with `EMAIL__SMTP_USERNAME`)"),
 		positive(&e.SMTPTimeout, "EMAIL__SMTP_TIMEOUT", "bound on one send; connections are kept and reused"),
 		oneOf(&j.Algorithm, "JWT__ALGORITHM", "`EdDSA` or `HS256`", token.EdDSA, token.HS256),
-		secret(&j.SigningKey, "JWT__SIGNING_KEY", "EdDSA: PKCS#8 PEM or base64 32-byte seed; HS256: at least 32 bytes. Empty: a key file in `AUTH__KEYS_DIR`"),
+		secret(&j.SigningKey, "JWT__SIGNING_KEY", "EdDSA: PKCS#8 PEM or base64 32-byte seed; HS256: at least 32 bytes. Empty: the key file in `AUTH__KEYS_DIR`. Every replica needs the same keys (`cfgd keys generate`)"),
+		secret(&j.VerifyKeys, "JWT__VERIFY_KEYS", "older keys that still verify the tokens they signed after a rotation: EdDSA PEM blocks or base64 seeds, HS256 secrets; comma-separated"),
 		positive(&j.AccessTTL, "JWT__ACCESS_TTL", "access token lifetime"),
 		positive(&j.RefreshTTL, "JWT__REFRESH_TTL", "refresh token (and API session) lifetime"),
 		boolean(&j.RotateRefresh, "JWT__ROTATE_REFRESH", "hand out a new refresh token on each refresh; reuse of an old one revokes the session"),
 		str(&j.Issuer, "JWT__ISSUER", "`iss` of the tokens"),
 		str(&j.Audience, "JWT__AUDIENCE", "`aud` of the tokens"),
 		positive(&j.RevocationPoll, "JWT__REVOCATION_POLL", "how often an instance reloads the revocation set"),
+		positive(&j.KeysReload, "JWT__KEYS_RELOAD", "how often an instance reads the key file in `AUTH__KEYS_DIR` again, to follow `cfgd keys rotate` (a token naming an unknown key reads it at once, at most once a second)"),
 		secret(&c.OTPHMACKey, "OTP__HMAC_KEY", "key the stored code HMACs use (at least 32 bytes); empty: a key file in `AUTH__KEYS_DIR`"),
-		str(&c.KeysDir, "AUTH__KEYS_DIR", "where keys are generated on first start (mode 0600, directory 0700)"),
+		str(&c.KeysDir, "AUTH__KEYS_DIR", "the JWT, OTP and (when there) event signing key files, generated on first start (mode 0600, directory 0700) or by `cfgd keys generate`; several replicas share it (or set the keys)"),
 		intRange(&c.IPRequests, "OTP__IP_REQUESTS", "OTP requests per client IP per window (any addresses)", 1, 1_000_000),
 		intRange(&c.IPVerifications, "OTP__IP_VERIFICATIONS", "OTP verifications per client IP per window", 1, 1_000_000),
 		positive(&c.IPWindow, "OTP__IP_WINDOW", "window of the two limits above"),
@@ -88,6 +90,11 @@ func ReadSignin(r *config.Reader, httpAddr string) (signin.Config, auth.Config) 
 			if len(s.JWT.SigningKey.Reveal()) < token.MinSecretLength {
 				r.Fail("JWT__SIGNING_KEY", "expected an HS256 secret of at least 32 bytes", "")
 			}
+		}
+	}
+	if s.JWT.VerifyKeys.IsSet() {
+		if err := token.CheckVerifyKeys(s.JWT.Algorithm, s.JWT.VerifyKeys.Reveal()); err != nil {
+			r.Fail("JWT__VERIFY_KEYS", "expected older keys of JWT__ALGORITHM, comma-separated: EdDSA PEM blocks or base64 32-byte seeds, HS256 secrets of at least 32 bytes", "")
 		}
 	}
 	if s.OTPHMACKey.IsSet() && len(s.OTPHMACKey.Reveal()) < token.MinSecretLength {

@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -88,6 +90,12 @@ type Config struct {
 	RefreshTTL time.Duration
 	WebTTL     time.Duration
 	Now        func() time.Time // default time.Now
+	// ReloadEvery is how often a reloading Service reads its keys again;
+	// default ReloadEvery.
+	ReloadEvery time.Duration
+	// ReloadFailed hears why reloading the keys failed (NewReloading);
+	// the Service keeps the keys it has.
+	ReloadFailed func(error)
 }
 
 // Validate joins every problem of c.
@@ -102,11 +110,41 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Service signs and parses tokens with one key.
+// Service signs with the signing key of its key set and verifies with the
+// key a token's kid names.
 type Service struct {
 	cfg    Config
-	keys   *Keys
+	keys   atomic.Pointer[Keys]
 	parser *jwt.Parser
+
+	// reload, when set, reads the key set again (NewReloading).
+	reload   func() (*Keys, error)
+	reloadMu sync.Mutex
+	loadedAt atomic.Int64 // unix nanoseconds of the last reload
+}
+
+// How often a reloading Service reads its keys again: every ReloadEvery
+// (Config.ReloadEvery), so replicas converge on the newest signing key
+// after a rotation, and at most every ReloadMin when a token names a key it
+// does not know (another replica already signs with a new key).
+const (
+	ReloadEvery = 30 * time.Second
+	ReloadMin   = time.Second
+)
+
+// NewReloading returns a Service on keys that reads its keys again with
+// reload (a key file on storage every replica shares), so a rotation
+// reaches every replica without a restart. A key new in the file verifies
+// at once and signs two reload intervals after it was made, when every
+// replica has read it.
+func NewReloading(cfg Config, keys *Keys, reload func() (*Keys, error)) (*Service, error) {
+	s, err := New(cfg, keys)
+	if err != nil {
+		return nil, err
+	}
+	s.reload = reload
+	s.loadedAt.Store(s.cfg.Now().UnixNano())
+	return s, nil
 }
 
 // New returns a Service.
@@ -117,17 +155,19 @@ func New(cfg Config, keys *Keys) (*Service, error) {
 	if cfg.ClientID == "" {
 		cfg.ClientID = cfg.Issuer
 	}
+	if cfg.ReloadEvery <= 0 {
+		cfg.ReloadEvery = ReloadEvery
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if keys == nil {
 		return nil, errors.New("token: no keys")
 	}
-	return &Service{
-		cfg:  cfg,
-		keys: keys,
+	s := &Service{
+		cfg: cfg,
 		parser: jwt.NewParser(
-			jwt.WithValidMethods([]string{keys.method.Alg()}),
+			jwt.WithValidMethods([]string{keys.Algorithm()}),
 			jwt.WithIssuer(cfg.Issuer),
 			// The audience depends on the kind: Parse checks it.
 			jwt.WithExpirationRequired(),
@@ -136,7 +176,53 @@ func New(cfg Config, keys *Keys) (*Service, error) {
 			jwt.WithLeeway(5*time.Second),
 			jwt.WithStrictDecoding(),
 		),
-	}, nil
+	}
+	s.keys.Store(keys)
+	return s, nil
+}
+
+// activation is how long a reloading Service waits before signing with a
+// key new in its file: two reload intervals, so every replica reading the
+// file verifies the key before any signs with it.
+func (s *Service) activation() time.Duration {
+	if s.reload == nil {
+		return 0
+	}
+	return 2 * s.cfg.ReloadEvery
+}
+
+// current is the key set, read again when it is due (reloading Services
+// only); unknownKid asks for a reload sooner.
+func (s *Service) current(unknownKid bool) *Keys {
+	k := s.keys.Load()
+	if s.reload == nil {
+		return k
+	}
+	due := func() bool {
+		since := s.cfg.Now().Sub(time.Unix(0, s.loadedAt.Load()))
+		return since >= s.cfg.ReloadEvery || (unknownKid && since >= min(ReloadMin, s.cfg.ReloadEvery))
+	}
+	if !due() {
+		return k
+	}
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	if !due() {
+		return s.keys.Load() // another request reloaded while this one waited
+	}
+	s.loadedAt.Store(s.cfg.Now().UnixNano())
+	next, err := s.reload()
+	if err == nil && next.method.Alg() != k.method.Alg() {
+		err = fmt.Errorf("token: the reloaded keys are %s, not %s", next.method.Alg(), k.method.Alg())
+	}
+	if err != nil {
+		if s.cfg.ReloadFailed != nil {
+			s.cfg.ReloadFailed(err)
+		}
+		return k
+	}
+	s.keys.Store(next)
+	return next
 }
 
 // RefreshAudience is the aud of refresh tokens for access audience aud:
@@ -206,10 +292,12 @@ func (s *Service) Issue(sp Spec) (Issued, error) {
 	if sp.Kind == Access {
 		c.ClientID = s.cfg.ClientID
 	}
-	t := jwt.NewWithClaims(s.keys.method, c)
-	t.Header["kid"] = s.keys.kid
+	keys := s.current(false)
+	k := keys.signing(now, s.activation())
+	t := jwt.NewWithClaims(keys.method, c)
+	t.Header["kid"] = k.kid
 	t.Header["typ"] = sp.Kind.Type()
-	signed, err := t.SignedString(s.keys.signKey)
+	signed, err := t.SignedString(k.sign)
 	if err != nil {
 		return Issued{}, fmt.Errorf("sign %s token: %w", sp.Kind, err)
 	}
@@ -230,12 +318,21 @@ func (s *Service) Parse(raw string, want Kind) (*Claims, error) {
 	}
 	var c Claims
 	tok, err := s.parser.ParseWithClaims(raw, &c, func(t *jwt.Token) (any, error) {
-		// WithValidMethods already pinned the algorithm; the kid must match
-		// too when present, which keeps a future second key honest.
-		if kid, ok := t.Header["kid"]; ok && kid != s.keys.kid {
-			return nil, errors.New("unknown key id")
+		// WithValidMethods already pinned the algorithm; the kid picks
+		// the key. A token without one (none of cfgd's) gets the signing
+		// key only.
+		raw, ok := t.Header["kid"]
+		if !ok {
+			return s.current(false).signing(s.cfg.Now(), s.activation()).verify, nil
 		}
-		return s.keys.verifyKey, nil
+		kid, _ := raw.(string)
+		if key, ok := s.current(false).verifier(kid); ok {
+			return key, nil
+		}
+		if key, ok := s.current(true).verifier(kid); ok {
+			return key, nil
+		}
+		return nil, errors.New("unknown key id")
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -264,12 +361,12 @@ func (s *Service) Parse(raw string, want Kind) (*Claims, error) {
 	return &c, nil
 }
 
-// JWKS is the JSON Web Key Set of the verification key; it holds no key at
-// all for HS256, whose key is a shared secret.
-func (s *Service) JWKS() []byte { return s.keys.jwks }
+// JWKS is the JSON Web Key Set of every verification key, the signing one
+// first; it holds no key at all for HS256, whose keys are shared secrets.
+func (s *Service) JWKS() []byte { return s.current(false).jwks }
 
 // Issuer is the iss of every token.
 func (s *Service) Issuer() string { return s.cfg.Issuer }
 
 // Algorithm is the one accepted signing algorithm.
-func (s *Service) Algorithm() string { return s.keys.method.Alg() }
+func (s *Service) Algorithm() string { return s.keys.Load().method.Alg() }

@@ -69,6 +69,10 @@ type App struct {
 	Limiter     *Limiter
 	Auth        *Authenticator
 
+	// Generated are the key files this start created: a replica that
+	// made its own keys does not share them with any other.
+	Generated []string
+
 	RequestOTP      *otp.RequestHandler
 	VerifyOTP       *otp.VerifyHandler
 	Refresh         *session.RefreshHandler
@@ -96,21 +100,44 @@ func New(cfg Config, d Deps) (*App, error) {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	keys, err := token.Load(cfg.JWT.Algorithm, cfg.JWT.SigningKey.Reveal(), cfg.KeysDir)
+	src := token.Source{Alg: cfg.JWT.Algorithm, SigningKey: cfg.JWT.SigningKey.Reveal(), VerifyKeys: cfg.JWT.VerifyKeys.Reveal(), Dir: cfg.KeysDir}
+	keys, err := src.Load()
 	if err != nil {
 		return nil, fmt.Errorf("signin: signing key (JWT__SIGNING_KEY or %s): %w", cfg.KeysDir, err)
 	}
-	tokens, err := token.New(token.Config{
+	var generated []string
+	if keys.Generated() != "" {
+		generated = append(generated, keys.Generated())
+	}
+	tcfg := token.Config{
 		Issuer: cfg.JWT.Issuer, Audience: cfg.JWT.Audience,
 		AccessTTL: cfg.JWT.AccessTTL, RefreshTTL: cfg.JWT.RefreshTTL, WebTTL: cfg.SessionTTL, Now: d.Now,
-	}, keys)
+		ReloadEvery: cfg.JWT.KeysReload,
+		ReloadFailed: func(err error) {
+			d.Log.Warn("signin: reload the JWT keys (keeping the keys loaded before)", "err", err)
+		},
+	}
+	var tokens *token.Service
+	if src.SigningKey == "" {
+		// The key file may sit on storage every replica shares: read it
+		// again, so a rotation reaches this replica without a restart.
+		src.NoCreate = true
+		tokens, err = token.NewReloading(tcfg, keys, src.Load)
+	} else {
+		tokens, err = token.New(tcfg, keys)
+	}
 	if err != nil {
 		return nil, err
 	}
 	secret := []byte(cfg.OTPHMACKey.Reveal())
 	if len(secret) == 0 {
-		if secret, err = token.LoadOrCreateSecret(filepath.Join(cfg.KeysDir, "otp-hmac.key")); err != nil {
+		path := filepath.Join(cfg.KeysDir, OTPKeyFile)
+		var created bool
+		if secret, created, err = token.LoadOrCreateSecret(path); err != nil {
 			return nil, fmt.Errorf("signin: OTP HMAC key (OTP__HMAC_KEY or %s): %w", cfg.KeysDir, err)
+		}
+		if created {
+			generated = append(generated, path)
 		}
 	}
 	hasher, err := otp.NewHasher(secret)
@@ -132,7 +159,7 @@ func New(cfg Config, d Deps) (*App, error) {
 		db = d.Events.Bind(d.Pool)
 	}
 	a := &App{
-		Config: cfg, Log: d.Log, Now: d.Now, Tokens: tokens, secret: secret,
+		Config: cfg, Log: d.Log, Now: d.Now, Tokens: tokens, secret: secret, Generated: generated,
 		Users:           identityview.NewUsers(d.Pool, cfg.ReadWait),
 		Revocations:     identityview.NewRevocations(d.Pool, cfg.JWT.RevocationPoll, cfg.JWT.AccessTTL, d.Now),
 		Limiter:         NewLimiter(d.Redis, cfg.RedisPrefix),
@@ -152,6 +179,9 @@ func New(cfg Config, d Deps) (*App, error) {
 	a.Auth = &Authenticator{app: a, pool: d.Pool, keys: apiKeys, usage: d.Usage}
 	return a, nil
 }
+
+// OTPKeyFile is the OTP HMAC key's file in KeysDir.
+const OTPKeyFile = "otp-hmac.key"
 
 // DeriveKey returns a key for one purpose (say, "cfgd csrf v1") derived from
 // the server secret, so every cfgd process derives the same one.

@@ -66,14 +66,26 @@ type EmailConfig struct {
 
 // JWTConfig chooses how tokens are signed.
 type JWTConfig struct {
-	Algorithm      string
-	SigningKey     config.Secret // unset: key file in KeysDir
+	Algorithm  string
+	SigningKey config.Secret // unset: key file in KeysDir
+	// VerifyKeys are older keys that still verify the tokens they signed
+	// after a rotation (JWT__VERIFY_KEYS).
+	VerifyKeys     config.Secret
 	AccessTTL      time.Duration
 	RefreshTTL     time.Duration
 	RotateRefresh  bool
 	Issuer         string
 	Audience       string
 	RevocationPoll time.Duration
+	// KeysReload is how often a replica reads the key file in KeysDir
+	// again, to follow a rotation (JWT__KEYS_RELOAD).
+	KeysReload time.Duration
+}
+
+// MaxTokenLifetime is the longest any token lives: a key that stopped
+// signing longer ago than this verifies nothing still valid.
+func (c Config) MaxTokenLifetime() time.Duration {
+	return max(c.JWT.AccessTTL, c.JWT.RefreshTTL, c.SessionTTL)
 }
 
 // DefaultFailureFloor comfortably exceeds the slowest failure path (a load
@@ -90,7 +102,7 @@ func DefaultConfig() Config {
 		},
 		JWT: JWTConfig{
 			Algorithm: token.EdDSA, AccessTTL: 15 * time.Minute, RefreshTTL: 168 * time.Hour,
-			Issuer: "cfgd", Audience: "cfgd", RevocationPoll: time.Second,
+			Issuer: "cfgd", Audience: "cfgd", RevocationPoll: time.Second, KeysReload: token.ReloadEvery,
 		},
 		KeysDir:           "./data/keys",
 		IPRequests:        20,
@@ -141,6 +153,11 @@ func (c Config) Validate() error {
 	default:
 		bad("JWT.Algorithm", "expected %s or %s, got %q", token.EdDSA, token.HS256, c.JWT.Algorithm)
 	}
+	if c.JWT.VerifyKeys.IsSet() && (c.JWT.Algorithm == token.EdDSA || c.JWT.Algorithm == token.HS256) {
+		if err := token.CheckVerifyKeys(c.JWT.Algorithm, c.JWT.VerifyKeys.Reveal()); err != nil {
+			bad("JWT.VerifyKeys", "%v", err)
+		}
+	}
 	if c.OTPHMACKey.IsSet() && len(c.OTPHMACKey.Reveal()) < token.MinSecretLength {
 		bad("OTPHMACKey", "expected a secret of at least 32 bytes")
 	}
@@ -148,7 +165,7 @@ func (c Config) Validate() error {
 		name string
 		v    time.Duration
 	}{
-		{"JWT.AccessTTL", c.JWT.AccessTTL}, {"JWT.RefreshTTL", c.JWT.RefreshTTL}, {"JWT.RevocationPoll", c.JWT.RevocationPoll},
+		{"JWT.AccessTTL", c.JWT.AccessTTL}, {"JWT.RefreshTTL", c.JWT.RefreshTTL}, {"JWT.RevocationPoll", c.JWT.RevocationPoll}, {"JWT.KeysReload", c.JWT.KeysReload},
 		{"IPWindow", c.IPWindow}, {"SessionTTL", c.SessionTTL}, {"LoginWindow", c.LoginWindow}, {"ReadWait", c.ReadWait},
 	} {
 		if d.v <= 0 {
