@@ -52,8 +52,10 @@ func (c Config) Validate() error {
 	if err := codec.UnmarshalText([]byte(c.compression())); err != nil {
 		errs = append(errs, fmt.Errorf("bus: compression: %w", err))
 	}
-	if c.Replica != "" && !validInstanceID(c.Replica) {
-		errs = append(errs, fmt.Errorf("bus: replica id %q: only letters, digits, '.', '_' and '-', at most 100", c.Replica))
+	if c.Replica != "" {
+		if err := ValidReplica(c.Replica); err != nil {
+			errs = append(errs, fmt.Errorf("bus: %w", err))
+		}
 	}
 	if c.MaxMessageBytes < 0 || (c.MaxMessageBytes > 0 && c.MaxMessageBytes < 1<<10) {
 		errs = append(errs, errors.New("bus: max message bytes must be at least 1 KiB"))

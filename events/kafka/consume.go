@@ -426,17 +426,19 @@ func (l *loop) ConsumeClaim(sess sarama.ConsumerGroupSession, c sarama.ConsumerG
 // of cfgd's and a replica id of at most 100 fit.
 func instanceID(group, replica string) string { return group + "." + replica }
 
-// validInstanceID tells whether id can be part of a group.instance.id.
-func validInstanceID(id string) bool {
-	if id == "" || len(id) > 100 {
-		return false
-	}
+// ValidReplica tells why id cannot be a Config.Replica (part of a
+// group.instance.id), or nil.
+func ValidReplica(id string) error {
+	ok := id != "" && len(id) <= 100
 	for _, r := range id {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
-			return false
+			ok = false
 		}
 	}
-	return true
+	if !ok {
+		return fmt.Errorf("replica id %q: 1 to 100 letters, digits, '.', '_' or '-'", id)
+	}
+	return nil
 }
 
 func claimKey(topic string, p int32) string { return topic + "/" + strconv.Itoa(int(p)) }
