@@ -61,6 +61,18 @@ func buildModules(ctx context.Context, w wiring) ([]modules.Module, error) {
 		return nil, err
 	}
 	w.assets = assets
+	if w.signer == nil {
+		// replay and the CLI build the modules too: they sign and verify
+		// with the key serve uses.
+		signer, generated, err := eventSigner(w.app.Core, w.app.Signin.KeysDir)
+		if err != nil {
+			return nil, err
+		}
+		w.signer = signer
+		if generated != "" {
+			w.generatedKeys = append(w.generatedKeys, generated)
+		}
+	}
 	id, a, err := identityModule(w)
 	if err != nil {
 		return nil, err

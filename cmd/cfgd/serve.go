@@ -32,7 +32,9 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	busCfg := kafka.Config{Brokers: c.KafkaBrokers, Partitions: c.KafkaPartitions, TopicPrefix: c.KafkaTopicPrefix,
-		SASL: kafka.SASL{Mechanism: c.KafkaSASLMechanism, User: c.KafkaSASLUser, Password: c.KafkaSASLPassword.Reveal()}}
+		SASL:    kafka.SASL{Mechanism: c.KafkaSASLMechanism, User: c.KafkaSASLUser, Password: c.KafkaSASLPassword.Reveal()},
+		Replica: replicaID(c)}
+	log.Info("kafka consumer groups", "replica", busCfg.Replica, "static_members", busCfg.Replica != "")
 	if len(busCfg.Brokers) == 0 {
 		emb, err := kafka.StartEmbedded(c.KafkaDataDir, c.KafkaEmbeddedAddr)
 		if err != nil {

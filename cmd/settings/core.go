@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/deploy/config"
+	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/store"
 )
 
@@ -22,6 +23,9 @@ type Core struct {
 	KafkaEmbeddedAddr string
 	KafkaPartitions   int
 	KafkaTopicPrefix  string
+	// ReplicaID names this serve among the replicas sharing one broker
+	// (REPLICA__ID); empty: derived from the host name and HTTP port.
+	ReplicaID string
 
 	LogLevel        string
 	ShutdownTimeout time.Duration
@@ -79,6 +83,7 @@ func coreFields(c *Core) []field {
 		hostPort(&c.KafkaEmbeddedAddr, "KAFKA__EMBEDDED_ADDR", "embedded broker's listen address, in `serve` or `cfgd broker`"),
 		intRange(&c.KafkaPartitions, "KAFKA__PARTITIONS", "partitions of topics cfgd creates (1..1024)", 1, 1024),
 		str(&c.KafkaTopicPrefix, "KAFKA__TOPIC_PREFIX", "prefix of cfgd's topic names (`cfgd.events`, `cfgd.deadletters`, `cfgd.tasks.lifecycle`)"),
+		str(&c.ReplicaID, "REPLICA__ID", "this `serve`'s name among the replicas sharing one broker: stable across its restarts, different for every replica (two with one id fence each other, and `/readyz` says so). Its consumer-group members are static (`group.instance.id` = group + `.` + id), so a restart takes back its partitions without a rebalance; 1 to 100 letters, digits, `.`, `_`, `-`. Empty: the host name and `HTTP__ADDR`'s port (`web-1-8080`); with port 0, dynamic members"),
 		oneOf(&c.LogLevel, "LOG__LEVEL", "`debug`, `info`, `warn` or `error`; logs are JSON on stderr (every line, the default logger included)", "debug", "info", "warn", "error"),
 		optHostPort(&c.MetricsAddr, "METRICS__ADDR", "serve `/metrics` on a listener of its own (say `127.0.0.1:9090`) instead of `HTTP__ADDR`"),
 		secret(&c.MetricsToken, "METRICS__TOKEN", "when set, `/metrics` needs `Authorization: Bearer <token>`"),
@@ -97,6 +102,11 @@ func ReadCore(r *config.Reader) Core {
 	readAll(r, coreFields(&c))
 	if c.KafkaSASLMechanism != "" && (c.KafkaSASLUser == "" || !c.KafkaSASLPassword.IsSet()) {
 		r.Fail("KAFKA__SASL_USERNAME", "KAFKA__SASL_USERNAME and KAFKA__SASL_PASSWORD are required with KAFKA__SASL_MECHANISM", "")
+	}
+	if c.ReplicaID != "" {
+		if kafka.ValidReplica(c.ReplicaID) != nil {
+			r.Fail("REPLICA__ID", "1 to 100 letters, digits, '.', '_' or '-'", c.ReplicaID)
+		}
 	}
 	if c.EventSigningKey.IsSet() && len(c.EventSigningKey.Reveal()) < 32 {
 		r.Fail("EVENTS__SIGNING_KEY", "expected a secret of at least 32 bytes", "")

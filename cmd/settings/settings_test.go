@@ -64,3 +64,26 @@ func TestEventMaxBytes(t *testing.T) {
 		}
 	}
 }
+
+// REPLICA__ID becomes part of Kafka's group.instance.id, which allows few
+// characters: anything else is refused at start-up, not by the broker.
+func TestReplicaID(t *testing.T) {
+	for _, tc := range []struct {
+		id string
+		ok bool
+	}{
+		{"web-1", true},
+		{"pod_2.eu-west", true},
+		{"a b", false},
+		{"web/1", false},
+		{strings.Repeat("x", 101), false},
+	} {
+		r := config.NewReader(config.FromMaps(map[string]string{"REPLICA__ID": tc.id}, nil))
+		c := ReadCore(r)
+		if err := r.Err(); (err == nil) != tc.ok {
+			t.Errorf("REPLICA__ID=%q: error %v, want ok=%v", tc.id, err, tc.ok)
+		} else if tc.ok && c.ReplicaID != tc.id {
+			t.Errorf("REPLICA__ID=%q read as %q", tc.id, c.ReplicaID)
+		}
+	}
+}

@@ -27,6 +27,13 @@ type Config struct {
 	// MaxMessageBytes bounds one produced record (default 1,000,000 bytes,
 	// Kafka's own limit); a larger record is refused.
 	MaxMessageBytes int
+	// Replica names this process among the members of each consumer
+	// group, stable across its restarts and different for every process
+	// sharing a group. Set, every member is static (KIP-345,
+	// group.instance.id = group + "." + Replica): a restart within the
+	// session timeout takes back the same partitions with no rebalance of
+	// the other members. Empty: dynamic members (each start rebalances).
+	Replica string
 }
 
 // Validate joins every problem of c.
@@ -44,6 +51,11 @@ func (c Config) Validate() error {
 	var codec sarama.CompressionCodec
 	if err := codec.UnmarshalText([]byte(c.compression())); err != nil {
 		errs = append(errs, fmt.Errorf("bus: compression: %w", err))
+	}
+	if c.Replica != "" {
+		if err := ValidReplica(c.Replica); err != nil {
+			errs = append(errs, fmt.Errorf("bus: %w", err))
+		}
 	}
 	if c.MaxMessageBytes < 0 || (c.MaxMessageBytes > 0 && c.MaxMessageBytes < 1<<10) {
 		errs = append(errs, errors.New("bus: max message bytes must be at least 1 KiB"))

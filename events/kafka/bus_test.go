@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,4 +91,32 @@ func TestPingFailsFastWhenNoBroker(t *testing.T) {
 	if time.Since(start) > 3*time.Second {
 		t.Fatal("ping ignored its deadline")
 	}
+}
+
+// One data directory, one broker: a second broker on it (two `cfgd
+// broker`s, or a `serve` that forgot KAFKA__BROKERS) is refused with the
+// reason instead of writing the same log; once the first stops, the
+// directory is free again.
+func TestEmbeddedBrokerOwnsItsDataDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, err := kafka.StartEmbedded(dir, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := kafka.StartEmbedded(dir, "127.0.0.1:0")
+	if err == nil {
+		second.Close()
+		first.Close()
+		t.Fatal("a second broker started on the data directory of a running one")
+	}
+	if !strings.Contains(err.Error(), "in use by another broker") {
+		t.Errorf("second broker: %v", err)
+	}
+	first.Close()
+	again, err := kafka.StartEmbedded(dir, "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("after the first stopped: %v", err)
+	}
+	again.Close()
 }

@@ -200,6 +200,9 @@ func Consume(ctx context.Context, c Config, group string, topics []string, h Han
 		return nil
 	}
 	sc := c.ConsumerSarama()
+	if c.Replica != "" {
+		sc.Consumer.Group.InstanceId = instanceID(group, c.Replica)
+	}
 	if o.manual {
 		sc.Consumer.Offsets.AutoCommit.Enable = false
 		sc.ChannelBufferSize = 16
@@ -251,6 +254,12 @@ func Consume(ctx context.Context, c Config, group string, topics []string, h Han
 			break
 		}
 		if err != nil && sctx.Err() == nil {
+			if errors.Is(err, sarama.ErrFencedInstancedId) {
+				// Another process joined as this member: two replicas share
+				// a REPLICA__ID and would take the partitions from each
+				// other forever. Say so where the operator looks.
+				err = fmt.Errorf("member %s was fenced by another process with the same replica id (REPLICA__ID must differ per replica): %w", sc.Consumer.Group.InstanceId, err)
+			}
 			l.setHealth(fmt.Errorf("kafka: %w", err))
 			l.log.Warn("kafka consumer group session", "err", err)
 			process.Wait(sctx, bo)
@@ -410,6 +419,26 @@ func (l *loop) ConsumeClaim(sess sarama.ConsumerGroupSession, c sarama.ConsumerG
 			return nil
 		}
 	}
+}
+
+// instanceID is the static member id of replica in group. Kafka allows
+// letters, digits, '.', '_' and '-', up to 249 characters; a group name
+// of cfgd's and a replica id of at most 100 fit.
+func instanceID(group, replica string) string { return group + "." + replica }
+
+// ValidReplica tells why id cannot be a Config.Replica (part of a
+// group.instance.id), or nil.
+func ValidReplica(id string) error {
+	ok := id != "" && len(id) <= 100
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			ok = false
+		}
+	}
+	if !ok {
+		return fmt.Errorf("replica id %q: 1 to 100 letters, digits, '.', '_' or '-'", id)
+	}
+	return nil
 }
 
 func claimKey(topic string, p int32) string { return topic + "/" + strconv.Itoa(int(p)) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -309,4 +310,99 @@ func TestConsumeHoldsUntilTheHandlerLetsGo(t *testing.T) {
 	if !slices.Equal(applied, []string{"0", "1", "2"}) {
 		t.Fatalf("applied %v", applied)
 	}
+}
+
+// With a replica id every member is static: a member that stops and comes
+// back (a rolling restart, a crash) takes its partitions back without the
+// other members' sessions ending, so they apply on without a pause.
+func TestConsumeStaticMemberRestartsWithoutRebalance(t *testing.T) {
+	t.Parallel()
+	c := testenv.Kafka(t, 4)
+	produceN(t, c, "in", 0, 40)
+	type member struct {
+		s        *store
+		sessions sync.Map // Batch.Session values seen
+	}
+	handler := func(m *member) kafka.Handler {
+		return func(_ context.Context, b *kafka.Batch) error {
+			m.sessions.Store(b.Session, true)
+			m.s.add(b)
+			return nil
+		}
+	}
+	a, b := &member{s: newStore()}, &member{s: newStore()}
+	ca, cb := c, c
+	ca.Replica, cb.Replica = "a", "b"
+	stopA, _ := run(t, ca, "g", "in", handler(a))
+	stopB, _ := run(t, cb, "g", "in", handler(b))
+	// Both hold partitions once each applies records produced after both
+	// joined.
+	for i := 1; a.s.count() == 0 || b.s.count() == 0 || a.s.count()+b.s.count() < 40*i; i++ {
+		produceN(t, c, "in", 40*i, 40)
+		waitFor(t, "the records", func() bool { return a.s.count()+b.s.count() >= 40*(i+1) })
+		if i > 50 {
+			t.Fatal("the two members never both held partitions")
+		}
+	}
+	var before []uint64
+	b.sessions.Range(func(k, _ any) bool { before = append(before, k.(uint64)); return true })
+	last := slices.Max(before)
+
+	if err := stopA(); err != nil {
+		t.Fatal(err)
+	}
+	a2 := &member{s: newStore()}
+	run(t, ca, "g", "in", handler(a2))
+	// Once a2 applies records the group has settled (a dynamic group has
+	// rebalanced b by then too); b then applies its share of more.
+	produceUntil(t, c, 100_000, "the restarted member's records", func() bool { return a2.s.count() > 0 })
+	ofB := b.s.count()
+	produceUntil(t, c, 200_000, "b's share of the records after the restart", func() bool { return b.s.count() > ofB })
+	b.sessions.Range(func(k, _ any) bool {
+		if s := k.(uint64); s > last {
+			t.Errorf("member b started session %d (was %d): the restart of a rebalanced the group", s, last)
+		}
+		return true
+	})
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// produceUntil sends 40 records at a time to "in" until cond holds.
+func produceUntil(t *testing.T, c kafka.Config, from int, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; !cond(); i++ {
+		if i == 50 {
+			t.Fatalf("no %s", what)
+		}
+		produceN(t, c, "in", from+40*i, 40)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Two processes with one replica id fence each other: the consumer says
+// so in its readiness instead of a bare Kafka error.
+func TestConsumeSameReplicaIDIsReported(t *testing.T) {
+	t.Parallel()
+	c := testenv.Kafka(t, 2)
+	c.Replica = "same"
+	produceN(t, c, "in", 0, 10)
+	h1, h2 := &health{}, &health{}
+	nop := func(context.Context, *kafka.Batch) error { return nil }
+	run(t, c, "g", "in", nop, kafka.WithHealth(h1), kafka.WithRetry(10*time.Millisecond, 100*time.Millisecond))
+	run(t, c, "g", "in", nop, kafka.WithHealth(h2), kafka.WithRetry(10*time.Millisecond, 100*time.Millisecond))
+	waitFor(t, "a fenced member to say why", func() bool {
+		for _, h := range []*health{h1, h2} {
+			h.mu.Lock()
+			for _, err := range h.errs {
+				if err != nil && strings.Contains(err.Error(), "REPLICA__ID must differ") {
+					h.mu.Unlock()
+					return true
+				}
+			}
+			h.mu.Unlock()
+		}
+		return false
+	})
 }

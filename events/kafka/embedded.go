@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -28,6 +29,32 @@ type Embedded struct {
 	cluster *kfake.Cluster
 	addr    string
 	sasl    SASL
+	lock    *os.File // held while the broker owns its data directory
+}
+
+// lockFile, inside the data directory, is locked by the broker that owns
+// it: two brokers writing one log would corrupt it.
+const lockFile = "broker.lock"
+
+// lockDataDir takes the data directory for this process, or says which
+// kind of process holds it. The lock goes with the process, SIGKILL
+// included, so a crash leaves nothing to clean up.
+func lockDataDir(dataDir string) (*os.File, error) {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("embedded kafka data directory: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dataDir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("embedded kafka data directory: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("embedded kafka data directory %s is in use by another broker (a `cfgd broker`, or a `cfgd serve` without KAFKA__BROKERS): point this process at it with KAFKA__BROKERS, or give it a data directory of its own", dataDir)
+		}
+		return nil, fmt.Errorf("embedded kafka data directory %s: lock: %w", dataDir, err)
+	}
+	return f, nil
 }
 
 // ClientPropertiesFile is the name, inside the embedded broker's data
@@ -46,8 +73,20 @@ func StartEmbedded(dataDir, addr string) (*Embedded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded kafka port %q: %w", portStr, err)
 	}
+	var lock *os.File
+	if dataDir != "" {
+		if lock, err = lockDataDir(dataDir); err != nil {
+			return nil, err
+		}
+	}
+	unlock := func() {
+		if lock != nil {
+			_ = lock.Close()
+		}
+	}
 	login, err := embeddedLogin(dataDir)
 	if err != nil {
+		unlock()
 		return nil, err
 	}
 	opts := []kfake.Opt{
@@ -70,18 +109,21 @@ func StartEmbedded(dataDir, addr string) (*Embedded, error) {
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
+		unlock()
 		return nil, fmt.Errorf("start embedded kafka on %s: %w", addr, err)
 	}
 	addrs := c.ListenAddrs()
 	if len(addrs) == 0 {
 		c.Close()
+		unlock()
 		return nil, fmt.Errorf("start embedded kafka on %s: no listener", addr)
 	}
 	if err := advertiseHandshakeV0(c, addrs[0]); err != nil {
 		c.Close()
+		unlock()
 		return nil, err
 	}
-	return &Embedded{cluster: c, addr: addrs[0], sasl: login}, nil
+	return &Embedded{cluster: c, addr: addrs[0], sasl: login, lock: lock}, nil
 }
 
 // Addr is the broker's address for clients.
@@ -91,7 +133,13 @@ func (e *Embedded) Addr() string { return e.addr }
 func (e *Embedded) SASL() SASL { return e.sasl }
 
 // Close stops the broker and flushes its data directory.
-func (e *Embedded) Close() { e.cluster.Close() }
+func (e *Embedded) Close() {
+	e.cluster.Close()
+	if e.lock != nil {
+		// After the flush: the next broker finds the whole log.
+		_ = e.lock.Close()
+	}
+}
 
 // embeddedLogin reads the broker's login from dataDir, creating it on first
 // run; without a data directory it makes one up.
