@@ -14,6 +14,7 @@ import (
 	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog/ingestmetrics"
 )
 
 // Producer takes validated events to the request-log topic; it fails with
@@ -33,6 +34,7 @@ type Ingest struct {
 	producer Producer
 	now      func() time.Time
 	log      *slog.Logger
+	metrics  *ingestmetrics.Metrics
 }
 
 // NewIngest returns the service; with a nil producer it answers
@@ -68,6 +70,7 @@ func (s *Ingest) Report(stream grpc.ClientStreamingServer[ingestv1.ReportRequest
 		}
 		n := len(msg.GetEvents())
 		if n > requestlog.MaxBatchEvents {
+			s.metrics.Rejected(ingestmetrics.GRPC, ingestmetrics.Malformed, 1)
 			return errcode.New(errcode.BadRequest, fmt.Sprintf("events: at most %d per message, got %d (events before this message were accepted: %d)", requestlog.MaxBatchEvents, n, res.Accepted))
 		}
 		batch := make([]requestlog.Event, n)
@@ -86,6 +89,7 @@ func (s *Ingest) Report(stream grpc.ClientStreamingServer[ingestv1.ReportRequest
 		}
 		res.Accepted += int64(len(valid))
 		res.Rejected += int64(n - len(valid))
+		s.metrics.Rejected(ingestmetrics.GRPC, ingestmetrics.Invalid, n-len(valid))
 		for _, fe := range problems {
 			if len(res.Errors) >= MaxReportedErrors {
 				break

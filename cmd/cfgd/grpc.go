@@ -32,7 +32,7 @@ func grpcModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, activeKey
 		ProtoDir: w.app.GRPCProtoDir,
 		Events:   w.deps.events,
 	}, a, w.deps.pg, w.log, time.Now, modules.GRPCRequestLog{
-		Producer: prod, Queries: requestlogview.New(w.deps.ch, time.Now, activeKeys),
+		Producer: prod, Queries: requestlogview.New(w.deps.ch, time.Now, activeKeys), Ingest: w.ingestMetrics,
 	})
 	if err != nil {
 		return modules.Module{}, err

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
 	"github.com/cfgd/cfgd/deploy/process"
+	"github.com/cfgd/cfgd/events/requestlog/ingestmetrics"
 	"github.com/cfgd/cfgd/events/requestlogkafka"
 
 	"github.com/gorilla/mux"
@@ -40,6 +41,7 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, act
 	if err != nil {
 		return modules.Module{}, err
 	}
+	s.SetMetrics(w.sinkMetrics)
 	// API-key usage (request_count, last_used_at) is a second consumer of
 	// the same topic; its settings are the defaults until cmd/settings
 	// reads them.
@@ -47,11 +49,13 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, act
 	if err != nil {
 		return modules.Module{}, err
 	}
+	usage.SetMetrics(w.sinkMetrics)
 	// `cfgd replay requestlog.clickhouse` rebuilds the tables the sink
 	// fills, with the sink's rows.
 	rc := replay.DefaultClickHouseConfig(w.bus)
 	rc.RetentionDays = c.Sink.RetentionDays
-	h := monitor.New(prod, requestlogview.New(w.deps.ch, time.Now, activeKeys), time.Now)
+	h := monitor.New(w.ingestMetrics.Counting(prod, ingestmetrics.REST), requestlogview.New(w.deps.ch, time.Now, activeKeys), time.Now).
+		WithMetrics(w.ingestMetrics)
 	return modules.Module{
 		Name: "requestlog",
 		Routes: func(r *mux.Router) error {

@@ -44,6 +44,7 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (modules.Module, erro
 		return modules.Module{}, err
 	}
 	sink := sinks.NewLifecycle(w.deps.pg, w.bus, signer, w.log)
+	sink.SetMetrics(w.sinkMetrics)
 	pub, err := tasks.NewProducer(w.bus, signer, w.log)
 	if err != nil {
 		closeRedis()

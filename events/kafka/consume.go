@@ -188,7 +188,7 @@ func Consume(ctx context.Context, c Config, group string, topics []string, h Han
 		return fmt.Errorf("kafka consumer %s: batch must be at least 1, linger not negative, retry delays positive", group)
 	}
 	l := &loop{o: o, group: group, h: h, log: o.log.With("group", group)}
-	if err := l.register(); err != nil {
+	if err := l.register(c, topics); err != nil {
 		return err
 	}
 	l.setHealth(fmt.Errorf("kafka consumer %s is starting", group))
@@ -327,8 +327,10 @@ func (l *loop) setHealth(err error) {
 }
 
 // register adds the consumer metrics to the registerer, sharing them with
-// the other consumers of the process.
-func (l *loop) register() error {
+// the other consumers of the process. The lag of every partition the
+// topics are created with starts at 0, so a dashboard and an alert see
+// the group before its first batch.
+func (l *loop) register(c Config, topics []string) error {
 	r := l.o.metrics
 	if r == nil {
 		return nil
@@ -342,6 +344,11 @@ func (l *loop) register() error {
 	var err error
 	if l.lag, err = registerShared(r, lag); err != nil {
 		return err
+	}
+	for _, t := range topics {
+		for p := range c.Partitions {
+			l.lag.WithLabelValues(l.group, c.Topic(t), strconv.Itoa(p))
+		}
 	}
 	l.ready, err = registerShared(r, ready)
 	return err

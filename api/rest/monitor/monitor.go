@@ -18,6 +18,7 @@ import (
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog/ingestmetrics"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -47,6 +48,7 @@ type Handlers struct {
 	producer Producer
 	queries  Queries
 	now      func() time.Time
+	metrics  *ingestmetrics.Metrics
 }
 
 // New returns the handlers.
@@ -80,6 +82,7 @@ type IngestResult struct {
 // index and field, with the accepted count.
 func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
+		h.metrics.Rejected(ingestmetrics.REST, ingestmetrics.Malformed, 1)
 		rest.WriteError(w, errcode.New(errcode.BadRequest, "Content-Type must be application/json"))
 		return
 	}
@@ -87,6 +90,7 @@ func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var big *http.MaxBytesError
 		if errors.As(err, &big) {
+			h.metrics.Rejected(ingestmetrics.REST, ingestmetrics.Malformed, 1)
 			rest.WriteError(w, errcode.New(errcode.TooLarge, fmt.Sprintf("request body is larger than %d bytes", big.Limit)))
 			return
 		}
@@ -95,10 +99,12 @@ func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(body, &items); err != nil || items == nil {
+		h.metrics.Rejected(ingestmetrics.REST, ingestmetrics.Malformed, 1)
 		rest.WriteError(w, errcode.New(errcode.BadRequest, "request body must be a JSON array of request-log events"))
 		return
 	}
 	if len(items) == 0 || len(items) > MaxIngestEvents {
+		h.metrics.Rejected(ingestmetrics.REST, ingestmetrics.Malformed, 1)
 		rest.WriteError(w, errcode.New(errcode.BadRequest, fmt.Sprintf("send 1 to %d events per request", MaxIngestEvents)))
 		return
 	}
@@ -127,6 +133,7 @@ func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res := IngestResult{Success: len(problems) == 0, Accepted: len(events), Rejected: len(items) - len(events)}
+	h.metrics.Rejected(ingestmetrics.REST, ingestmetrics.Invalid, res.Rejected)
 	if len(problems) > 0 {
 		res.Errors, res.Code = problems, "invalid"
 		res.Error = fmt.Sprintf("%d of %d events rejected: %s", res.Rejected, len(items), problems[0].Error())

@@ -25,6 +25,7 @@ import (
 	"github.com/cfgd/cfgd/commands/apikeys"
 	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog/ingestmetrics"
 	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/readmodels/apikeyview"
 )
@@ -85,6 +86,9 @@ type GRPCParts struct {
 type GRPCRequestLog struct {
 	Producer grpcserver.Producer
 	Queries  grpcserver.RequestLogQueries
+	// Ingest counts what cfgd.ingest.v1 and OTLP accept and reject (nil:
+	// nothing).
+	Ingest *ingestmetrics.Metrics
 }
 
 // GRPC builds gRPC monitoring: the gRPC server (health, reflection,
@@ -132,12 +136,13 @@ func GRPC(cfg GRPCConfig, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now
 	srv.Register(&authv1.AuthService_ServiceDesc, grpcserver.NewAuth(a.App(), log))
 	// Registered even without a producer (it then answers Unimplemented),
 	// so reflection always lists what the proto files declare.
-	srv.Register(&ingestv1.IngestService_ServiceDesc, grpcserver.NewIngest(rl.Producer, now, log))
+	srv.Register(&ingestv1.IngestService_ServiceDesc, grpcserver.NewIngest(rl.Ingest.Counting(rl.Producer, ingestmetrics.GRPC), now, log).WithMetrics(rl.Ingest))
 	// OTLP trace export on both ports (gRPC here, HTTP /v1/traces in
 	// Routes): the gRPC server spans become request logs.
 	var traces *otlp.Receiver
 	if rl.Producer != nil {
-		traces = otlp.New(otlp.ProduceValid{Producer: rl.Producer, Now: now}, grpcserver.NewSigninAuthenticator(a.App().Auth), log)
+		traces = otlp.New(otlp.ProduceValid{Producer: rl.Ingest.Counting(rl.Producer, ingestmetrics.OTLP), Now: now}, grpcserver.NewSigninAuthenticator(a.App().Auth), log).
+			WithMetrics(rl.Ingest)
 		traces.RegisterGRPC(srv)
 	}
 	dir, err := protos.NewDir(cfg.ProtoDir)
