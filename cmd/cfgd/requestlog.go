@@ -41,7 +41,9 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, act
 	if err != nil {
 		return modules.Module{}, err
 	}
-	s.SetMetrics(w.sinkMetrics)
+	if err := s.SetMetrics(w.sinkMetrics); err != nil {
+		return modules.Module{}, err
+	}
 	// API-key usage (request_count, last_used_at) is a second consumer of
 	// the same topic; its settings are the defaults until cmd/settings
 	// reads them.
@@ -49,7 +51,9 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, act
 	if err != nil {
 		return modules.Module{}, err
 	}
-	usage.SetMetrics(w.sinkMetrics)
+	if err := usage.SetMetrics(w.sinkMetrics); err != nil {
+		return modules.Module{}, err
+	}
 	// `cfgd replay requestlog.clickhouse` rebuilds the tables the sink
 	// fills, with the sink's rows.
 	rc := replay.DefaultClickHouseConfig(w.bus)

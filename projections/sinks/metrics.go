@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/tasks"
 )
 
 // Sink names: the sink label of the sink metrics.
@@ -105,12 +106,32 @@ func (m *Metrics) deadLettered(sink, reason string) {
 	}
 }
 
-// SetMetrics makes the sink record its metrics in m; call it before Run.
-func (s *RequestLogs) SetMetrics(m *Metrics) { s.metrics = m }
+// consumer creates the sink's consumer-group metrics at once: the sink
+// may wait for its store before it starts consuming.
+func (m *Metrics) consumer(c kafka.Config, group, topic string) error {
+	if m == nil {
+		return nil
+	}
+	return kafka.InitConsumerMetrics(m.reg, c, group, topic)
+}
 
-// SetMetrics makes the consumer record its metrics in m; call it before
-// Run.
-func (u *Usage) SetMetrics(m *Metrics) { u.metrics = m }
+// SetMetrics makes the sink record its metrics in m (nil: none); call it
+// before Run.
+func (s *RequestLogs) SetMetrics(m *Metrics) error {
+	s.metrics = m
+	return m.consumer(s.cfg.Bus, s.cfg.Group, kafka.TopicRequestLogs)
+}
 
-// SetMetrics makes the sink record its metrics in m; call it before Run.
-func (s *Lifecycle) SetMetrics(m *Metrics) { s.metrics = m }
+// SetMetrics makes the consumer record its metrics in m (nil: none); call
+// it before Run.
+func (u *Usage) SetMetrics(m *Metrics) error {
+	u.metrics = m
+	return m.consumer(u.cfg.Bus, u.cfg.Group, kafka.TopicRequestLogs)
+}
+
+// SetMetrics makes the sink record its metrics in m (nil: none); call it
+// before Run.
+func (s *Lifecycle) SetMetrics(m *Metrics) error {
+	s.metrics = m
+	return m.consumer(s.bus, LifecycleGroup, tasks.TopicLifecycle)
+}
