@@ -1,0 +1,260 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+)
+
+// The files whose metric names must exist in a fresh cfgd's /metrics.
+const (
+	operationsDoc = "../../docs/operations.md"
+	dashboardFile = "../../deploy/monitoring/grafana-dashboard.json"
+	alertsFile    = "../../deploy/monitoring/alerts.yml"
+)
+
+// A fresh `cfgd serve`, scraped right after it came up (one /healthz
+// first, as any orchestrator would send), exports every metric the
+// operations page lists and every metric the shipped dashboard and alert
+// rules query: a dashboard panel or an alert over a name cfgd does not
+// export (misspelt, renamed, or only created by the first event) would
+// silently show nothing and never fire.
+func TestEveryDocumentedAndMonitoredMetricIsExportedFromStart(t *testing.T) {
+	baseEnv(t, testenv.PostgresURL(t))
+	r := start(t)
+	if code, _ := get(t, r.base+"/healthz"); code != 200 {
+		t.Fatalf("/healthz: %d", code)
+	}
+	code, body := get(t, r.base+"/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics: %d", code)
+	}
+	exported := scrapedNames(body)
+
+	documented := documentedMetrics(t)
+	if len(documented) < 20 {
+		t.Fatalf("the metrics table of %s lists %d metrics; is it still a table of backticked names?", operationsDoc, len(documented))
+	}
+	for _, m := range documented {
+		if !exported[m] {
+			t.Errorf("%s lists %s, which a fresh cfgd does not export", operationsDoc, m)
+		}
+	}
+	exprs := dashboardExprs(t)
+	if len(exprs) < 10 {
+		t.Fatalf("%s holds %d expressions", dashboardFile, len(exprs))
+	}
+	alerts := alertExprs(t)
+	if len(alerts) < 5 {
+		t.Fatalf("%s holds %d rules", alertsFile, len(alerts))
+	}
+	for _, src := range []struct {
+		file  string
+		exprs []string
+	}{{dashboardFile, exprs}, {alertsFile, alerts}} {
+		for _, e := range src.exprs {
+			if missing := unknownMetrics(e, exported); len(missing) > 0 {
+				t.Errorf("%s: %q queries %v, which a fresh cfgd does not export", src.file, e, missing)
+			}
+			if len(metricNames(e)) == 0 {
+				t.Errorf("%s: %q names no metric", src.file, e)
+			}
+		}
+	}
+}
+
+// The extractor finds every metric name of an expression and nothing
+// else, so a misspelt name is reported and a label, function or keyword
+// never is.
+func TestMetricNamesOfPromQL(t *testing.T) {
+	exported := map[string]bool{"cfgd_ready": true, "cfgd_sink_insert_seconds_bucket": true, "up": true,
+		"cfgd_relay_lag_events": true, "cfgd_sink_deadletters_total": true, "cfgd_ingest_rejected_events_total": true}
+	for _, c := range []struct {
+		expr    string
+		names   []string
+		missing []string
+	}{
+		{`min by (dependency) (cfgd_ready) == 0`, []string{"cfgd_ready"}, nil},
+		{`histogram_quantile(0.95, sum by (le, sink) (rate(cfgd_sink_insert_seconds_bucket{sink=~"requestlog.*"}[5m])))`,
+			[]string{"cfgd_sink_insert_seconds_bucket"}, nil},
+		{`max(cfgd_relay_lag_events) > 1000 and on() up{job="cfgd"} == 1`, []string{"cfgd_relay_lag_events", "up"}, nil},
+		{`increase(cfgd_sink_deadletters_total[15m]) > 0`, []string{"cfgd_sink_deadletters_total"}, nil},
+		{`sum without (reason) (rate(cfgd_ingest_rejected_events_total{reason!="invalid", transport='rest'}[$__rate_interval]))`,
+			[]string{"cfgd_ingest_rejected_events_total"}, nil},
+		{`sum(rate(cfgd_ingest_rejectd_events_total[5m])) / ignoring(transport) group_left sum(cfgd_ready offset 5m)`,
+			[]string{"cfgd_ingest_rejectd_events_total", "cfgd_ready"}, []string{"cfgd_ingest_rejectd_events_total"}},
+		{`cfgd_redy == bool 0 unless cfgd_ready`, []string{"cfgd_redy", "cfgd_ready"}, []string{"cfgd_redy"}},
+		{`{__name__="cfgd_ready"}`, nil, nil},
+	} {
+		if got := metricNames(c.expr); !slices.Equal(got, c.names) {
+			t.Errorf("metricNames(%q) = %v, want %v", c.expr, got, c.names)
+		}
+		if got := unknownMetrics(c.expr, exported); !slices.Equal(got, c.missing) {
+			t.Errorf("unknownMetrics(%q) = %v, want %v", c.expr, got, c.missing)
+		}
+	}
+}
+
+var (
+	promString   = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|` + "`[^`]*`")
+	promMatchers = regexp.MustCompile(`\{[^}]*\}|\[[^\]]*\]`)
+	promLabels   = regexp.MustCompile(`\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)`)
+	promVariable = regexp.MustCompile(`\$\{?\w+\}?`)
+	promIdent    = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*(\s*\()?`)
+	promKeywords = map[string]bool{"and": true, "or": true, "unless": true, "by": true, "without": true, "on": true,
+		"ignoring": true, "group_left": true, "group_right": true, "offset": true, "bool": true, "inf": true, "nan": true,
+		"atan2": true, "e": true}
+)
+
+// metricNames lists the metric names an expression selects, in order:
+// the identifiers left once strings, label matchers, ranges, groupings,
+// dashboard variables, function calls, keywords and numbers are removed.
+func metricNames(expr string) []string {
+	s := promString.ReplaceAllString(expr, `""`)
+	s = promVariable.ReplaceAllString(s, " ")
+	s = promMatchers.ReplaceAllString(s, " ")
+	s = promLabels.ReplaceAllString(s, " ")
+	var out []string
+	for _, m := range promIdent.FindAllStringSubmatchIndex(s, -1) {
+		name := strings.TrimSpace(s[m[0]:m[1]])
+		if m[2] >= 0 || promKeywords[strings.ToLower(name)] {
+			continue // a function call or a keyword
+		}
+		if m[0] > 0 && (s[m[0]-1] >= '0' && s[m[0]-1] <= '9' || s[m[0]-1] == '.') {
+			continue // a unit or exponent of a number (5m, 1e3)
+		}
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// unknownMetrics lists the names expr selects that exported lacks.
+func unknownMetrics(expr string, exported map[string]bool) []string {
+	var out []string
+	for _, n := range metricNames(expr) {
+		if !exported[n] {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// scrapedNames are the series names of a text exposition, with each
+// histogram's and summary's family name besides its _bucket, _sum and
+// _count series.
+func scrapedNames(body string) map[string]bool {
+	out := map[string]bool{}
+	for line := range strings.SplitSeq(body, "\n") {
+		if line == "" {
+			continue
+		}
+		if f, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			out[strings.Fields(f)[0]] = true
+			continue
+		}
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		name := line
+		if i := strings.IndexAny(line, "{ "); i >= 0 {
+			name = line[:i]
+		}
+		out[name] = true
+	}
+	return out
+}
+
+// documentedMetrics are the backticked names in the first column of the
+// metrics table in the operations page.
+func documentedMetrics(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(operationsDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n## Health, metrics, shutdown\n")
+	if !ok {
+		t.Fatalf("%s has no section Health, metrics, shutdown", operationsDoc)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	row := regexp.MustCompile("(?m)^\\| `([a-zA-Z_:][a-zA-Z0-9_:]*)` \\|")
+	var out []string
+	for _, m := range row.FindAllStringSubmatch(section, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// dashboardExprs are the query expressions of every panel (and nested
+// row) of the dashboard.
+func dashboardExprs(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	var out []string
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				if s, ok := x.(string); ok && k == "expr" {
+					out = append(out, s)
+				}
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	walk(doc)
+	return out
+}
+
+// alertExprs are the expressions of every rule of the Prometheus rule
+// file.
+func alertExprs(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(alertsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Groups []struct {
+			Name  string `yaml:"name"`
+			Rules []struct {
+				Alert string `yaml:"alert"`
+				Expr  string `yaml:"expr"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("%s: %v", alertsFile, err)
+	}
+	var out []string
+	for _, g := range doc.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" || r.Expr == "" {
+				t.Errorf("%s: group %s has a rule without alert or expr", alertsFile, g.Name)
+			}
+			out = append(out, r.Expr)
+		}
+	}
+	return out
+}
