@@ -1,12 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -254,6 +259,95 @@ func alertExprs(t *testing.T) []string {
 				t.Errorf("%s: group %s has a rule without alert or expr", alertsFile, g.Name)
 			}
 			out = append(out, r.Expr)
+		}
+	}
+	return out
+}
+
+// The ingest counts what it accepts and rejects by reason, and the sinks
+// count their writes (rows, latency) once the events reached them.
+func TestServeCountsIngestAndSinkWrites(t *testing.T) {
+	baseEnv(t, testenv.PostgresURL(t))
+	// A database of its own: the sink skips offsets ClickHouse already
+	// holds, which another test's fresh broker would have written.
+	opts, _ := testenv.ClickHouse(t)
+	t.Setenv("CLICKHOUSE__URL", "clickhouse://"+opts.Addr[0]+"/"+opts.Auth.Database)
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"user", "create-superuser", "--email", "metrics@example.com"}, &out, &errOut); err != nil {
+		t.Fatalf("create-superuser: %v %s", err, errOut.String())
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"apikey", "create", "--name", "svc", "--type", "service", "--user", "metrics@example.com"}, &out, &errOut); err != nil {
+		t.Fatalf("apikey create: %v %s", err, errOut.String())
+	}
+	key := regexp.MustCompile(`(?m)^cfgd_[A-Za-z0-9_-]{43}$`).FindString(out.String())
+	id := regexp.MustCompile(`id=(\d+)`).FindStringSubmatch(out.String())[1]
+	r := start(t)
+	ingest := func(body string) int {
+		req, _ := http.NewRequest(http.MethodPost, r.base+"/api/grpc/monitor/ingest/", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-API-Key", key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	valid := `{"service_name":"s","method_name":"m","status":"success","api_key_id":` + id + `}`
+	// The key works once serve has projected it.
+	code := 0
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && code != http.StatusAccepted; time.Sleep(100 * time.Millisecond) {
+		code = ingest("[" + valid + "," + valid + "]")
+	}
+	if code != http.StatusAccepted {
+		t.Fatalf("ingest answered %d", code)
+	}
+	if code := ingest(`[` + valid + `,{"method_name":"m","status":"success"}]`); code != http.StatusBadRequest {
+		t.Fatalf("one invalid event: %d, want 400", code)
+	}
+	if code := ingest(`{"not":"an array"}`); code != http.StatusBadRequest {
+		t.Fatalf("not an array: %d, want 400", code)
+	}
+
+	want := map[string]float64{
+		`cfgd_ingest_accepted_events_total{transport="rest"}`:                      3,
+		`cfgd_ingest_rejected_events_total{reason="invalid",transport="rest"}`:     1,
+		`cfgd_ingest_rejected_events_total{reason="malformed",transport="rest"}`:   1,
+		`cfgd_ingest_rejected_events_total{reason="unavailable",transport="rest"}`: 0,
+		`cfgd_ingest_accepted_events_total{transport="grpc"}`:                      0,
+		`cfgd_sink_batch_rows_sum{sink="requestlog-clickhouse"}`:                   3,
+		`cfgd_sink_batch_rows_sum{sink="apikey-usage"}`:                            3,
+		`cfgd_sink_insert_errors_total{sink="requestlog-clickhouse"}`:              0,
+	}
+	var got map[string]float64
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		_, body := get(t, r.base+"/metrics")
+		got = scrapedValues(body)
+		if got[`cfgd_sink_batch_rows_sum{sink="requestlog-clickhouse"}`] >= 3 && got[`cfgd_sink_batch_rows_sum{sink="apikey-usage"}`] >= 3 {
+			break
+		}
+	}
+	for series, v := range want {
+		if got[series] != v {
+			t.Errorf("%s = %v, want %v", series, got[series], v)
+		}
+	}
+	if got[`cfgd_sink_insert_seconds_count{sink="requestlog-clickhouse"}`] < 1 {
+		t.Errorf("the request-log sink's inserts were not timed")
+	}
+}
+
+// scrapedValues maps each series line of a text exposition to its value.
+func scrapedValues(body string) map[string]float64 {
+	out := map[string]float64{}
+	for line := range strings.SplitSeq(body, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
 		}
 	}
 	return out
