@@ -14,6 +14,11 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 )
@@ -309,14 +314,56 @@ func TestServeCountsIngestAndSinkWrites(t *testing.T) {
 	if code := ingest(`{"not":"an array"}`); code != http.StatusBadRequest {
 		t.Fatalf("not an array: %d, want 400", code)
 	}
+	// cfgd.ingest.v1: one valid event, one without a service.
+	addrRe := regexp.MustCompile(`"msg":"grpc server listening","addr":"([^"]+)"`)
+	var addr string
+	for deadline := time.Now().Add(30 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if m := addrRe.FindStringSubmatch(r.stderr.String()); m != nil {
+			addr = m[1]
+		}
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key), 10*time.Second)
+	defer cancel()
+	stream, err := ingestv1.NewIngestServiceClient(conn).Report(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&ingestv1.ReportRequest{Events: []*ingestv1.Event{
+		{ServiceName: "s", MethodName: "m", Status: "success"}, {MethodName: "m", Status: "success"},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := stream.CloseAndRecv(); err != nil || res.GetAccepted() != 1 || res.GetRejected() != 1 {
+		t.Fatalf("Report: %v %v, want 1 accepted, 1 rejected", res, err)
+	}
+	// OTLP over HTTP: a body that is no ExportTraceServiceRequest.
+	req, _ := http.NewRequest(http.MethodPost, r.base+"/v1/traces", strings.NewReader("not protobuf"))
+	req.Header.Set("Content-Type", "application/x-protobuf")
+	req.Header.Set("X-API-Key", key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadRequest {
+		t.Fatalf("OTLP garbage: %d, want 400", res.StatusCode)
+	}
 
 	want := map[string]float64{
 		`cfgd_ingest_accepted_events_total{transport="rest"}`:                      3,
 		`cfgd_ingest_rejected_events_total{reason="invalid",transport="rest"}`:     1,
 		`cfgd_ingest_rejected_events_total{reason="malformed",transport="rest"}`:   1,
 		`cfgd_ingest_rejected_events_total{reason="unavailable",transport="rest"}`: 0,
-		`cfgd_ingest_accepted_events_total{transport="grpc"}`:                      0,
-		`cfgd_sink_batch_rows_sum{sink="requestlog-clickhouse"}`:                   3,
+		`cfgd_ingest_accepted_events_total{transport="grpc"}`:                      1,
+		`cfgd_ingest_rejected_events_total{reason="invalid",transport="grpc"}`:     1,
+		`cfgd_ingest_rejected_events_total{reason="malformed",transport="otlp"}`:   1,
+		`cfgd_ingest_accepted_events_total{transport="otlp"}`:                      0,
+		`cfgd_sink_batch_rows_sum{sink="requestlog-clickhouse"}`:                   4,
 		`cfgd_sink_batch_rows_sum{sink="apikey-usage"}`:                            3,
 		`cfgd_sink_insert_errors_total{sink="requestlog-clickhouse"}`:              0,
 	}
@@ -324,7 +371,7 @@ func TestServeCountsIngestAndSinkWrites(t *testing.T) {
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		_, body := get(t, r.base+"/metrics")
 		got = scrapedValues(body)
-		if got[`cfgd_sink_batch_rows_sum{sink="requestlog-clickhouse"}`] >= 3 && got[`cfgd_sink_batch_rows_sum{sink="apikey-usage"}`] >= 3 {
+		if got[`cfgd_sink_batch_rows_sum{sink="requestlog-clickhouse"}`] >= 4 && got[`cfgd_sink_batch_rows_sum{sink="apikey-usage"}`] >= 3 {
 			break
 		}
 	}
