@@ -527,7 +527,7 @@ func (r *Runner) registerLag(name string) error {
 		}
 		return float64(lag)
 	})
-	if err := r.cfg.Metrics.Register(g); err != nil {
+	if err := r.cfg.Metrics.Register(g); err != nil && !alreadyRegistered(err) {
 		return fmt.Errorf("projection %s lag metric: %w", name, err)
 	}
 	return nil

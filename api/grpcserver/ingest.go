@@ -21,6 +21,7 @@ import (
 	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog/ingestmetrics"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -55,6 +56,7 @@ type Ingest struct {
 	accept   *requestlog.Accepter
 	idem     Idempotency
 	log      *slog.Logger
+	metrics  *ingestmetrics.Metrics
 }
 
 // WithIdempotency makes Report honour the idempotency-key metadata
@@ -122,6 +124,7 @@ func (s *Ingest) Report(stream grpc.ClientStreamingServer[ingestv1.ReportRequest
 		}
 		n := len(msg.GetEvents())
 		if n > requestlog.MaxBatchEvents {
+			s.metrics.Rejected(ingestmetrics.GRPC, ingestmetrics.Malformed, 1)
 			return errcode.New(errcode.BadRequest, fmt.Sprintf("events: at most %d per message, got %d (events before this message were accepted: %d)", requestlog.MaxBatchEvents, n, res.Accepted))
 		}
 		batch := make([]requestlog.Event, n)
@@ -143,6 +146,7 @@ func (s *Ingest) Report(stream grpc.ClientStreamingServer[ingestv1.ReportRequest
 		}
 		res.Accepted += int64(out.Accepted)
 		res.Rejected += int64(out.Rejected)
+		s.metrics.Rejected(ingestmetrics.GRPC, ingestmetrics.Invalid, out.Rejected)
 		for _, fe := range out.Errors {
 			if len(res.Errors) >= MaxReportedErrors {
 				break
@@ -222,6 +226,7 @@ func (s *Ingest) reportOnce(stream grpc.ClientStreamingServer[ingestv1.ReportReq
 		return replayAnswer(stream, stored)
 	}
 	out, err := s.accept.Accept(ctx, requestlog.ReportedAs(batch, reporter(p)), nil)
+	s.metrics.Rejected(ingestmetrics.GRPC, ingestmetrics.Invalid, out.Rejected)
 	var refusal *errcode.Error
 	if err != nil && !(errors.As(err, &refusal) && refusal.Code == errcode.Invalid) {
 		if rerr := s.idem.Release(context.WithoutCancel(ctx), caller, key); rerr != nil {

@@ -251,8 +251,13 @@ func slogger(l *slog.Logger) logging.Logger {
 // provider: grpc_server_started_total, grpc_server_handled_total by code,
 // grpc_server_msg_received_total, grpc_server_msg_sent_total,
 // grpc_server_handling_seconds); the caller registers them on its
-// registry.
-func (s *Server) Metrics() prometheus.Collector { return s.metrics }
+// registry. Every method of the services registered so far starts at 0
+// here, so the series exist before Run (which does it again for later
+// registrations).
+func (s *Server) Metrics() prometheus.Collector {
+	s.metrics.InitializeMetrics(s.srv)
+	return s.metrics
+}
 
 // Register adds a service and marks it SERVING in the health service.
 func (s *Server) Register(desc *grpc.ServiceDesc, impl any) {

@@ -18,6 +18,7 @@ import (
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/api/rest/monitor"
 	"github.com/cfgd/cfgd/deploy/errcode"
+	"github.com/cfgd/cfgd/events/requestlog/ingestmetrics"
 )
 
 // Path is OTLP/HTTP's trace path on the HTTP port.
@@ -68,6 +69,7 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 	body := http.MaxBytesReader(w, req.Body, MaxBodyBytes)
 	ereq, err := decode(typ, req.Header.Get("Content-Encoding"), body)
 	if err != nil {
+		r.metrics.Rejected(ingestmetrics.OTLP, ingestmetrics.Malformed, 1)
 		r.fail(w, req, typ, err)
 		return
 	}

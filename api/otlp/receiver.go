@@ -14,6 +14,7 @@ import (
 	"github.com/cfgd/cfgd/api/grpcserver"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog/ingestmetrics"
 )
 
 // Accepter is the request log's accept path, the one the JSON ingest
@@ -78,6 +79,8 @@ type Receiver struct {
 	accept Accepter
 	keys   Keys
 	log    *slog.Logger
+	// metrics counts rejected spans (the producer counts the rest).
+	metrics *ingestmetrics.Metrics
 }
 
 // New returns the receiver over accept, authenticating HTTP callers with
@@ -101,6 +104,7 @@ func allowed(p grpcserver.Principal) error {
 // when it is too large or the request log cannot take it (retryable).
 func (r *Receiver) export(ctx context.Context, p grpcserver.Principal, td ptrace.Traces) (ptraceotlp.ExportResponse, error) {
 	if n := td.SpanCount(); n > MaxSpans {
+		r.metrics.Rejected(ingestmetrics.OTLP, ingestmetrics.Malformed, 1)
 		return ptraceotlp.ExportResponse{}, errcode.New(errcode.TooLarge, fmt.Sprintf("at most %d spans per export, got %d", MaxSpans, n))
 	}
 	var (
@@ -153,6 +157,7 @@ func (r *Receiver) export(ctx context.Context, p grpcserver.Principal, td ptrace
 	for _, i := range order {
 		note(spans[i], strings.Join(why[i], "; "))
 	}
+	r.metrics.Rejected(ingestmetrics.OTLP, ingestmetrics.Invalid, reject)
 	res := ptraceotlp.NewExportResponse()
 	if reject > 0 {
 		ps := res.PartialSuccess()

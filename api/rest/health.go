@@ -33,21 +33,7 @@ type result struct {
 // with the failing dependencies named.
 func Ready(timeout time.Duration, checks ...process.Check) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), timeout)
-		defer cancel()
-		results := make([]result, len(checks))
-		var wg sync.WaitGroup
-		for i, c := range checks {
-			wg.Go(func() {
-				results[i] = result{Name: c.Name, OK: true}
-				if err := c.Ping(ctx); err != nil {
-					// The error text names a host at most; it carries no secret
-					// because URLs are redacted before they reach a client.
-					results[i] = result{Name: c.Name, Error: "unreachable"}
-				}
-			})
-		}
-		wg.Wait()
+		results := runChecks(r.Context(), timeout, checks)
 		var down []string
 		for _, res := range results {
 			if !res.OK {
@@ -64,6 +50,26 @@ func Ready(timeout time.Duration, checks ...process.Check) http.Handler {
 		}
 		JSON(w, http.StatusOK, map[string]any{"status": "ready", "checks": results})
 	})
+}
+
+// runChecks runs every check in parallel within timeout.
+func runChecks(ctx context.Context, timeout time.Duration, checks []process.Check) []result {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	results := make([]result, len(checks))
+	var wg sync.WaitGroup
+	for i, c := range checks {
+		wg.Go(func() {
+			results[i] = result{Name: c.Name, OK: true}
+			if err := c.Ping(ctx); err != nil {
+				// The error text names a host at most; it carries no secret
+				// because URLs are redacted before they reach a client.
+				results[i] = result{Name: c.Name, Error: "unreachable"}
+			}
+		})
+	}
+	wg.Wait()
+	return results
 }
 
 func joinNames(names []string) string {

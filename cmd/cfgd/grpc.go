@@ -36,7 +36,7 @@ func grpcModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, activeKey
 		Events:   w.deps.events,
 	}, a, w.deps.pg, w.log, time.Now, modules.GRPCRequestLog{
 		Producer: prod, Queries: requestlogview.New(w.deps.ch, time.Now, activeKeys), RetentionDays: w.app.RequestLog.Sink.RetentionDays,
-		Idempotency: requestlogview.NewIdempotency(w.deps.pg, time.Now, IdempotencyWait),
+		Idempotency: requestlogview.NewIdempotency(w.deps.pg, time.Now, IdempotencyWait), Ingest: w.ingestMetrics,
 	})
 	if err != nil {
 		return modules.Module{}, err

@@ -17,7 +17,9 @@ import (
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/requestlog/ingestmetrics"
 	"github.com/cfgd/cfgd/events/tasks"
+	"github.com/cfgd/cfgd/projections/sinks"
 )
 
 // wiring is what each module is built from.
@@ -29,6 +31,10 @@ type wiring struct {
 	// metrics is where modules register their collectors (nil in tests
 	// that do not look).
 	metrics prometheus.Registerer
+	// sinkMetrics and ingestMetrics are registered in metrics once, for
+	// every module (nil without metrics).
+	sinkMetrics   *sinks.Metrics
+	ingestMetrics *ingestmetrics.Metrics
 	// assets are the pages' static assets, indexed once; the front
 	// module serves them.
 	assets *pages.Assets
@@ -71,6 +77,14 @@ func buildModules(ctx context.Context, w wiring) ([]modules.Module, error) {
 		w.signer = signer
 		if generated != "" {
 			w.generatedKeys = append(w.generatedKeys, generated)
+		}
+	}
+	if w.metrics != nil {
+		if w.sinkMetrics, err = sinks.NewMetrics(w.metrics); err != nil {
+			return nil, err
+		}
+		if w.ingestMetrics, err = ingestmetrics.New(w.metrics); err != nil {
+			return nil, err
 		}
 	}
 	id, a, err := identityModule(w)

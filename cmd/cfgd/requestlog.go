@@ -7,6 +7,7 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
 	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog/ingestmetrics"
 	"github.com/cfgd/cfgd/events/requestlogkafka"
 
 	"github.com/gorilla/mux"
@@ -52,6 +53,9 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, act
 	if err != nil {
 		return modules.Module{}, err
 	}
+	if err := s.SetMetrics(w.sinkMetrics); err != nil {
+		return modules.Module{}, err
+	}
 	// API-key usage (request_count, last_used_at) is a second consumer of
 	// the same topic; its settings are the defaults until cmd/settings
 	// reads them.
@@ -61,12 +65,15 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, act
 	if err != nil {
 		return modules.Module{}, err
 	}
+	if err := usage.SetMetrics(w.sinkMetrics); err != nil {
+		return modules.Module{}, err
+	}
 	// `cfgd replay requestlog.clickhouse` rebuilds the tables the sink
 	// fills, with the sink's rows.
 	rc := replay.DefaultClickHouseConfig(w.bus)
 	rc.RetentionDays = c.Sink.RetentionDays
-	h := monitor.New(prod, requestlogview.New(w.deps.ch, time.Now, activeKeys), time.Now).WithWindow(requestlog.WindowFor(c.Sink.RetentionDays)).
-		WithIdempotency(requestlogview.NewIdempotency(w.deps.pg, time.Now, IdempotencyWait))
+	h := monitor.New(w.ingestMetrics.Counting(prod, ingestmetrics.REST), requestlogview.New(w.deps.ch, time.Now, activeKeys), time.Now).WithWindow(requestlog.WindowFor(c.Sink.RetentionDays)).
+		WithIdempotency(requestlogview.NewIdempotency(w.deps.pg, time.Now, IdempotencyWait)).WithMetrics(w.ingestMetrics)
 	return modules.Module{
 		Name: "requestlog",
 		Routes: func(r *mux.Router) error {

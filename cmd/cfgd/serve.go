@@ -134,12 +134,17 @@ func newRouter(log *slog.Logger, metrics *prometheus.Registry, d *deps, busCfg k
 	if err != nil {
 		return nil, err
 	}
-	rest.MountHealth(router, 2*time.Second, append([]process.Check{
+	checks := append([]process.Check{
 		{Name: "postgres", Ping: d.pg.Ping},
 		{Name: "clickhouse", Ping: d.ch.Ping},
 		{Name: "redis", Ping: func(ctx context.Context) error { return d.redis.Ping(ctx).Err() }},
 		{Name: "kafka", Ping: func(ctx context.Context) error { return kafka.Ping(ctx, busCfg) }},
-	}, modules.Checks(mods...)...)...)
+	}, modules.Checks(mods...)...)
+	rest.MountHealth(router, 2*time.Second, checks...)
+	// cfgd_ready{dependency}: what /readyz answers, for alerts.
+	if err := metrics.Register(rest.NewReadyCollector(2*time.Second, checks...)); err != nil {
+		return nil, fmt.Errorf("readiness metrics: %w", err)
+	}
 	if err := modules.Mount(router, mods...); err != nil {
 		return nil, err
 	}

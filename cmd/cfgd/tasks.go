@@ -20,6 +20,7 @@ import (
 	"github.com/cfgd/cfgd/projections"
 	"github.com/cfgd/cfgd/projections/reactors"
 	"github.com/cfgd/cfgd/projections/sinks"
+	"github.com/cfgd/cfgd/readmodels/taskview"
 )
 
 // tasksModule is task-queue management: the queue and worker endpoints and
@@ -40,6 +41,17 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (modules.Module, erro
 	// Lifecycle records are signed and verified with the events' key.
 	signer := w.signer
 	sink := sinks.NewLifecycle(w.deps.pg, w.bus, signer, w.log)
+	if err := sink.SetMetrics(w.sinkMetrics); err != nil {
+		closeRedis()
+		return modules.Module{}, err
+	}
+	if w.metrics != nil {
+		// Queue sizes and processed/failed counts, read at each scrape.
+		if err := w.metrics.Register(taskview.NewQueueCollector(app.Inspector, cfg.QueueNames(), w.log)); err != nil {
+			closeRedis()
+			return modules.Module{}, fmt.Errorf("task queue metrics: %w", err)
+		}
+	}
 	pub, err := tasks.NewProducer(w.bus, signer, w.log)
 	if err != nil {
 		closeRedis()

@@ -188,7 +188,7 @@ func Consume(ctx context.Context, c Config, group string, topics []string, h Han
 		return fmt.Errorf("kafka consumer %s: batch must be at least 1, linger not negative, retry delays positive", group)
 	}
 	l := &loop{o: o, group: group, h: h, log: o.log.With("group", group)}
-	if err := l.register(); err != nil {
+	if err := l.register(c, topics); err != nil {
 		return err
 	}
 	l.setHealth(fmt.Errorf("kafka consumer %s is starting", group))
@@ -337,23 +337,45 @@ func (l *loop) setHealth(err error) {
 
 // register adds the consumer metrics to the registerer, sharing them with
 // the other consumers of the process.
-func (l *loop) register() error {
-	r := l.o.metrics
-	if r == nil {
+func (l *loop) register(c Config, topics []string) error {
+	if l.o.metrics == nil {
 		return nil
 	}
+	var err error
+	l.lag, l.ready, err = consumerMetrics(l.o.metrics, c, l.group, topics)
+	return err
+}
+
+// InitConsumerMetrics creates the consumer metrics of group in r before
+// its Consume starts (which may wait for a dependency first), so they are
+// exported from the process's start: ready 0, the lag of every partition
+// the topics are created with 0. Consume with WithMetrics(r) then shares
+// them.
+func InitConsumerMetrics(r prometheus.Registerer, c Config, group string, topics ...string) error {
+	_, _, err := consumerMetrics(r, c, group, topics)
+	return err
+}
+
+func consumerMetrics(r prometheus.Registerer, c Config, group string, topics []string) (lagVec, readyVec *prometheus.GaugeVec, err error) {
 	lag := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "cfgd_kafka_consumer_lag_records", Help: "Records of a partition after the consumer group's last applied batch (high watermark minus committed offset).",
 	}, []string{"group", "topic", "partition"})
 	ready := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "cfgd_kafka_consumer_ready", Help: "1 while a consumer group keeps up, 0 while it waits for Kafka or its store.",
 	}, []string{"group"})
-	var err error
-	if l.lag, err = registerShared(r, lag); err != nil {
-		return err
+	if lagVec, err = registerShared(r, lag); err != nil {
+		return nil, nil, err
 	}
-	l.ready, err = registerShared(r, ready)
-	return err
+	for _, t := range topics {
+		for p := range c.Partitions {
+			lagVec.WithLabelValues(group, c.Topic(t), strconv.Itoa(p))
+		}
+	}
+	if readyVec, err = registerShared(r, ready); err != nil {
+		return nil, nil, err
+	}
+	readyVec.WithLabelValues(group)
+	return lagVec, readyVec, nil
 }
 
 func registerShared(r prometheus.Registerer, g *prometheus.GaugeVec) (*prometheus.GaugeVec, error) {

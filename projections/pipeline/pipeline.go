@@ -75,6 +75,10 @@ func New(cfg Config, pool *pgxpool.Pool, reg *events.Registry, log *slog.Logger,
 		_ = pub.Close()
 		return nil, err
 	}
+	if err := runner.InitMetrics(projections.Each(ps...)...); err != nil {
+		_ = pub.Close()
+		return nil, err
+	}
 	return &Pipeline{cfg: cfg, pool: pool, log: log, relay: rl, runner: runner, ps: ps, pub: pub}, nil
 }
 

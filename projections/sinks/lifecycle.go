@@ -34,6 +34,7 @@ type Lifecycle struct {
 	log      *slog.Logger
 	MaxBatch int
 	MaxWait  time.Duration
+	metrics  *Metrics
 }
 
 // NewLifecycle returns the sink; signer verifies every record.
@@ -47,7 +48,7 @@ func NewLifecycle(pool *pgxpool.Pool, c kafka.Config, signer *events.Signer, log
 func (s *Lifecycle) Run(ctx context.Context) error {
 	return kafka.Consume(ctx, s.bus, LifecycleGroup, []string{tasks.TopicLifecycle}, s.handle,
 		kafka.WithBatch(s.MaxBatch, s.MaxWait), kafka.WithRetry(50*time.Millisecond, 10*time.Second), kafka.WithLog(s.log),
-		kafka.WithDeadLetter(kafka.TopicDeadLetters))
+		kafka.WithDeadLetter(kafka.TopicDeadLetters), kafka.WithMetrics(s.metrics.registerer()))
 }
 
 func (s *Lifecycle) handle(ctx context.Context, b *kafka.Batch) error {
@@ -59,6 +60,7 @@ func (s *Lifecycle) handle(ctx context.Context, b *kafka.Batch) error {
 			if err := b.DeadLetter(ctx, m, LifecycleGroup, kafka.ReasonBadSignature, err); err != nil {
 				return err
 			}
+			s.metrics.deadLettered(SinkLifecycle, kafka.ReasonBadSignature)
 			continue
 		case err != nil:
 			s.log.ErrorContext(ctx, "skipping unreadable lifecycle record", "partition", m.Partition, "offset", m.Offset)
@@ -66,7 +68,9 @@ func (s *Lifecycle) handle(ctx context.Context, b *kafka.Batch) error {
 		}
 		recs = append(recs, r)
 	}
-	if err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return taskview.ApplyLifecycle(ctx, tx, recs) }); err != nil {
+	if err := s.metrics.write(SinkLifecycle, len(recs), func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return taskview.ApplyLifecycle(ctx, tx, recs) })
+	}); err != nil {
 		return fmt.Errorf("lifecycle batch: %w", err)
 	}
 	return nil

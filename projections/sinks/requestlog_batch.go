@@ -103,6 +103,7 @@ func (s *RequestLogs) write(ctx context.Context, msgs *kafka.Batch, b *batch) er
 			return err
 		}
 		s.poisoned.Add(1)
+		s.metrics.deadLettered(SinkRequestLog, p.reason)
 	}
 	b.poison = nil
 	if err := s.loadHeld(ctx, b); err != nil {
@@ -111,7 +112,7 @@ func (s *RequestLogs) write(ctx context.Context, msgs *kafka.Batch, b *batch) er
 	keep := b.rows.without(s.held)
 	s.skipped.Add(int64(b.rows.Len() - keep.Len()))
 	if keep.Len() > 0 {
-		if err := keep.Insert(ctx, s.conn); err != nil {
+		if err := s.metrics.write(SinkRequestLog, keep.Len(), func() error { return keep.Insert(ctx, s.conn) }); err != nil {
 			// The insert may have landed before the error (a connection
 			// lost on the way back): ask ClickHouse again before retrying.
 			for p := range b.last {

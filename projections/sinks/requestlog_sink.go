@@ -107,6 +107,8 @@ type RequestLogs struct {
 	// afterInsert, when set (by tests), runs between a batch's insert and
 	// its offset commit; an error stops the sink there, as a crash would.
 	afterInsert func() error
+
+	metrics *Metrics
 }
 
 var errRequestLogsStarting = errors.New("request-log sink is starting")
@@ -171,7 +173,7 @@ func (s *RequestLogs) Run(ctx context.Context) error {
 	return kafka.Consume(ctx, s.cfg.Bus, s.cfg.Group, []string{kafka.TopicRequestLogs}, s.handle,
 		kafka.WithSpan(), kafka.WithBatch(s.cfg.BatchRows, s.cfg.BatchWait), kafka.WithWeight(recordEvents),
 		kafka.WithRetry(100*time.Millisecond, s.cfg.MaxBackoff), kafka.WithDeadLetter(kafka.TopicRequestLogsDead),
-		kafka.WithHealth(&s.health), kafka.WithDrain(10*time.Second), kafka.WithCommitEach(), kafka.WithLog(s.log))
+		kafka.WithHealth(&s.health), kafka.WithDrain(10*time.Second), kafka.WithCommitEach(), kafka.WithLog(s.log), kafka.WithMetrics(s.metrics.registerer()))
 }
 
 // retry runs fn until it succeeds or ctx ends, reporting the failure

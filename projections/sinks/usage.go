@@ -97,6 +97,8 @@ type Usage struct {
 	// commit and its Kafka offset commit; an error stops the consumer
 	// there, as a crash would.
 	afterApply func() error
+
+	metrics *Metrics
 }
 
 var errUsageStarting = errors.New("api-key usage consumer is starting")
@@ -135,5 +137,5 @@ func (u *Usage) Stats() UsageStats {
 func (u *Usage) Run(ctx context.Context) error {
 	return kafka.Consume(ctx, u.cfg.Bus, u.cfg.Group, []string{kafka.TopicAPIKeyUsage}, u.handle,
 		kafka.WithBatch(u.cfg.BatchRecords, u.cfg.BatchWait), kafka.WithRetry(100*time.Millisecond, u.cfg.MaxBackoff),
-		kafka.WithHealth(&u.health), kafka.WithDrain(10*time.Second), kafka.WithCommitEach(), kafka.WithLog(u.log))
+		kafka.WithHealth(&u.health), kafka.WithDrain(10*time.Second), kafka.WithCommitEach(), kafka.WithLog(u.log), kafka.WithMetrics(u.metrics.registerer()))
 }

@@ -22,7 +22,7 @@ func (u *Usage) handle(ctx context.Context, mb *kafka.Batch) error {
 	for _, m := range mb.Messages {
 		b.add(u, m)
 	}
-	if err := u.apply(ctx, b); err != nil {
+	if err := u.metrics.write(SinkUsage, len(b.uses), func() error { return u.apply(ctx, b) }); err != nil {
 		return fmt.Errorf("api-key usage: %w", err)
 	}
 	u.poisoned.Add(b.poisoned)

@@ -23,6 +23,7 @@ import (
 	"github.com/cfgd/cfgd/api/rest/auth"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog/ingestmetrics"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -64,6 +65,7 @@ type Handlers struct {
 	accept  *requestlog.Accepter
 	queries Queries
 	idem    Idempotency
+	metrics *ingestmetrics.Metrics // nil: nothing counted
 }
 
 // WithIdempotency makes ingest honour Idempotency-Key through store; it
@@ -120,6 +122,7 @@ type IngestResult struct {
 func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
 	ndjson, bad := ingestType(r.Header.Get("Content-Type"))
 	if bad != nil {
+		h.metrics.Rejected(ingestmetrics.REST, ingestmetrics.Malformed, 1)
 		rest.WriteError(w, bad)
 		return
 	}
@@ -135,6 +138,7 @@ func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
 	}
 	batch, refused, err := DecodeEvents(body, ndjson, MaxIngestEvents)
 	if err != nil {
+		h.metrics.Rejected(ingestmetrics.REST, ingestmetrics.Malformed, 1)
 		rest.Fail(w, r, err)
 		return
 	}
@@ -190,6 +194,7 @@ func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
 // to answer (errcode Invalid when nothing was stored).
 func (h *Handlers) run(ctx context.Context, batch []requestlog.Event, refused []requestlog.FieldError) (int, any, error) {
 	out, err := h.accept.Accept(ctx, batch, refused)
+	h.metrics.Rejected(ingestmetrics.REST, ingestmetrics.Invalid, out.Rejected)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/cfgd/cfgd/commands/apikeys"
 	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlog/ingestmetrics"
 	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/readmodels/apikeyview"
 )
@@ -91,6 +92,9 @@ type GRPCRequestLog struct {
 	// Idempotency keeps the answers of Report calls sent with an
 	// idempotency key (nil: the key is ignored).
 	Idempotency grpcserver.Idempotency
+	// Ingest counts what cfgd.ingest.v1 and OTLP accept and reject (nil:
+	// nothing).
+	Ingest *ingestmetrics.Metrics
 }
 
 // GRPC builds gRPC monitoring: the gRPC server (health, reflection,
@@ -138,13 +142,15 @@ func GRPC(cfg GRPCConfig, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now
 	srv.Register(&authv1.AuthService_ServiceDesc, grpcserver.NewAuth(a.App(), log))
 	// Registered even without a producer (it then answers Unimplemented),
 	// so reflection always lists what the proto files declare.
-	ing := grpcserver.NewIngest(rl.Producer, now, log)
 	// One accept path for the JSON ingest and OTLP: the same validation,
-	// created_at window and producer.
+	// created_at window and producer, each transport counted apart.
+	var ingestProducer grpcserver.Producer
 	accept := &requestlog.Accepter{Now: now}
 	if rl.Producer != nil {
-		accept.Produce = rl.Producer.Produce
+		ingestProducer = rl.Ingest.Counting(rl.Producer, ingestmetrics.GRPC)
+		accept.Produce = rl.Ingest.Counting(rl.Producer, ingestmetrics.OTLP).Produce
 	}
+	ing := grpcserver.NewIngest(ingestProducer, now, log).WithMetrics(rl.Ingest)
 	if rl.RetentionDays > 0 {
 		ing = ing.WithWindow(requestlog.WindowFor(rl.RetentionDays))
 		accept.Window = requestlog.WindowFor(rl.RetentionDays)
@@ -157,7 +163,7 @@ func GRPC(cfg GRPCConfig, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now
 	// Routes): the gRPC server spans become request logs.
 	var traces *otlp.Receiver
 	if rl.Producer != nil {
-		traces = otlp.New(otlp.ViaIngest{Ingest: accept}, grpcserver.NewSigninAuthenticator(a.App().Auth), log)
+		traces = otlp.New(otlp.ViaIngest{Ingest: accept}, grpcserver.NewSigninAuthenticator(a.App().Auth), log).WithMetrics(rl.Ingest)
 		traces.RegisterGRPC(srv)
 	}
 	dir, err := protos.NewDir(cfg.ProtoDir)
