@@ -64,11 +64,12 @@ func (r *RequestLogRows) Add(partition int32, offset int64, index int, e *reques
 	r.authenticated = append(r.authenticated, a)
 }
 
-// without returns the rows whose offset is above held[partition].
-func (r *RequestLogRows) without(held map[int32]int64) RequestLogRows {
+// without returns the rows whose offset is above what the raw table holds
+// of their partition (held[partition][0]).
+func (r *RequestLogRows) without(held map[int32][4]int64) RequestLogRows {
 	var out RequestLogRows
 	for i := range r.id {
-		if int64(r.offset[i]) <= held[int32(r.partition[i])] {
+		if int64(r.offset[i]) <= held[int32(r.partition[i])][0] {
 			continue
 		}
 		out.id = append(out.id, r.id[i])

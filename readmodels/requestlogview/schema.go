@@ -43,6 +43,9 @@ func (t Tables) Suffixed(suffix string) Tables {
 	return Tables{Raw: t.Raw + suffix, Minute: t.Minute + suffix, Hour: t.Hour + suffix, Day: t.Day + suffix}
 }
 
+// Rollups are the three rollups, finest first.
+func (t Tables) Rollups() []string { return []string{t.Minute, t.Hour, t.Day} }
+
 // All are the four tables, raw first.
 func (t Tables) All() []string { return []string{t.Raw, t.Minute, t.Hour, t.Day} }
 
@@ -119,6 +122,8 @@ type stmt struct {
 	Seconds int
 	// TimeColumn is the column a TTL counts from.
 	TimeColumn string
+	// Where, if set, narrows a fill from the raw table.
+	Where string
 }
 
 // schemaData is the data of a migration file template.
@@ -191,8 +196,8 @@ func DDL(t Tables, f Features, retentionDays int) ([]string, error) {
 	return render(func(r *renderer) {
 		r.add("create_raw", d.Raw)
 		for _, s := range d.Rollups {
-			r.add("create_rollup", s)
-			r.add("create_view", s)
+			r.add("create_rollup_offsets", s)
+			r.add("create_view_offsets", s)
 		}
 		for _, s := range d.TTL {
 			r.add("modify_ttl", s)
@@ -206,7 +211,7 @@ func TableDDL(t Tables, f Features, retentionDays int) ([]string, error) {
 	return render(func(r *renderer) {
 		r.add("create_raw", d.Raw)
 		for _, s := range d.Rollups {
-			r.add("create_rollup", s)
+			r.add("create_rollup_offsets", s)
 		}
 		for _, s := range d.TTL {
 			r.add("modify_ttl", s)
@@ -219,7 +224,7 @@ func ViewDDL(t Tables, f Features) ([]string, error) {
 	d := plan(t, f, 1)
 	return render(func(r *renderer) {
 		for _, s := range d.Rollups {
-			r.add("create_view", s)
+			r.add("create_view_offsets", s)
 		}
 	})
 }
@@ -234,10 +239,29 @@ func RollupFill(t Tables) ([]string, error) {
 	minute, hour, day := d.Rollups[0], d.Rollups[1], d.Rollups[2]
 	hour.Source, day.Source = t.Minute, t.Hour
 	return render(func(r *renderer) {
-		r.add("fill_from_raw", minute)
-		r.add("fill_from_rollup", hour)
-		r.add("fill_from_rollup", day)
+		r.add("fill_from_raw_offsets", minute)
+		r.add("fill_from_rollup_offsets", hour)
+		r.add("fill_from_rollup_offsets", day)
 	})
+}
+
+// RollupRefill returns the statement that inserts into rollup (one of
+// t.Rollups()) the aggregates of the rows of t.Raw whose id is in
+// [fromID, toID]: the sink's repair of a rollup that missed an insert into
+// the raw table (ids order a partition's rows by offset).
+func RollupRefill(t Tables, rollup string, fromID, toID uint64) (string, error) {
+	d := plan(t, Features{}, 1)
+	for _, s := range d.Rollups {
+		if s.Name == rollup {
+			s.Where = fmt.Sprintf("id >= %d AND id <= %d", fromID, toID)
+			out, err := render(func(r *renderer) { r.add("fill_from_raw_offsets", s) })
+			if err != nil {
+				return "", err
+			}
+			return out[0], nil
+		}
+	}
+	return "", fmt.Errorf("request-log schema: %s is not a rollup of %v", rollup, t)
 }
 
 // CreateTables creates the tables and views of set t in conn's database

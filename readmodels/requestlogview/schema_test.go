@@ -2,6 +2,7 @@ package requestlogview_test
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"strings"
@@ -63,14 +64,17 @@ func TestClickHouseSchemaFollowsVersion(t *testing.T) {
 				t.Fatal(err)
 			}
 			names, _ := fs.Glob(fsys, "*.sql")
-			if strings.Join(names, " ") != "00001_requestlog.sql" {
+			if strings.Join(names, " ") != "00001_requestlog.sql 00002_requestlog_offsets.sql" {
 				t.Fatalf("migrations %v", names)
 			}
-			b, err := fs.ReadFile(fsys, names[0])
-			if err != nil {
-				t.Fatal(err)
+			var sql string
+			for _, name := range names {
+				b, err := fs.ReadFile(fsys, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sql += string(b)
 			}
-			sql := string(b)
 			for _, s := range c.want {
 				if !strings.Contains(sql, s) {
 					t.Errorf("lacks %q", s)
@@ -194,8 +198,10 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Down(ctx); err != nil {
-		t.Fatal(err)
+	for range 2 {
+		if _, err := p.Down(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var left uint64
 	if err := db.QueryRowContext(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name LIKE 'requestlog%'").Scan(&left); err != nil || left != 0 {
@@ -206,5 +212,76 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 	}
 	if err := db.QueryRowContext(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name LIKE 'requestlog%'").Scan(&left); err != nil || left != 7 {
 		t.Fatalf("%d request-log tables after up, %v", left, err)
+	}
+}
+
+// Rows written under migration 00001 keep their counts through 00002, and
+// every rollup records the raw table's highest offset per partition, so
+// the sink refills nothing after the upgrade.
+func TestOffsetsMigrationKeepsData(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	opts, conn := testenv.ClickHouse(t)
+	db := clickhouse.OpenDB(opts)
+	defer db.Close()
+	f, err := requestlogview.ServerFeatures(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema, err := requestlogview.ClickHouseSchema(f, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := migrate.NewClickHouseProvider(db, migrate.Schema{Owner: "readmodels/requestlogview", FS: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+requestlogview.RawTable+" (id, kafka_partition, kafka_offset, created_at, service_name, method_name, status, duration_ms)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 23, 12, 0, 0, 0, time.Now().Location())
+	for i := range 40 {
+		part, off := uint16(i%2), uint64(10+i/2)
+		if err := b.Append(uint64(part)<<52|off<<12, part, off, at.Add(time.Duration(i)*time.Minute), "s", fmt.Sprint("m", i%3), "success", uint32(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, rollup := range requestlogview.LiveTables().Rollups() {
+		var n, sum uint64
+		var services uint64
+		if err := conn.QueryRow(ctx, "SELECT countMerge(requests), sumMerge(duration_sum), uniqExact(method_name) FROM "+rollup).Scan(&n, &sum, &services); err != nil {
+			t.Fatal(err)
+		}
+		if n != 40 || sum != 780 || services != 3 {
+			t.Errorf("%s: %d requests, duration sum %d, %d methods; want 40, 780, 3", rollup, n, sum, services)
+		}
+		var got []string
+		rs, err := conn.Query(ctx, "SELECT kafka_partition, maxMerge(kafka_offset) FROM "+rollup+" GROUP BY kafka_partition ORDER BY kafka_partition")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rs.Next() {
+			var part uint16
+			var off uint64
+			if err := rs.Scan(&part, &off); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, fmt.Sprint(part, ":", off))
+		}
+		rs.Close()
+		if strings.Join(got, " ") != "0:29 1:29" {
+			t.Errorf("%s records offsets %v, want 0:29 1:29", rollup, got)
+		}
 	}
 }
