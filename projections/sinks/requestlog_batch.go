@@ -101,9 +101,17 @@ func (s *RequestLogs) handle(ctx context.Context, msgs *kafka.Batch) error {
 	for _, m := range msgs.Messages {
 		b.add(m)
 	}
+	parts := make([]int32, 0, len(b.last))
+	for p := range b.last {
+		parts = append(parts, p)
+	}
 	// The insert shares one hold of the fence: a replay swaps tables
-	// before or after the whole batch.
-	return s.fenced(ctx, func(gen int64) error {
+	// before or after the whole batch, and no other sink writes these
+	// partitions meanwhile.
+	return s.owned(ctx, parts, func(gen int64, stale []int32) error {
+		for _, p := range stale {
+			delete(s.held, p)
+		}
 		if gen != s.heldGen {
 			// A replay swapped the tables since held was read. If it
 			// died inside its swap, the live raw table may lack its

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
@@ -122,5 +123,32 @@ func TestSinkRefillsRollupsAfterPartialInsert(t *testing.T) {
 	rollupsMatchRaw(t, e.conn)
 	if st := s.Stats(); st.Refilled == 0 {
 		t.Fatalf("stats %+v: want refills", st)
+	}
+}
+
+// Two sinks in two consumer groups on one topic (a group renamed during a
+// rolling update) both get every record; each batch holds its partitions
+// and reads ClickHouse's offsets again when the other sink wrote them
+// last, so every record is counted once.
+func TestSinkTwoGroupsOnOneTopicCountOnce(t *testing.T) {
+	t.Parallel()
+	e := newReplayEnv(t, 2)
+	a := e.fencedSinkIn("old-name", nil)
+	b := e.fencedSinkIn("new-name", nil)
+	want := 0
+	for round := range 8 {
+		e.spread(250, time.Now().Add(time.Duration(round)*time.Minute), time.Millisecond)
+		want += 250
+		// Both have read the round (and cached what they think ClickHouse
+		// holds) before the next one.
+		waitFor(t, "both sinks to pass the round", func() bool {
+			sa, sb := a.Stats(), b.Stats()
+			return sa.Inserted+sa.Skipped >= int64(want) && sb.Inserted+sb.Skipped >= int64(want)
+		})
+	}
+	testenv.ExactRequestLogs(t, e.conn, uint64(want))
+	rollupsMatchRaw(t, e.conn)
+	if sa, sb := a.Stats(), b.Stats(); sa.Inserted+sb.Inserted != int64(want) {
+		t.Fatalf("the sinks inserted %d and %d rows, want %d in all", sa.Inserted, sb.Inserted, want)
 	}
 }

@@ -15,6 +15,13 @@ type RequestLogFence interface {
 	// Shared runs fn while no swap can begin or be under way; gen is the
 	// tables' generation, which every swap changes.
 	Shared(ctx context.Context, fn func(gen int64) error) error
+	// Own is Shared that also holds partitions parts of topic for writer
+	// alone until fn returns, so two sinks (two consumer groups on the
+	// topic, or a member that lost a partition in a rebalance and has not
+	// noticed yet) never write one partition at once. stale are the
+	// partitions another writer wrote last: their cached offsets are out
+	// of date.
+	Own(ctx context.Context, topic string, parts []int32, writer string, fn func(gen int64, stale []int32) error) error
 }
 
 // PostgresFence is the RequestLogFence the replay of these tables takes

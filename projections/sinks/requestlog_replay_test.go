@@ -42,11 +42,17 @@ func (e *replayEnv) spread(n int, from time.Time, step time.Duration) {
 // fencedSink starts the live sink behind fence (the Postgres one when nil).
 func (e *replayEnv) fencedSink(fence RequestLogFence) *RequestLogs {
 	e.t.Helper()
+	return e.fencedSinkIn("live", fence)
+}
+
+// fencedSinkIn is fencedSink in consumer group group.
+func (e *replayEnv) fencedSinkIn(group string, fence RequestLogFence) *RequestLogs {
+	e.t.Helper()
 	if fence == nil {
 		fence = PostgresFence{Pool: e.pool}
 	}
 	cfg := DefaultRequestLogConfig(e.bus)
-	cfg.Group = "live"
+	cfg.Group = group
 	cfg.BatchRows = 300
 	cfg.BatchWait = 50 * time.Millisecond
 	cfg.MaxBackoff = 200 * time.Millisecond
@@ -82,6 +88,12 @@ func (g *gate) Shared(ctx context.Context, fn func(int64) error) error {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	return g.RequestLogFence.Shared(ctx, fn)
+}
+
+func (g *gate) Own(ctx context.Context, topic string, parts []int32, writer string, fn func(int64, []int32) error) error {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.RequestLogFence.Own(ctx, topic, parts, writer, fn)
 }
 
 func TestSinkReloadsHeldOffsetsAfterASwap(t *testing.T) {

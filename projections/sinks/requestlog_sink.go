@@ -10,6 +10,7 @@ package sinks
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,6 +85,9 @@ type RequestLogs struct {
 	log   *slog.Logger
 	now   func() time.Time
 	topic string
+	// writer names this sink in the fence's record of who wrote each
+	// partition last.
+	writer string
 
 	// health is the reason the sink is not keeping up (ClickHouse or
 	// Kafka down, schema not created yet); nil when it is.
@@ -129,7 +133,7 @@ func NewFencedRequestLogs(cfg RequestLogConfig, conn driver.Conn, fence RequestL
 		return nil, err
 	}
 	s := &RequestLogs{cfg: cfg, conn: conn, fence: fence, log: log, now: time.Now, held: map[int32][4]int64{},
-		topic: cfg.Bus.Topic(kafka.TopicRequestLogs)}
+		topic: cfg.Bus.Topic(kafka.TopicRequestLogs), writer: rand.Text()}
 	s.health.Set(errRequestLogsStarting)
 	return s, nil
 }
@@ -227,6 +231,14 @@ func (s *RequestLogs) checkSchema(ctx context.Context) error {
 // through Ready meanwhile.
 func (s *RequestLogs) retry(ctx context.Context, what string, fn func(context.Context) error) error {
 	return s.health.Retry(ctx, s.log, what, s.cfg.MaxBackoff, fn)
+}
+
+// owned runs fn inside the fence, if any, holding parts for this sink.
+func (s *RequestLogs) owned(ctx context.Context, parts []int32, fn func(gen int64, stale []int32) error) error {
+	if s.fence == nil {
+		return fn(0, nil)
+	}
+	return s.fence.Own(ctx, s.topic, parts, s.writer, fn)
 }
 
 // fenced runs fn inside the fence, if any.
