@@ -314,12 +314,16 @@ func ClickHouseSchema(f Features, retentionDays int) (fs.FS, error) {
 	return out, nil
 }
 
-// DropExpired drops every day partition of the tables of set t older than
-// retentionDays before now, and returns how many it dropped. Partitions are
-// named by toYYYYMMDD, so whole days go at once.
+// DropExpired drops every partition of the tables of set t that holds
+// nothing newer than the retention cutoff (retentionDays before now, an
+// instant), and returns how many it dropped. Partitions are days by the
+// server's time zone (toYYYYMMDD); they are judged by the newest time
+// their parts hold, not by their names, so the cutoff is the same instant
+// whatever that zone, and no row or bucket inside the retention window is
+// dropped. A rollup bucket counts up to its end.
 func DropExpired(ctx context.Context, conn driver.Conn, t Tables, retentionDays int, now time.Time) (int, error) {
-	cutoff := now.UTC().AddDate(0, 0, -retentionDays).Format("20060102")
-	rows, err := conn.Query(ctx, expiredPartitions, t.Raw, t.Minute, t.Hour, t.Day, cutoff)
+	cutoff := now.AddDate(0, 0, -retentionDays).Unix()
+	rows, err := conn.Query(ctx, expiredPartitions, t.Raw, t.Minute, t.Hour, t.Day, t.Raw, t.Minute, t.Hour, cutoff)
 	if err != nil {
 		return 0, fmt.Errorf("list request-log partitions: %w", err)
 	}
@@ -346,5 +350,9 @@ func DropExpired(ctx context.Context, conn driver.Conn, t Tables, retentionDays 
 	return len(parts), nil
 }
 
-const expiredPartitions = `SELECT DISTINCT table, partition_id FROM system.parts
-WHERE database = currentDatabase() AND active AND table IN (?, ?, ?, ?) AND partition_id < ?`
+// expiredPartitions: max_time is the newest value of the partition key's
+// time column in a part, a row's time or a bucket's start.
+const expiredPartitions = `SELECT table, partition_id FROM system.parts
+WHERE database = currentDatabase() AND active AND table IN (?, ?, ?, ?)
+GROUP BY table, partition_id
+HAVING max(toUInt32(max_time)) + multiIf(table = ?, 1, table = ?, 60, table = ?, 3600, 86400) <= ?`

@@ -285,3 +285,73 @@ func TestOffsetsMigrationKeepsData(t *testing.T) {
 		}
 	}
 }
+
+// The retention cutoff is an instant, whatever time zone the partitions
+// are days of (the server's, or a column's own, as here): nothing newer
+// than it is dropped, and whole days older than it are.
+func TestDropExpiredWhateverTheZone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, conn := testenv.ClickHouse(t)
+	f, err := requestlogview.ServerFeatures(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 23, 3, 0, 0, 0, time.UTC).In(time.FixedZone("UTC+5", 5*3600))
+	cutoff := now.AddDate(0, 0, -30).UTC()
+	rows := []time.Time{
+		cutoff.Add(2 * time.Hour),       // inside the window, late on a day west of UTC
+		cutoff.Add(-time.Hour),          // outside, in the same partition west of UTC
+		cutoff.Add(-4 * 24 * time.Hour), // outside, days before
+		now.UTC(),
+	}
+	for i, zone := range []string{"UTC", "America/Los_Angeles", "Asia/Tokyo"} {
+		t.Run(zone, func(t *testing.T) {
+			set := requestlogview.LiveTables().Suffixed(fmt.Sprint("_z", i))
+			stmts, err := requestlogview.DDL(set, f, 30)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range stmts {
+				s = strings.ReplaceAll(s, "created_at DateTime,", "created_at DateTime('"+zone+"'),")
+				s = strings.ReplaceAll(s, "bucket DateTime,", "bucket DateTime('"+zone+"'),")
+				if err := conn.Exec(ctx, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b, err := conn.PrepareBatch(ctx, "INSERT INTO "+set.Raw+" (id, created_at, service_name, method_name, status, duration_ms)")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, at := range rows {
+				if err := b.Append(uint64(k), at, "s", "m", "success", uint32(1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := b.Send(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := requestlogview.DropExpired(ctx, conn, set, 30, now); err != nil {
+				t.Fatal(err)
+			}
+			var inside, oldest uint64
+			if err := conn.QueryRow(ctx, "SELECT countIf(created_at >= ?), countIf(created_at < ?) FROM "+set.Raw,
+				cutoff, cutoff.Add(-3*24*time.Hour)).Scan(&inside, &oldest); err != nil {
+				t.Fatal(err)
+			}
+			if inside != 2 || oldest != 0 {
+				t.Errorf("raw: %d rows inside the window (want 2), %d days old (want 0)", inside, oldest)
+			}
+			for _, rollup := range set.Rollups() {
+				var n uint64
+				if err := conn.QueryRow(ctx, "SELECT countMerge(requests) FROM "+rollup+" WHERE bucket >= ?",
+					cutoff.Truncate(24*time.Hour)).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				if n < 2 {
+					t.Errorf("%s lost requests inside the window: %d left", rollup, n)
+				}
+			}
+		})
+	}
+}
