@@ -2,6 +2,7 @@ package sinks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -94,6 +95,11 @@ func recordEvents(m *sarama.ConsumerMessage) int { return max(1, requestlog.Coun
 // is down.
 func (s *RequestLogs) handle(ctx context.Context, msgs *kafka.Batch) error {
 	if msgs.Session != s.heldSession {
+		// A new session: the topic may have been deleted and created
+		// again meanwhile.
+		if err := s.checkTopic(ctx); err != nil {
+			return err
+		}
 		clear(s.held)
 		s.heldSession = msgs.Session
 	}
@@ -108,10 +114,11 @@ func (s *RequestLogs) handle(ctx context.Context, msgs *kafka.Batch) error {
 	// The insert shares one hold of the fence: a replay swaps tables
 	// before or after the whole batch, and no other sink writes these
 	// partitions meanwhile.
-	return s.owned(ctx, parts, func(gen int64, stale []int32) error {
+	return s.owned(ctx, parts, func(gen int64, stale []int32, base map[int32]int64) error {
 		for _, p := range stale {
 			delete(s.held, p)
 		}
+		b.rows.rebase(base)
 		if gen != s.heldGen {
 			// A replay swapped the tables since held was read. If it
 			// died inside its swap, the live raw table may lack its
@@ -170,6 +177,44 @@ func (s *RequestLogs) write(ctx context.Context, msgs *kafka.Batch, b *batch) er
 		}
 	}
 	b.rows = RequestLogRows{}
+	s.topicNotice.Store(nil)
+	return nil
+}
+
+// checkTopic compares the topic's id with the one recorded beside the
+// offsets ClickHouse holds. When the topic was deleted and created again,
+// its offsets start over: the fence then stores the new topic's records
+// after the old one's (an offset base per partition), and the sink says
+// so in its log, stats and readiness.
+func (s *RequestLogs) checkTopic(ctx context.Context) error {
+	if s.fence == nil {
+		return nil // nothing to record the id in (tests, benchmarks)
+	}
+	id, err := kafka.TopicID(ctx, s.cfg.Bus, kafka.TopicRequestLogs)
+	if errors.Is(err, kafka.ErrNoTopicID) {
+		return nil // brokers before 2.8: nothing to compare
+	}
+	if err != nil {
+		return err
+	}
+	recreated, err := s.fence.Recreated(ctx, s.topic, id, func(ctx context.Context) (map[int32]int64, error) {
+		next := map[int32]int64{}
+		q := "SELECT kafka_partition, max(kafka_offset) FROM " + requestlogview.RawTable + " GROUP BY kafka_partition"
+		if err := s.scanHeld(ctx, q, func(p int32, off int64) { next[p] = off + 1 }); err != nil {
+			return nil, fmt.Errorf("held offsets: %w", err)
+		}
+		return next, nil
+	})
+	if err != nil {
+		return err
+	}
+	if recreated {
+		s.recreated.Add(1)
+		s.topicNotice.Store(&topicNotice{err: fmt.Errorf("%w: %s (id %s) was deleted and created again; "+
+			"its records are stored after the old topic's, from its start", errTopicRecreated, s.topic, id)})
+		s.log.WarnContext(ctx, "request-log topic was deleted and created again: continuing from its start",
+			"topic", s.topic, "topic_id", id)
+	}
 	return nil
 }
 

@@ -8,8 +8,11 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/IBM/sarama"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -151,4 +154,43 @@ func TestSinkTwoGroupsOnOneTopicCountOnce(t *testing.T) {
 	if sa, sb := a.Stats(), b.Stats(); sa.Inserted+sb.Inserted != int64(want) {
 		t.Fatalf("the sinks inserted %d and %d rows, want %d in all", sa.Inserted, sb.Inserted, want)
 	}
+}
+
+// A topic deleted and created again starts its offsets over: the sink
+// notices the new topic id, stores the new records after the old ones
+// instead of taking them for rows it holds, and says so.
+func TestSinkContinuesOnARecreatedTopic(t *testing.T) {
+	t.Parallel()
+	e := newReplayEnv(t, 2)
+	ctx := context.Background()
+	s := e.fencedSink(nil)
+	e.spread(500, time.Now(), time.Millisecond)
+	testenv.ExactRequestLogs(t, e.conn, 500)
+	admin, err := sarama.NewClusterAdmin(e.bus.Brokers, e.bus.Sarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if err := admin.DeleteTopic(e.prod.Topic()); err != nil {
+		t.Fatal(err)
+	}
+	if err := kafka.EnsureTopics(ctx, e.bus, testenv.Quiet(), kafka.TopicRequestLogs); err != nil {
+		t.Fatal(err)
+	}
+	// A new producer: the idempotent one's sequence numbers belong to
+	// the deleted topic.
+	pc := requestlog.DefaultProducerConfig(e.bus)
+	pc.PackEvents = 50
+	pc.Timeout = 10 * time.Second
+	if e.prod, err = requestlog.NewProducer(pc, testenv.Quiet()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.prod.Close() })
+	e.spread(300, time.Now(), time.Millisecond)
+	testenv.ExactRequestLogs(t, e.conn, 800)
+	rollupsMatchRaw(t, e.conn)
+	if st := s.Stats(); st.TopicRecreated != 1 {
+		t.Fatalf("stats %+v: want the recreated topic noticed once", st)
+	}
+	waitFor(t, "the sink to be ready again", func() bool { return s.Ready(ctx) == nil })
 }

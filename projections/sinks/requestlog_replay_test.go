@@ -90,7 +90,7 @@ func (g *gate) Shared(ctx context.Context, fn func(int64) error) error {
 	return g.RequestLogFence.Shared(ctx, fn)
 }
 
-func (g *gate) Own(ctx context.Context, topic string, parts []int32, writer string, fn func(int64, []int32) error) error {
+func (g *gate) Own(ctx context.Context, topic string, parts []int32, writer string, fn func(int64, []int32, map[int32]int64) error) error {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	return g.RequestLogFence.Own(ctx, topic, parts, writer, fn)

@@ -107,6 +107,11 @@ type RequestLogs struct {
 	skipped  atomic.Int64
 	poisoned atomic.Int64
 	refilled atomic.Int64
+	// recreated counts the times the topic was found deleted and created
+	// again; topicNotice says so through Ready until the first batch of
+	// the new topic is in.
+	recreated   atomic.Int64
+	topicNotice atomic.Pointer[topicNotice]
 
 	// afterInsert, when set (by tests), runs between a batch's insert and
 	// its offset commit; an error stops the sink there, as a crash would.
@@ -116,7 +121,10 @@ type RequestLogs struct {
 var (
 	errRequestLogsStarting = errors.New("request-log sink is starting")
 	errRequestLogSchema    = errors.New("request-log tables incomplete")
+	errTopicRecreated      = errors.New("request-log topic recreated")
 )
+
+type topicNotice struct{ err error }
 
 // New returns a sink writing to conn's database that no replay
 // coordinates with: for a database `cfgd replay` never rebuilds (tests and
@@ -145,17 +153,23 @@ func (s *RequestLogs) Runner() process.Runner {
 
 // Ready reports whether the sink is keeping up: an error while ClickHouse
 // is down (consumption is paused then) or before the sink has started.
-func (s *RequestLogs) Ready(ctx context.Context) error { return s.health.Ready(ctx) }
+func (s *RequestLogs) Ready(ctx context.Context) error {
+	if n := s.topicNotice.Load(); n != nil {
+		return n.err
+	}
+	return s.health.Ready(ctx)
+}
 
 // RequestLogStats are the sink's counters since it started.
-type RequestLogStats struct{ Inserted, Skipped, Poisoned, Refilled int64 }
+type RequestLogStats struct{ Inserted, Skipped, Poisoned, Refilled, TopicRecreated int64 }
 
 // Stats returns the counters: events inserted, events skipped because
 // ClickHouse already held them, records sent to the dead-letter topic,
-// rollups refilled from the raw table after a partial insert.
+// rollups refilled from the raw table after a partial insert, times the
+// topic was found deleted and created again.
 func (s *RequestLogs) Stats() RequestLogStats {
 	return RequestLogStats{Inserted: s.inserted.Load(), Skipped: s.skipped.Load(), Poisoned: s.poisoned.Load(),
-		Refilled: s.refilled.Load()}
+		Refilled: s.refilled.Load(), TopicRecreated: s.recreated.Load()}
 }
 
 // Run consumes until ctx ends. Dependencies that are down are waited for
@@ -234,9 +248,9 @@ func (s *RequestLogs) retry(ctx context.Context, what string, fn func(context.Co
 }
 
 // owned runs fn inside the fence, if any, holding parts for this sink.
-func (s *RequestLogs) owned(ctx context.Context, parts []int32, fn func(gen int64, stale []int32) error) error {
+func (s *RequestLogs) owned(ctx context.Context, parts []int32, fn func(gen int64, stale []int32, base map[int32]int64) error) error {
 	if s.fence == nil {
-		return fn(0, nil)
+		return fn(0, nil, nil)
 	}
 	return s.fence.Own(ctx, s.topic, parts, s.writer, fn)
 }
