@@ -126,12 +126,16 @@ func lockPartitions(ctx context.Context, tx pgx.Tx, topic string, parts []int32)
 // stored after the old one's, under new ids, instead of being taken for
 // them. Every writer reads its offsets again.
 func (f PostgresFence) Recreated(ctx context.Context, topic, id string, next func(ctx context.Context) (map[int32]int64, error)) (bool, error) {
+	// The usual answer, without holding every writer back.
+	var known string
+	if err := f.Pool.QueryRow(ctx, `SELECT topic_id FROM requestlog_topics WHERE topic = $1`, topic).Scan(&known); err == nil && known == id {
+		return false, nil
+	}
 	recreated := false
 	err := pgx.BeginFunc(ctx, f.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, int32(fenceClass), int32(fenceKey)); err != nil {
 			return fmt.Errorf("request-log fence: %w", err)
 		}
-		var known string
 		err := tx.QueryRow(ctx, `SELECT topic_id FROM requestlog_topics WHERE topic = $1 FOR UPDATE`, topic).Scan(&known)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
