@@ -322,7 +322,9 @@ func ClickHouseSchema(f Features, retentionDays int) (fs.FS, error) {
 // whatever that zone, and no row or bucket inside the retention window is
 // dropped. A rollup bucket counts up to its end.
 func DropExpired(ctx context.Context, conn driver.Conn, t Tables, retentionDays int, now time.Time) (int, error) {
-	cutoff := now.AddDate(0, 0, -retentionDays).Unix()
+	// Days of UTC: a local calendar would move the cutoff by an hour
+	// across a daylight-saving change.
+	cutoff := now.UTC().AddDate(0, 0, -retentionDays).Unix()
 	rows, err := conn.Query(ctx, expiredPartitions, t.Raw, t.Minute, t.Hour, t.Day, t.Raw, t.Minute, t.Hour, cutoff)
 	if err != nil {
 		return 0, fmt.Errorf("list request-log partitions: %w", err)

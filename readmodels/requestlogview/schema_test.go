@@ -355,3 +355,54 @@ func TestDropExpiredWhateverTheZone(t *testing.T) {
 		})
 	}
 }
+
+// The cutoff is retention days of 24 hours before now, whatever zone now
+// is given in: across a daylight-saving change a local calendar would
+// move it by an hour, here dropping a row inside the window.
+func TestDropExpiredCountsUTCDays(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, conn := testenv.ClickHouse(t)
+	la, err := time.LoadLocation("America/Los_Angeles")
+	if err != nil {
+		t.Skip(err)
+	}
+	f, err := requestlogview.ServerFeatures(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := requestlogview.LiveTables()
+	stmts, err := requestlogview.DDL(set, f, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stmts {
+		if err := conn.Exec(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Date(2026, 3, 20, 3, 0, 0, 0, time.UTC)
+	inside := now.Add(-30*24*time.Hour + 30*time.Minute) // alone in its day
+	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+set.Raw+" (id, created_at, service_name, method_name, status, duration_ms)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, at := range []time.Time{inside, now} {
+		if err := b.Append(uint64(k), at, "s", "m", "success", uint32(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := requestlogview.DropExpired(ctx, conn, set, 30, now.In(la)); err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM "+set.Raw).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("%d rows left, want both (one is inside the window by half an hour)", n)
+	}
+}
