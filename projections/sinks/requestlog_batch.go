@@ -241,7 +241,7 @@ func (s *RequestLogs) refill(ctx context.Context, b *batch) error {
 			if h[i+1] >= h[0] {
 				continue
 			}
-			q, err := requestlogview.RollupRefill(live, rollup, RequestLogID(p, h[i+1]+1, 0), RequestLogID(p, h[0], 1<<12-1))
+			q, err := requestlogview.RollupRefill(live, rollup, p, h[i+1]+1, h[0])
 			if err != nil {
 				return err
 			}

@@ -122,8 +122,6 @@ type stmt struct {
 	Seconds int
 	// TimeColumn is the column a TTL counts from.
 	TimeColumn string
-	// Where, if set, narrows a fill from the raw table.
-	Where string
 }
 
 // schemaData is the data of a migration file template.
@@ -246,14 +244,16 @@ func RollupFill(t Tables) ([]string, error) {
 }
 
 // RollupRefill returns the statement that inserts into rollup (one of
-// t.Rollups()) the aggregates of the rows of t.Raw whose id is in
-// [fromID, toID]: the sink's repair of a rollup that missed an insert into
-// the raw table (ids order a partition's rows by offset).
-func RollupRefill(t Tables, rollup string, fromID, toID uint64) (string, error) {
+// t.Rollups()) the aggregates of the rows of t.Raw of Kafka partition
+// partition at offsets from to to: the sink's repair of a rollup that
+// missed an insert into the raw table.
+func RollupRefill(t Tables, rollup string, partition int32, from, to int64) (string, error) {
 	d := plan(t, Features{}, 1)
 	for _, s := range d.Rollups {
 		if s.Name == rollup {
-			s.Where = fmt.Sprintf("id >= %d AND id <= %d", fromID, toID)
+			// A subquery: in the aggregating SELECT kafka_offset names the
+			// state the view needs under that name, not the column.
+			s.Source = fmt.Sprintf("(SELECT * FROM %s WHERE kafka_partition = %d AND kafka_offset BETWEEN %d AND %d)", t.Raw, partition, from, to)
 			out, err := render(func(r *renderer) { r.add("fill_from_raw_offsets", s) })
 			if err != nil {
 				return "", err

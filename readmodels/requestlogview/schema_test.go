@@ -64,7 +64,7 @@ func TestClickHouseSchemaFollowsVersion(t *testing.T) {
 				t.Fatal(err)
 			}
 			names, _ := fs.Glob(fsys, "*.sql")
-			if strings.Join(names, " ") != "00001_requestlog.sql 00002_requestlog_offsets.sql" {
+			if strings.Join(names, " ") != "00001_requestlog.sql 00004_requestlog_offsets.sql" {
 				t.Fatalf("migrations %v", names)
 			}
 			var sql string
@@ -215,7 +215,7 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 	}
 }
 
-// Rows written under migration 00001 keep their counts through 00002, and
+// Rows written under migration 00001 keep their counts through 00004, and
 // every rollup records the raw table's highest offset per partition, so
 // the sink refills nothing after the upgrade.
 func TestOffsetsMigrationKeepsData(t *testing.T) {
