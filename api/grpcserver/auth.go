@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	grpcauth "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/cfgd/cfgd/deploy/errcode"
@@ -61,38 +63,128 @@ func WithPrincipal(ctx context.Context, p Principal) context.Context {
 
 func authFunc(a Authenticator, log *slog.Logger) grpcauth.AuthFunc {
 	return func(ctx context.Context) (context.Context, error) {
-		md, _ := metadata.FromIncomingContext(ctx)
-		var (
-			p   Principal
-			err error
-		)
-		if keys := md.Get(HeaderAPIKey); len(keys) > 0 {
-			p, err = a.APIKey(ctx, keys[0])
-		} else if tok, terr := grpcauth.AuthFromMD(ctx, "bearer"); terr == nil {
-			p, err = a.Bearer(ctx, tok)
-		} else {
-			return nil, errcode.New(errcode.NotAuthenticated, "send an API key in x-api-key or a Bearer access token in authorization")
-		}
-		switch {
-		case errors.Is(err, ErrUnauthenticated):
-			return nil, errcode.New(errcode.TokenNotValid, "invalid, revoked or expired credentials")
-		case err != nil:
-			log.WarnContext(ctx, "grpc authentication unavailable", "err", err)
-			return nil, errcode.Wrap(errcode.Unavailable, "authentication is unavailable, try again shortly", err)
+		p, err := authenticate(ctx, a, log)
+		if err != nil {
+			return nil, err
 		}
 		notePrincipal(ctx, p)
 		return WithPrincipal(ctx, p), nil
 	}
 }
 
-// RequireStaffOrKey lets through API key callers and staff users.
-func RequireStaffOrKey(ctx context.Context) error {
+// authenticate checks the credentials in ctx's metadata: the call's, or an
+// open stream's again.
+func authenticate(ctx context.Context, a Authenticator, log *slog.Logger) (Principal, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	var (
+		p   Principal
+		err error
+	)
+	if keys := md.Get(HeaderAPIKey); len(keys) > 0 {
+		p, err = a.APIKey(ctx, keys[0])
+	} else if tok, terr := grpcauth.AuthFromMD(ctx, "bearer"); terr == nil {
+		p, err = a.Bearer(ctx, tok)
+	} else {
+		return Principal{}, errcode.New(errcode.NotAuthenticated, "send an API key in x-api-key or a Bearer access token in authorization")
+	}
+	switch {
+	case errors.Is(err, ErrUnauthenticated):
+		return Principal{}, errcode.New(errcode.TokenNotValid, "invalid, revoked or expired credentials")
+	case err != nil:
+		log.WarnContext(ctx, "grpc authentication unavailable", "err", err)
+		return Principal{}, errcode.Wrap(errcode.Unavailable, "authentication is unavailable, try again shortly", err)
+	}
+	return p, nil
+}
+
+// errRevoked ends a stream whose credentials stopped being valid.
+var errRevoked = errcode.New(errcode.TokenNotValid, "credentials revoked or expired while the stream was open")
+
+// streamRecheck checks an open stream's credentials again every interval
+// (the check at the start is the auth interceptor's): once they are
+// refused (a revoked or expired key, a revoked session, an expired access
+// token) the stream ends with Unauthenticated, also when its handler is
+// blocked waiting for the client's next message. A failing dependency
+// leaves the stream open; the next check decides.
+func streamRecheck(a Authenticator, every time.Duration, log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, cancel := context.WithCancelCause(ss.Context())
+		defer cancel(nil)
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			t := time.NewTicker(every)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				_, err := authenticate(ss.Context(), a, log)
+				var e *errcode.Error
+				if errors.As(err, &e) && e.Code != errcode.Unavailable {
+					cancel(errRevoked)
+					return
+				}
+			}
+		}()
+		err := handler(srv, &checkedStream{ServerStream: ss, ctx: ctx})
+		if errors.Is(context.Cause(ctx), errRevoked) {
+			return errRevoked
+		}
+		return err
+	}
+}
+
+// checkedStream is a stream that ends when its context does: a receive
+// blocked on the client returns then, and nothing more is sent.
+type checkedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *checkedStream) Context() context.Context { return s.ctx }
+
+func (s *checkedStream) SendMsg(m any) error {
+	if context.Cause(s.ctx) == errRevoked {
+		return errRevoked
+	}
+	return s.ServerStream.SendMsg(m)
+}
+
+func (s *checkedStream) RecvMsg(m any) error {
+	if context.Cause(s.ctx) == errRevoked {
+		return errRevoked
+	}
+	done := make(chan error, 1)
+	// The receive runs aside so a revocation need not wait for the
+	// client's next message; when it wins, the handler returns, the call
+	// ends, and the receive left behind returns with the stream.
+	go func() { done <- s.ServerStream.RecvMsg(m) }()
+	select {
+	case err := <-done:
+		return err
+	case <-s.ctx.Done():
+		if context.Cause(s.ctx) == errRevoked {
+			return errRevoked
+		}
+		return <-done
+	}
+}
+
+// RequireStaff lets through active staff users only, as the REST API's
+// staff endpoints do: an API key is a machine credential, never staff, so
+// a key caller gets PermissionDenied.
+func RequireStaff(ctx context.Context) error {
 	p, ok := PrincipalFrom(ctx)
 	if !ok {
 		return errcode.New(errcode.NotAuthenticated, "not authenticated")
 	}
-	if p.Via != ViaAPIKey && !p.Staff {
-		return errcode.New(errcode.Forbidden, "staff or an API key is required")
+	if p.Via != ViaBearer || !p.Staff {
+		return errcode.New(errcode.Forbidden, "staff only: sign in as a staff user (an API key is not staff)")
 	}
 	return nil
 }

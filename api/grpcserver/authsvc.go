@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
-	"github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
+	authv1 "github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
 	"github.com/cfgd/cfgd/commands/app/signin"
 	"github.com/cfgd/cfgd/commands/otp"
 	"github.com/cfgd/cfgd/commands/session"

@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
-	"github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	authv1 "github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
+	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
 	"github.com/cfgd/cfgd/cmd/cfgd/grpctest"
 )

@@ -2,18 +2,26 @@ package grpcserver
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
-	"github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
+	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // Producer takes validated events to the request-log topic; it fails with
@@ -23,6 +31,19 @@ type Producer interface {
 	Produce(ctx context.Context, events []requestlog.Event) error
 }
 
+// Idempotency remembers ingest answers by caller and idempotency key
+// (requestlogview.Idempotency).
+type Idempotency interface {
+	Claim(ctx context.Context, caller, key string, hash []byte) (*requestlogview.Answer, error)
+	Finish(ctx context.Context, caller, key string, a requestlogview.Answer) error
+	Release(ctx context.Context, caller, key string) error
+}
+
+// MetadataIdempotencyKey is the metadata key naming a Report call, as
+// Idempotency-Key does on HTTP: its retries within 24 h get its first
+// answer and count nothing again.
+const MetadataIdempotencyKey = "idempotency-key"
+
 // MaxReportedErrors bounds the field errors one Report answer lists.
 const MaxReportedErrors = 1000
 
@@ -31,14 +52,37 @@ const MaxReportedErrors = 1000
 type Ingest struct {
 	ingestv1.UnimplementedIngestServiceServer
 	producer Producer
-	now      func() time.Time
+	accept   *requestlog.Accepter
+	idem     Idempotency
 	log      *slog.Logger
 }
+
+// WithIdempotency makes Report honour the idempotency-key metadata
+// through store; it returns s.
+func (s *Ingest) WithIdempotency(store Idempotency) *Ingest {
+	s.idem = store
+	return s
+}
+
+// DefaultRetentionDays is the sink's default retention, the created_at
+// window until WithWindow sets the configured one.
+const DefaultRetentionDays = 30
 
 // NewIngest returns the service; with a nil producer it answers
 // Unimplemented.
 func NewIngest(p Producer, now func() time.Time, log *slog.Logger) *Ingest {
-	return &Ingest{producer: p, now: now, log: log}
+	a := &requestlog.Accepter{Now: now, Window: requestlog.WindowFor(DefaultRetentionDays)}
+	if p != nil {
+		a.Produce = p.Produce
+	}
+	return &Ingest{producer: p, accept: a, log: log}
+}
+
+// WithWindow makes Report refuse events whose created_at is outside w
+// (requestlog.WindowFor the sink's retention); it returns s.
+func (s *Ingest) WithWindow(w requestlog.Window) *Ingest {
+	s.accept.Window = w
+	return s
 }
 
 // Report implements IngestService.Report. Each message is validated and
@@ -56,11 +100,21 @@ func (s *Ingest) Report(stream grpc.ClientStreamingServer[ingestv1.ReportRequest
 	if p.Via != ViaAPIKey && !p.Staff {
 		return errcode.New(errcode.Forbidden, "an API key (x-api-key) or a staff user is required")
 	}
+	if md, ok := metadata.FromIncomingContext(ctx); ok && s.idem != nil {
+		if keys := md.Get(MetadataIdempotencyKey); len(keys) > 0 {
+			return s.reportOnce(stream, p, keys[0])
+		}
+	}
 	res := &ingestv1.ReportResponse{}
 	var base int64
 	for {
 		msg, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
+			if res.Accepted == 0 && res.Rejected > 0 {
+				// Nothing stored: an error, which a client may retry
+				// without doubling a count.
+				return requestlog.Refusal(fieldErrors(res.Errors))
+			}
 			return stream.SendAndClose(res)
 		}
 		if err != nil {
@@ -74,19 +128,22 @@ func (s *Ingest) Report(stream grpc.ClientStreamingServer[ingestv1.ReportRequest
 		for i, e := range msg.GetEvents() {
 			batch[i] = fromProto(e)
 		}
-		valid, problems := requestlog.Validate(batch, s.now().UTC())
-		if err := s.producer.Produce(ctx, valid); err != nil {
-			if errors.Is(err, requestlog.ErrUnavailable) {
-				return &errcode.Error{Code: errcode.Unavailable, Message: fmt.Sprintf("the request-log queue is unavailable, retry shortly (events accepted before this message: %d)", res.Accepted), Err: err}
-			}
+		batch = requestlog.ReportedAs(batch, reporter(p))
+		out, err := s.accept.Accept(ctx, batch, nil)
+		var refusal *errcode.Error
+		if err != nil && !(errors.As(err, &refusal) && refusal.Code == errcode.Invalid) {
 			if ctx.Err() != nil {
 				return status.FromContextError(ctx.Err()).Err()
 			}
-			return fmt.Errorf("request-log ingest: %w", err)
+			var e *errcode.Error
+			if errors.As(err, &e) && e.Code == errcode.Unavailable {
+				return &errcode.Error{Code: errcode.Unavailable, Message: fmt.Sprintf("the request-log queue is unavailable, retry shortly (events accepted before this message: %d)", res.Accepted), Err: err}
+			}
+			return err
 		}
-		res.Accepted += int64(len(valid))
-		res.Rejected += int64(n - len(valid))
-		for _, fe := range problems {
+		res.Accepted += int64(out.Accepted)
+		res.Rejected += int64(out.Rejected)
+		for _, fe := range out.Errors {
 			if len(res.Errors) >= MaxReportedErrors {
 				break
 			}
@@ -94,6 +151,14 @@ func (s *Ingest) Report(stream grpc.ClientStreamingServer[ingestv1.ReportRequest
 		}
 		base += int64(n)
 	}
+}
+
+// reporter names who posted a report: the API key, or the staff user.
+func reporter(p Principal) string {
+	if p.Via == ViaAPIKey {
+		return requestlog.ReportedByKey(p.KeyID)
+	}
+	return requestlog.ReportedByUser(p.UserID)
 }
 
 func fromProto(e *ingestv1.Event) requestlog.Event {
@@ -107,4 +172,102 @@ func fromProto(e *ingestv1.Event) requestlog.Event {
 		out.CreatedAt = ts.AsTime()
 	}
 	return out
+}
+
+func fieldErrors(in []*ingestv1.FieldError) []requestlog.FieldError {
+	out := make([]requestlog.FieldError, len(in))
+	for i, fe := range in {
+		out[i] = requestlog.FieldError{Index: int(fe.GetIndex()), Field: fe.GetField(), Message: fe.GetMessage()}
+	}
+	return out
+}
+
+// reportOnce is Report under an idempotency key: the stream is read whole
+// (at most MaxBatchEvents events), claimed by its hash, and accepted as
+// one batch, or answered with the stored answer of an earlier call.
+func (s *Ingest) reportOnce(stream grpc.ClientStreamingServer[ingestv1.ReportRequest, ingestv1.ReportResponse], p Principal, key string) error {
+	ctx := stream.Context()
+	sum := sha256.New()
+	var batch []requestlog.Event
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if len(batch)+len(msg.GetEvents()) > requestlog.MaxBatchEvents {
+			return errcode.New(errcode.TooLarge, fmt.Sprintf("events: at most %d per call with an idempotency key", requestlog.MaxBatchEvents))
+		}
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+		if err != nil {
+			return fmt.Errorf("request-log ingest: %w", err)
+		}
+		_ = binary.Write(sum, binary.BigEndian, uint64(len(b)))
+		sum.Write(b)
+		for _, e := range msg.GetEvents() {
+			batch = append(batch, fromProto(e))
+		}
+	}
+	caller := "user:" + strconv.FormatInt(p.UserID, 10)
+	if p.Via == ViaAPIKey {
+		caller = "key:" + strconv.FormatInt(p.KeyID, 10)
+	}
+	stored, err := s.idem.Claim(ctx, caller, key, sum.Sum(nil))
+	if err != nil {
+		return err
+	}
+	if stored != nil {
+		return replayAnswer(stream, stored)
+	}
+	out, err := s.accept.Accept(ctx, requestlog.ReportedAs(batch, reporter(p)), nil)
+	var refusal *errcode.Error
+	if err != nil && !(errors.As(err, &refusal) && refusal.Code == errcode.Invalid) {
+		if rerr := s.idem.Release(context.WithoutCancel(ctx), caller, key); rerr != nil {
+			s.log.WarnContext(ctx, "idempotency key not released", "err", rerr)
+		}
+		return err
+	}
+	var answer requestlogview.Answer
+	if err != nil {
+		body, merr := json.Marshal(refusal.Fields)
+		if merr != nil {
+			return fmt.Errorf("request-log ingest: %w", merr)
+		}
+		answer = requestlogview.Answer{Status: refusal.Code.HTTPStatus(), Body: body}
+	} else {
+		res := &ingestv1.ReportResponse{Accepted: int64(out.Accepted), Rejected: int64(out.Rejected)}
+		for _, fe := range out.Errors {
+			res.Errors = append(res.Errors, &ingestv1.FieldError{Index: int64(fe.Index), Field: fe.Field, Message: fe.Message})
+		}
+		body, merr := proto.Marshal(res)
+		if merr != nil {
+			return fmt.Errorf("request-log ingest: %w", merr)
+		}
+		answer = requestlogview.Answer{Status: http.StatusOK, Body: body}
+	}
+	// The events are in Kafka: the answer is stored even if the client
+	// has gone, so its retry finds it.
+	if ferr := s.idem.Finish(context.WithoutCancel(ctx), caller, key, answer); ferr != nil {
+		s.log.WarnContext(ctx, "idempotency answer not stored", "err", ferr)
+	}
+	return replayAnswer(stream, &answer)
+}
+
+// replayAnswer sends a stored answer: a ReportResponse, or the refusal of
+// a call of which nothing was stored.
+func replayAnswer(stream grpc.ClientStreamingServer[ingestv1.ReportRequest, ingestv1.ReportResponse], a *requestlogview.Answer) error {
+	if a.Status != http.StatusOK {
+		var fields map[string]string
+		if err := json.Unmarshal(a.Body, &fields); err != nil {
+			return fmt.Errorf("request-log ingest: stored answer: %w", err)
+		}
+		return &errcode.Error{Code: errcode.Invalid, Message: "no event of the batch was accepted", Fields: fields}
+	}
+	res := &ingestv1.ReportResponse{}
+	if err := proto.Unmarshal(a.Body, res); err != nil {
+		return fmt.Errorf("request-log ingest: stored answer: %w", err)
+	}
+	return stream.SendAndClose(res)
 }

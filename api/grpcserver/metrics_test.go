@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -14,7 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/cfgd/cfgd/api/grpcserver"
-	"github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 	"github.com/cfgd/cfgd/cmd/cfgd/grpctest"
 )
 
@@ -22,7 +23,7 @@ import (
 // its service, method and the code the caller got, refused calls included.
 func TestCallsShowUpInMetrics(t *testing.T) {
 	t.Parallel()
-	srv, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0"}, slogTo(&grpctest.Logs{}), anyone{})
+	srv, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}, slogTo(&grpctest.Logs{}), anyone{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
@@ -78,7 +78,7 @@ func (m *Monitor) Requests(ctx context.Context, req *monitorv1.RequestsRequest) 
 			Id: r.ID, RequestId: r.RequestID, ServiceName: r.ServiceName, MethodName: r.MethodName, Status: r.Status,
 			DurationMs: r.DurationMS, GrpcStatusCode: r.GRPCStatusCode, ErrorMessage: r.ErrorMessage,
 			CreatedAt: r.CreatedAt.UTC().Format(time.RFC3339Nano), ClientIp: r.ClientIP, UserId: r.UserID, Username: r.Username,
-			IsAuthenticated: r.IsAuthenticated, ApiKeyId: r.APIKeyID, ApiKeyName: r.APIKeyName,
+			IsAuthenticated: r.IsAuthenticated, ApiKeyId: r.APIKeyID, ApiKeyName: r.APIKeyName, ReportedBy: r.ReportedBy,
 		})
 	}
 	return out, nil

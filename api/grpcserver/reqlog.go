@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
+	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
 	"github.com/cfgd/cfgd/events/requestlog"
 )
 
@@ -30,8 +30,9 @@ type options struct {
 // WithRequestLog reports every served call to r (SPEC 2.7), with the
 // caller's user and API key when authenticated; calls refused by
 // authentication are reported too, unauthenticated. The ingest service's
-// own calls are not: each would add one more event per batch of events,
-// and the reporter package's calls to cfgd would report themselves.
+// and the OTLP trace service's own calls are not: each would add one more
+// event per batch of events, and the reporter package's calls to cfgd
+// would report themselves.
 func WithRequestLog(r Reporter) Option { return func(o *options) { o.reporter = r } }
 
 // HeaderRequestID is the metadata key a caller may set to name its request
@@ -54,9 +55,14 @@ func notePrincipal(ctx context.Context, p Principal) {
 	}
 }
 
+// OTLPTraceService is OpenTelemetry's trace export service (api/otlp
+// serves it): like the ingest service, its calls carry request logs and
+// are not reported themselves.
+const OTLPTraceService = "opentelemetry.proto.collector.trace.v1.TraceService"
+
 func reported(fullMethod string) bool {
 	svc, _ := requestlog.SplitMethod(fullMethod)
-	return svc != ingestv1.IngestService_ServiceDesc.ServiceName
+	return svc != ingestv1.IngestService_ServiceDesc.ServiceName && svc != OTLPTraceService
 }
 
 func report(ctx context.Context, r Reporter, rec *callRecord, fullMethod string, start time.Time, err error) {
@@ -71,12 +77,12 @@ func report(ctx context.Context, r Reporter, rec *callRecord, fullMethod string,
 		}
 	}
 	e := requestlog.FromCall(c)
+	e.ReportedBy = requestlog.ReportedBySelf
 	if rec.ok {
 		e.IsAuthenticated = true
-		e.UserID, e.APIKeyID, e.APIKeyName = rec.principal.UserID, rec.principal.KeyID, rec.principal.KeyName
-		if len(rec.principal.Username) <= requestlog.MaxUsername {
-			e.Username = rec.principal.Username
-		}
+		e.UserID, e.APIKeyID = rec.principal.UserID, rec.principal.KeyID
+		e.Username = requestlog.Clean(rec.principal.Username, requestlog.MaxUsername)
+		e.APIKeyName = requestlog.Clean(rec.principal.KeyName, requestlog.MaxAPIKeyName)
 	}
 	// The call's own context may be cancelled already; the report is not
 	// part of the call.

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cfgd/cfgd/api/grpcserver"
-	"github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
-	"github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
-	"github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	apikeysv1 "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
+	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
+	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 	"github.com/cfgd/cfgd/api/reporter"
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
 	"github.com/cfgd/cfgd/cmd/cfgd/grpctest"
@@ -79,7 +79,7 @@ func TestRequestLogOverGRPC(t *testing.T) {
 			req  *apikeysv1.GetRequest
 			want codes.Code
 		}{
-			{"by key", metadata.AppendToOutgoingContext(withKey(key.Key), grpcserver.HeaderRequestID, "rid-key"), &apikeysv1.GetRequest{Id: key.State.ID}, codes.OK},
+			{"by key", metadata.AppendToOutgoingContext(withKey(key.Key), grpcserver.HeaderRequestID, "rid-key"), &apikeysv1.GetRequest{Id: key.State.ID}, codes.PermissionDenied},
 			{"no credentials", metadata.AppendToOutgoingContext(ctx, grpcserver.HeaderRequestID, "rid-anon"), &apikeysv1.GetRequest{Id: key.State.ID}, codes.Unauthenticated},
 			{"not found", metadata.AppendToOutgoingContext(withBearer(staff.Access), grpcserver.HeaderRequestID, "rid-missing"), &apikeysv1.GetRequest{Id: 987654}, codes.NotFound},
 		}
@@ -111,9 +111,11 @@ func TestRequestLogOverGRPC(t *testing.T) {
 			user, keyID       int64
 			keyName, username string
 		}{
-			{"rid-key", requestlog.StatusSuccess, "OK", true, adminID, key.State.ID, "svc-key", ""},
-			{"rid-anon", requestlog.StatusError, "Unauthenticated", false, 0, 0, "", ""},
-			{"rid-missing", requestlog.StatusError, "NotFound", true, staff.UserID, 0, "", admin},
+			// The key service is staff only: a key is refused, and logged
+			// with the key's fields.
+			{"rid-key", requestlog.StatusError, "PERMISSION_DENIED", true, adminID, key.State.ID, "svc-key", ""},
+			{"rid-anon", requestlog.StatusError, "UNAUTHENTICATED", false, 0, 0, "", ""},
+			{"rid-missing", requestlog.StatusError, "NOT_FOUND", true, staff.UserID, 0, "", admin},
 		}
 		for _, w := range want {
 			r, ok := find(got, func(r requestlogview.Request) bool { return r.RequestID == w.rid })
@@ -127,6 +129,9 @@ func TestRequestLogOverGRPC(t *testing.T) {
 			}
 			if (w.code == "OK") != (r.ErrorMessage == "") {
 				t.Errorf("%s: error message %q", w.rid, r.ErrorMessage)
+			}
+			if r.ReportedBy != requestlog.ReportedBySelf {
+				t.Errorf("%s: cfgd's own call reported by %q", w.rid, r.ReportedBy)
 			}
 		}
 		refl := waitRequests(t, e, requestlogview.Filter{Service: "grpc.reflection.v1.ServerReflection"}, 1)
@@ -146,7 +151,7 @@ func TestRequestLogOverGRPC(t *testing.T) {
 		}
 		batches := [][]*ingestv1.Event{
 			{ev("Charge", "OK", 10), {ServiceName: "ext.Billing", MethodName: "Charge", Status: "bogus"}, ev("Charge", "Internal", 30)},
-			{{MethodName: "Refund", Status: "success", DurationMs: -1}, ev("Refund", "DeadlineExceeded", 50)},
+			{{MethodName: "Refund", Status: "success", DurationMs: -1}, ev("Refund", "4", 50)},
 		}
 		for _, b := range batches {
 			if err := stream.Send(&ingestv1.ReportRequest{Events: b}); err != nil {
@@ -172,6 +177,13 @@ func TestRequestLogOverGRPC(t *testing.T) {
 		if len(got) != 3 || statuses[requestlog.StatusSuccess] != 1 || statuses[requestlog.StatusError] != 1 || statuses[requestlog.StatusTimeout] != 1 {
 			t.Errorf("ingested %+v", got)
 		}
+		// Who posted is recorded by the server: the key, whatever the
+		// events say of themselves.
+		for _, r := range got {
+			if r.ReportedBy != requestlog.ReportedByKey(key.State.ID) {
+				t.Errorf("ingested row reported by %q, want the key %d", r.ReportedBy, key.State.ID)
+			}
+		}
 		// The ingest service's own calls are not logged (recursion).
 		if rs, n, err := e.Requests.Requests(ctx, requestlogview.Filter{Service: ingestv1.IngestService_ServiceDesc.ServiceName}); err != nil || n != 0 {
 			t.Errorf("ingest calls logged: %d %+v %v", n, rs, err)
@@ -193,6 +205,8 @@ func TestRequestLogOverGRPC(t *testing.T) {
 			{"bad key", withKey(apikey_(t)), &ingestv1.ReportRequest{}, codes.Unauthenticated},
 			{"plain user", withBearer(plain.Access), &ingestv1.ReportRequest{}, codes.PermissionDenied},
 			{"too many events", withKey(key.Key), &ingestv1.ReportRequest{Events: big}, codes.InvalidArgument},
+			// Nothing stored: an error (issue #21 point 6), safe to retry.
+			{"nothing valid", withKey(key.Key), &ingestv1.ReportRequest{Events: []*ingestv1.Event{{ServiceName: "a", MethodName: "b", Status: "bogus"}}}, codes.InvalidArgument},
 		}
 		for _, c := range cases {
 			stream, err := ingest.Report(c.ctx)
@@ -203,6 +217,36 @@ func TestRequestLogOverGRPC(t *testing.T) {
 			if code(err) != c.want {
 				t.Errorf("%s: %v, want %v", c.name, err, c.want)
 			}
+		}
+	})
+
+	// Issue #21 point 5 over gRPC: the idempotency-key metadata.
+	t.Run("ingest idempotency key", func(t *testing.T) {
+		send := func(key, method string) (*ingestv1.ReportResponse, error) {
+			stream, err := ingest.Report(metadata.AppendToOutgoingContext(withKey(key), grpcserver.MetadataIdempotencyKey, "batch-1"))
+			if err != nil {
+				return nil, err
+			}
+			for _, m := range []string{method, "Two"} {
+				ev := &ingestv1.Event{ServiceName: "ext.Idem", MethodName: m, GrpcStatusCode: "OK"}
+				if err := stream.Send(&ingestv1.ReportRequest{Events: []*ingestv1.Event{ev}}); err != nil {
+					return nil, err
+				}
+			}
+			return stream.CloseAndRecv()
+		}
+		for range 3 {
+			if res, err := send(key.Key, "One"); err != nil || res.Accepted != 2 {
+				t.Fatalf("%+v %v", res, err)
+			}
+		}
+		if _, err := send(key.Key, "Other"); code(err) != codes.Aborted {
+			t.Fatalf("same key, other body: %v", err)
+		}
+		got := waitRequests(t, e, requestlogview.Filter{Service: "ext.Idem"}, 2)
+		time.Sleep(time.Second) // what a duplicate would have added
+		if _, n, err := e.Requests.Requests(ctx, requestlogview.Filter{Service: "ext.Idem"}); err != nil || n != 2 {
+			t.Fatalf("ext.Idem counted %d (%v), want 2: %+v", n, err, got)
 		}
 	})
 
@@ -230,7 +274,7 @@ func TestRequestLogOverGRPC(t *testing.T) {
 		}
 		got := waitRequests(t, e, requestlogview.Filter{Service: "ext.Shop"}, 2)
 		if _, ok := find(got, func(r requestlogview.Request) bool {
-			return r.Status == requestlog.StatusCancelled && r.GRPCStatusCode == "Canceled" && r.ErrorMessage == "gone"
+			return r.Status == requestlog.StatusCancelled && r.GRPCStatusCode == "CANCELLED" && r.ErrorMessage == "gone"
 		}); !ok {
 			t.Errorf("cancelled call missing: %+v", got)
 		}
@@ -268,7 +312,7 @@ func TestRequestLogOverGRPC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o.TotalRequests != want.TotalRequests || o.TotalRequests != 9 || o.SuccessRate != want.SuccessRate ||
+		if o.TotalRequests != want.TotalRequests || o.TotalRequests != 11 || o.SuccessRate != want.SuccessRate ||
 			o.AvgDurationMs != want.AvgDurationMS || o.TotalServices != want.TotalServices || o.FailedRequests != want.FailedRequests {
 			t.Errorf("overview %+v, read model %+v", o, want)
 		}
@@ -309,8 +353,8 @@ func TestRequestLogOverGRPC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rq.Count != 1 || len(rq.Results) != 1 || rq.Results[0].MethodName != "Refund" || rq.Results[0].GrpcStatusCode != "DeadlineExceeded" ||
-			rq.Results[0].ClientIp != "10.0.0.7" || rq.Results[0].CreatedAt == "" {
+		if rq.Count != 1 || len(rq.Results) != 1 || rq.Results[0].MethodName != "Refund" || rq.Results[0].GrpcStatusCode != "DEADLINE_EXCEEDED" ||
+			rq.Results[0].ClientIp != "10.0.0.7" || rq.Results[0].CreatedAt == "" || rq.Results[0].ReportedBy != requestlog.ReportedByKey(key.State.ID) {
 			t.Errorf("requests %+v", rq)
 		}
 
@@ -362,9 +406,10 @@ func TestRequestLogKafkaDown(t *testing.T) {
 		t.Logf("attempt %d: Unavailable after %s", i, took.Round(time.Millisecond))
 	}
 	keys := apikeysv1.NewAPIKeyServiceClient(e.Conn)
+	staff := withBearer(e.SignIn(t, admin).Access)
 	for range 5 {
 		start := time.Now()
-		if _, err := keys.Get(withKey(key.Key), &apikeysv1.GetRequest{Id: key.State.ID}); err != nil {
+		if _, err := keys.Get(staff, &apikeysv1.GetRequest{Id: key.State.ID}); err != nil {
 			t.Fatal(err)
 		}
 		if took := time.Since(start); took > time.Second {

@@ -2,13 +2,14 @@ package grpcserver_test
 
 import (
 	"context"
-	"github.com/cfgd/cfgd/projections/projectors"
 	"net/http"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cfgd/cfgd/projections/projectors"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -20,8 +21,8 @@ import (
 
 	"github.com/cfgd/cfgd/api/grpcserver"
 	"github.com/cfgd/cfgd/api/protos"
-	"github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
-	"github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	apikeysv1 "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
+	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
 	"github.com/cfgd/cfgd/cmd/cfgd/grpctest"
 	"github.com/cfgd/cfgd/commands/apikeys"
@@ -69,32 +70,37 @@ func TestCallersAuthenticate(t *testing.T) {
 	keys := apikeysv1.NewAPIKeyServiceClient(e.Conn)
 	mon := monitorv1.NewMonitorServiceClient(e.Conn)
 
+	// Authentication is checked on the monitor's health (any caller with
+	// credentials); the key service is staff only, as on REST, so a
+	// key is refused there with PermissionDenied.
 	tests := []struct {
-		name string
-		ctx  context.Context
-		want codes.Code
+		name       string
+		ctx        context.Context
+		want, list codes.Code
 	}{
-		{"no credentials", ctx, codes.Unauthenticated},
-		{"valid key", withKey(valid.Key), codes.OK},
-		{"expiring key still valid", withKey(expiring.Key), codes.OK},
-		{"unknown key", withKey(apikey_(t)), codes.Unauthenticated},
-		{"not a key", withKey("hello"), codes.Unauthenticated},
-		{"key one character off", withKey(valid.Key[:len(valid.Key)-1] + flip(valid.Key[len(valid.Key)-1])), codes.Unauthenticated},
-		{"staff access token", withBearer(staff.Access), codes.OK},
-		{"refresh token as bearer", withBearer(staff.Refresh), codes.Unauthenticated},
-		{"garbage bearer", withBearer("abc.def.ghi"), codes.Unauthenticated},
-		{"non-staff access token", withBearer(plain.Access), codes.PermissionDenied},
-		{"other scheme", metadata.AppendToOutgoingContext(ctx, "authorization", "Basic YTpi"), codes.Unauthenticated},
+		{"no credentials", ctx, codes.Unauthenticated, codes.Unauthenticated},
+		{"valid key", withKey(valid.Key), codes.OK, codes.PermissionDenied},
+		{"expiring key still valid", withKey(expiring.Key), codes.OK, codes.PermissionDenied},
+		{"unknown key", withKey(apikey_(t)), codes.Unauthenticated, codes.Unauthenticated},
+		{"not a key", withKey("hello"), codes.Unauthenticated, codes.Unauthenticated},
+		{"key one character off", withKey(valid.Key[:len(valid.Key)-1] + flip(valid.Key[len(valid.Key)-1])), codes.Unauthenticated, codes.Unauthenticated},
+		{"staff access token", withBearer(staff.Access), codes.OK, codes.OK},
+		{"refresh token as bearer", withBearer(staff.Refresh), codes.Unauthenticated, codes.Unauthenticated},
+		{"garbage bearer", withBearer("abc.def.ghi"), codes.Unauthenticated, codes.Unauthenticated},
+		{"non-staff access token", withBearer(plain.Access), codes.OK, codes.PermissionDenied},
+		{"other scheme", metadata.AppendToOutgoingContext(ctx, "authorization", "Basic YTpi"), codes.Unauthenticated, codes.Unauthenticated},
 	}
 	for _, tc := range tests {
-		_, err := keys.List(tc.ctx, &apikeysv1.ListRequest{})
-		if code(err) != tc.want {
-			t.Errorf("%s: List gave %v, want %v", tc.name, err, tc.want)
+		if _, err := mon.Health(tc.ctx, &monitorv1.HealthRequest{}); code(err) != tc.want {
+			t.Errorf("%s: Health gave %v, want %v", tc.name, err, tc.want)
+		}
+		if _, err := keys.List(tc.ctx, &apikeysv1.ListRequest{}); code(err) != tc.list {
+			t.Errorf("%s: List gave %v, want %v", tc.name, err, tc.list)
 		}
 	}
 	// The revoked key is refused within the authenticator's cache TTL.
 	eventually(t, "revoked key refused", func() bool {
-		_, err := keys.List(withKey(revoked.Key), &apikeysv1.ListRequest{})
+		_, err := mon.Health(withKey(revoked.Key), &monitorv1.HealthRequest{})
 		return code(err) == codes.Unauthenticated
 	})
 	// Any signed-in user may ask for the monitor's health.
@@ -106,7 +112,7 @@ func TestCallersAuthenticate(t *testing.T) {
 	}
 
 	// Revoking a key that was just used: refused from then on.
-	if _, err := keys.Get(withKey(valid.Key), &apikeysv1.GetRequest{Id: valid.State.ID}); err != nil {
+	if _, err := mon.Health(withKey(valid.Key), &monitorv1.HealthRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.Revoke.Handle(ctx, apikeys.Revoke{ID: valid.State.ID, RevokedBy: "test"}); err != nil {
@@ -114,7 +120,7 @@ func TestCallersAuthenticate(t *testing.T) {
 	}
 	start := time.Now()
 	eventually(t, "key revoked after use refused", func() bool {
-		_, err := keys.Get(withKey(valid.Key), &apikeysv1.GetRequest{Id: valid.State.ID})
+		_, err := mon.Health(withKey(valid.Key), &monitorv1.HealthRequest{})
 		return code(err) == codes.Unauthenticated
 	})
 	t.Logf("revocation honoured after %s", time.Since(start).Round(time.Millisecond))
@@ -122,7 +128,7 @@ func TestCallersAuthenticate(t *testing.T) {
 	// Expiry needs no event: past expires_at the key is refused at once.
 	e.Clock.Advance(2 * time.Hour)
 	eventually(t, "expired key refused", func() bool {
-		_, err := keys.List(withKey(expiring.Key), &apikeysv1.ListRequest{})
+		_, err := mon.Health(withKey(expiring.Key), &monitorv1.HealthRequest{})
 		return code(err) == codes.Unauthenticated
 	})
 }
@@ -150,7 +156,7 @@ func TestAPIKeyServiceAnswers(t *testing.T) {
 	k := e.NewKey(t, "first", apikey.TypeInternal, admin, nil)
 	e.NewKey(t, "second", apikey.TypeCLI, admin, nil)
 	c := apikeysv1.NewAPIKeyServiceClient(e.Conn)
-	ctx := withKey(k.Key)
+	ctx := withBearer(e.SignIn(t, admin).Access)
 
 	got, err := c.Get(ctx, &apikeysv1.GetRequest{Id: k.State.ID})
 	if err != nil || got.Name != "first" || got.MaskedKey != k.Key[:4]+"..."+k.Key[len(k.Key)-4:] || !got.IsValid || got.UserEmail != admin || got.CreatedAt == "" {
@@ -277,7 +283,7 @@ func (anyone) Bearer(context.Context, string) (grpcserver.Principal, error) {
 func TestPanicBecomesInternalAndServerKeepsServing(t *testing.T) {
 	t.Parallel()
 	logs := &grpctest.Logs{}
-	srv, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0"}, slogTo(logs), anyone{})
+	srv, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}, slogTo(logs), anyone{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +340,7 @@ func (s slow) Health(context.Context, *monitorv1.HealthRequest) (*monitorv1.Heal
 // A stop lets the call in flight finish and refuses new ones.
 func TestGracefulStopFinishesCallsInFlight(t *testing.T) {
 	t.Parallel()
-	srv, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0"}, slogTo(&grpctest.Logs{}), anyone{})
+	srv, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}, slogTo(&grpctest.Logs{}), anyone{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,9 +386,10 @@ func TestConfigValidate(t *testing.T) {
 		cfg  grpcserver.Config
 		want string
 	}{
-		{grpcserver.Config{Addr: "127.0.0.1:50051"}, ""},
-		{grpcserver.Config{Addr: "localhost"}, "expected host:port"},
-		{grpcserver.Config{Addr: "x", ShutdownTimeout: -1}, "must not be negative"},
+		{grpcserver.Config{Addr: "127.0.0.1:50051", ShutdownTimeout: time.Second}, ""},
+		{grpcserver.Config{Addr: "localhost", ShutdownTimeout: time.Second}, "expected host:port"},
+		{grpcserver.Config{Addr: "x", ShutdownTimeout: -1}, "must be positive"},
+		{grpcserver.Config{Addr: "127.0.0.1:1"}, "shutdown timeout must be positive"},
 	}
 	for _, tc := range tests {
 		err := tc.cfg.Validate()
@@ -390,7 +397,7 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%+v: %v", tc.cfg, err)
 		}
 	}
-	if _, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0"}, slogTo(&grpctest.Logs{}), nil); err == nil {
+	if _, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}, slogTo(&grpctest.Logs{}), nil); err == nil {
 		t.Error("no authenticator accepted")
 	}
 }

@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
+	authv1 "github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
 	"github.com/cfgd/cfgd/deploy/errcode"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 )
 
@@ -34,6 +36,91 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful stop; calls still running then
 	// are cancelled. Default 15s.
 	ShutdownTimeout time.Duration
+	Limits
+}
+
+// Limits bound what one client can hold open or send (GRPC__* settings);
+// DefaultLimits has each default, and a zero field takes it.
+type Limits struct {
+	// MaxConcurrentStreams per connection: one connection cannot hold
+	// thousands of open calls (health Watch streams, say).
+	MaxConcurrentStreams int
+	// MaxRecvMsgBytes and MaxSendMsgBytes bound one message.
+	MaxRecvMsgBytes int64
+	MaxSendMsgBytes int64
+	// KeepaliveMinTime is the shortest ping interval a client may use;
+	// a client pinging faster (or pinging with no call open) is sent
+	// GOAWAY ("too_many_pings").
+	KeepaliveMinTime time.Duration
+	// KeepaliveTime is how long a connection stays quiet before the server
+	// pings it; KeepaliveTimeout how long it then waits for the answer
+	// before closing it.
+	KeepaliveTime    time.Duration
+	KeepaliveTimeout time.Duration
+	// MaxConnectionIdle closes a connection with no call for this long.
+	MaxConnectionIdle time.Duration
+	// MaxConnectionAge sends GOAWAY to a connection this old; the calls on
+	// it then get MaxConnectionAgeGrace to finish before it is closed, so
+	// no credential check is good for longer than the two together.
+	MaxConnectionAge      time.Duration
+	MaxConnectionAgeGrace time.Duration
+	// CredentialCheck is how often the credentials of an open stream are
+	// checked again: a revoked or expired key, or a revoked session, ends
+	// the stream within this long (Unauthenticated).
+	CredentialCheck time.Duration
+}
+
+// DefaultLimits are the limits of a server whose settings are not given.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxConcurrentStreams: 100,
+		MaxRecvMsgBytes:      4 << 20,
+		MaxSendMsgBytes:      4 << 20,
+		KeepaliveMinTime:     30 * time.Second,
+		KeepaliveTime:        2 * time.Minute,
+		KeepaliveTimeout:     20 * time.Second,
+		MaxConnectionIdle:    15 * time.Minute,
+		MaxConnectionAge:     30 * time.Minute,
+		// Long enough for an ingest stream to flush its last batch.
+		MaxConnectionAgeGrace: time.Minute,
+		CredentialCheck:       5 * time.Second,
+	}
+}
+
+// withDefaults fills every zero limit from DefaultLimits.
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	if l.MaxConcurrentStreams == 0 {
+		l.MaxConcurrentStreams = d.MaxConcurrentStreams
+	}
+	if l.MaxRecvMsgBytes == 0 {
+		l.MaxRecvMsgBytes = d.MaxRecvMsgBytes
+	}
+	if l.MaxSendMsgBytes == 0 {
+		l.MaxSendMsgBytes = d.MaxSendMsgBytes
+	}
+	if l.KeepaliveMinTime == 0 {
+		l.KeepaliveMinTime = d.KeepaliveMinTime
+	}
+	if l.KeepaliveTime == 0 {
+		l.KeepaliveTime = d.KeepaliveTime
+	}
+	if l.KeepaliveTimeout == 0 {
+		l.KeepaliveTimeout = d.KeepaliveTimeout
+	}
+	if l.MaxConnectionIdle == 0 {
+		l.MaxConnectionIdle = d.MaxConnectionIdle
+	}
+	if l.MaxConnectionAge == 0 {
+		l.MaxConnectionAge = d.MaxConnectionAge
+	}
+	if l.MaxConnectionAgeGrace == 0 {
+		l.MaxConnectionAgeGrace = d.MaxConnectionAgeGrace
+	}
+	if l.CredentialCheck == 0 {
+		l.CredentialCheck = d.CredentialCheck
+	}
+	return l
 }
 
 // Validate joins every problem of c.
@@ -42,10 +129,41 @@ func (c Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		errs = append(errs, fmt.Errorf("rpc: listen address %q: expected host:port", c.Addr))
 	}
-	if c.ShutdownTimeout < 0 {
-		errs = append(errs, errors.New("rpc: shutdown timeout must not be negative"))
+	if c.ShutdownTimeout <= 0 {
+		// No default here: serve passes HTTP__SHUTDOWN_TIMEOUT's.
+		errs = append(errs, errors.New("rpc: shutdown timeout must be positive"))
+	}
+	l := c.Limits
+	if l.MaxConcurrentStreams < 0 {
+		errs = append(errs, errors.New("rpc: max concurrent streams must not be negative"))
+	}
+	if l.MaxRecvMsgBytes < 0 || l.MaxSendMsgBytes < 0 || l.MaxRecvMsgBytes > math.MaxInt32 || l.MaxSendMsgBytes > math.MaxInt32 {
+		errs = append(errs, errors.New("rpc: message size limits must be from 0 (the default) to 2 GiB"))
+	}
+	for name, d := range map[string]time.Duration{
+		"keepalive min time": l.KeepaliveMinTime, "keepalive time": l.KeepaliveTime, "keepalive timeout": l.KeepaliveTimeout,
+		"max connection idle": l.MaxConnectionIdle, "max connection age": l.MaxConnectionAge,
+		"max connection age grace": l.MaxConnectionAgeGrace, "credential check": l.CredentialCheck,
+	} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("rpc: %s must not be negative", name))
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// serverOptions are the transport limits of l as gRPC options.
+func (l Limits) serverOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(uint32(l.MaxConcurrentStreams)),
+		grpc.MaxRecvMsgSize(int(l.MaxRecvMsgBytes)),
+		grpc.MaxSendMsgSize(int(l.MaxSendMsgBytes)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: l.KeepaliveMinTime}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time: l.KeepaliveTime, Timeout: l.KeepaliveTimeout, MaxConnectionIdle: l.MaxConnectionIdle,
+			MaxConnectionAge: l.MaxConnectionAge, MaxConnectionAgeGrace: l.MaxConnectionAgeGrace,
+		}),
+	}
 }
 
 // Server is the gRPC server with its lifecycle.
@@ -68,9 +186,7 @@ func New(cfg Config, log *slog.Logger, authn Authenticator, opts ...Option) (*Se
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if cfg.ShutdownTimeout == 0 {
-		cfg.ShutdownTimeout = 15 * time.Second
-	}
+	cfg.Limits = cfg.Limits.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -103,13 +219,15 @@ func New(cfg Config, log *slog.Logger, authn Authenticator, opts ...Option) (*Se
 		streamAnswer(log),
 		recovery.StreamServerInterceptor(recoverOpt),
 		selector.StreamServerInterceptor(grpcauth.StreamServerInterceptor(authFn), needsAuth),
+		selector.StreamServerInterceptor(streamRecheck(authn, cfg.CredentialCheck, log), needsAuth),
 	}
 	if o.reporter != nil {
 		// Outermost, so it sees the status recovery and auth give.
 		unary = append([]grpc.UnaryServerInterceptor{unaryReport(o.reporter)}, unary...)
 		stream = append([]grpc.StreamServerInterceptor{streamReport(o.reporter)}, stream...)
 	}
-	s.srv = grpc.NewServer(grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
+	srvOpts := append(cfg.Limits.serverOptions(), grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
+	s.srv = grpc.NewServer(srvOpts...)
 	healthpb.RegisterHealthServer(s.srv, s.health)
 	reflection.Register(s.srv)
 	return s, nil
@@ -140,6 +258,14 @@ func (s *Server) Metrics() prometheus.Collector { return s.metrics }
 func (s *Server) Register(desc *grpc.ServiceDesc, impl any) {
 	s.srv.RegisterService(desc, impl)
 	s.health.SetServingStatus(desc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+}
+
+// RegisterWith adds a service whose registration needs the *grpc.Server
+// itself (OpenTelemetry's ptraceotlp.RegisterGRPCServer), and marks name
+// SERVING in the health service.
+func (s *Server) RegisterWith(name string, register func(*grpc.Server)) {
+	register(s.srv)
+	s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 }
 
 // Started yields the bound address once the server listens.

@@ -9,15 +9,15 @@ import (
 
 	"google.golang.org/grpc/status"
 
-	"github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
-	"github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	apikeysv1 "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
+	monitorv1 "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/readmodels/apikeyview"
 )
 
 // APIKeys serves cfgd.apikeys.v1 from the read model; callers must be
-// staff or hold an API key.
+// staff, as on the REST endpoints (/api/grpc/api-keys/).
 type APIKeys struct {
 	apikeysv1.UnimplementedAPIKeyServiceServer
 	keys *apikeyview.Keys
@@ -31,7 +31,7 @@ func NewAPIKeys(keys *apikeyview.Keys, log *slog.Logger) *APIKeys {
 
 // List implements APIKeyService.List.
 func (s *APIKeys) List(ctx context.Context, req *apikeysv1.ListRequest) (*apikeysv1.ListResponse, error) {
-	if err := RequireStaffOrKey(ctx); err != nil {
+	if err := RequireStaff(ctx); err != nil {
 		return nil, err
 	}
 	page, size := int(req.GetPage()), int(req.GetPageSize())
@@ -61,7 +61,7 @@ func (s *APIKeys) List(ctx context.Context, req *apikeysv1.ListRequest) (*apikey
 
 // Get implements APIKeyService.Get.
 func (s *APIKeys) Get(ctx context.Context, req *apikeysv1.GetRequest) (*apikeysv1.APIKey, error) {
-	if err := RequireStaffOrKey(ctx); err != nil {
+	if err := RequireStaff(ctx); err != nil {
 		return nil, err
 	}
 	k, err := s.keys.Get(ctx, req.GetId())
@@ -76,7 +76,7 @@ func (s *APIKeys) Get(ctx context.Context, req *apikeysv1.GetRequest) (*apikeysv
 
 // Stats implements APIKeyService.Stats.
 func (s *APIKeys) Stats(ctx context.Context, _ *apikeysv1.StatsRequest) (*apikeysv1.StatsResponse, error) {
-	if err := RequireStaffOrKey(ctx); err != nil {
+	if err := RequireStaff(ctx); err != nil {
 		return nil, err
 	}
 	st, err := s.keys.Stats(ctx)

@@ -21,10 +21,16 @@ type ErrorBody struct {
 // error body, and Retry-After (whole seconds, at least 1) when e says when
 // to retry. It logs nothing; Fail is for errors that may be cfgd's own.
 func WriteError(w http.ResponseWriter, e *errcode.Error) {
+	SetRetryAfter(w, e)
+	JSON(w, e.Code.HTTPStatus(), ErrorBody{Error: e.Message, Code: string(e.Code), Fields: e.Fields})
+}
+
+// SetRetryAfter sets Retry-After (whole seconds, at least 1) when e says
+// when to retry.
+func SetRetryAfter(w http.ResponseWriter, e *errcode.Error) {
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(e.RetryAfter)))
 	}
-	JSON(w, e.Code.HTTPStatus(), ErrorBody{Error: e.Message, Code: string(e.Code), Fields: e.Fields})
 }
 
 func retrySeconds(d time.Duration) int {
@@ -37,6 +43,12 @@ func retrySeconds(d time.Duration) int {
 // sees its text. When the client has gone, nobody reads the answer: it is
 // only logged as 499.
 func Fail(w http.ResponseWriter, r *http.Request, err error) {
+	WriteError(w, Classify(r, err))
+}
+
+// Classify is what Fail answers for err, logged as Fail logs it: for an
+// endpoint whose error body has another shape (OTLP's google.rpc.Status).
+func Classify(r *http.Request, err error) *errcode.Error {
 	e := errcode.From(err)
 	if r.Context().Err() != nil {
 		e = errcode.Wrap(errcode.ClientClosed, errcode.MessageClientClosed, err)
@@ -47,5 +59,5 @@ func Fail(w http.ResponseWriter, r *http.Request, err error) {
 	case e.Logged():
 		slog.WarnContext(r.Context(), "request failed on a dependency", "method", r.Method, "path", r.URL.Path, "code", string(e.Code), "err", err)
 	}
-	WriteError(w, e)
+	return e
 }

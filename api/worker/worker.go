@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/commands/app/taskqueues"
+	"github.com/cfgd/cfgd/deploy/process"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -18,9 +19,12 @@ import (
 	"github.com/cfgd/cfgd/events/tasks"
 )
 
-// Recorder receives lifecycle records; *tasks.Producer is one.
+// Recorder receives lifecycle records; *tasks.Producer is one. Emit
+// queues a record without waiting; PublishLifecycle returns once the
+// broker has the records.
 type Recorder interface {
 	Emit(ctx context.Context, rec tasks.Lifecycle)
+	PublishLifecycle(ctx context.Context, recs []tasks.Lifecycle) error
 }
 
 var (
@@ -39,6 +43,7 @@ type Worker struct {
 	rec     Recorder
 	log     *slog.Logger
 	handler asynq.Handler
+	insp    *asynq.Inspector
 	now     func() time.Time
 
 	mu       sync.Mutex
@@ -66,7 +71,7 @@ func NewWorker(cfg taskqueues.Config, rdb redis.UniversalClient, rec Recorder, l
 	}
 	return &Worker{
 		cfg: cfg, id: id, rdb: rdb, reg: taskqueues.NewRegistry(rdb, cfg.KeyPrefix, cfg.Heartbeat), rec: rec,
-		log: log.With("worker_id", id), handler: handler, now: time.Now,
+		log: log.With("worker_id", id), handler: handler, insp: asynq.NewInspectorFromRedisClient(rdb), now: time.Now,
 	}, nil
 }
 
@@ -107,8 +112,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	}()
 	poll := time.NewTicker(w.cfg.CommandPoll)
 	defer poll.Stop()
+	reconcile := time.NewTicker(reconcileEvery)
+	defer reconcile.Stop()
+	w.reconcile(ctx)
 	for {
 		select {
+		case <-reconcile.C:
+			w.reconcile(ctx)
 		case <-ctx.Done():
 			w.shutdown()
 			stopBeats()
@@ -245,7 +255,13 @@ func (w *Worker) beat(ctx context.Context) {
 	}
 }
 
-// middleware reports each attempt's lifecycle.
+// middleware reports each attempt's lifecycle. The record of an attempt's
+// outcome is on the broker before asynq hears of the outcome: a worker
+// killed before that leaves the task active in asynq, whose lease expiry
+// runs it again (or archives it, see reconcile), so no task is left
+// "started" by a record lost in the producer's memory. An attempt after
+// the first closes the one before it (retried) when no outcome of that
+// one was recorded: asynq's lease recovery writes none.
 func (w *Worker) middleware(next asynq.Handler, stopping *atomic.Bool) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
@@ -253,30 +269,108 @@ func (w *Worker) middleware(next asynq.Handler, stopping *atomic.Bool) asynq.Han
 		retried, _ := asynq.GetRetryCount(ctx)
 		maxRetry, _ := asynq.GetMaxRetry(ctx)
 		rec := tasks.Lifecycle{TaskID: id, Queue: queue, Type: t.Type(), Attempt: retried + 1, WorkerID: w.id}
-		emit := func(step string, err error) {
+		step := func(step string, err error) tasks.Lifecycle {
 			r := rec
 			r.Step, r.At = step, w.now().UTC()
 			if err != nil {
 				r.Error = truncate(err.Error(), 500)
 			}
-			w.rec.Emit(context.WithoutCancel(ctx), r)
+			return r
 		}
 		w.active.Add(1)
 		defer w.active.Add(-1)
-		emit(tasks.StepStarted, nil)
+		start := []tasks.Lifecycle{step(tasks.StepStarted, nil)}
+		if retried > 0 {
+			// The step key (task, retried, attempt) makes this a no-op when
+			// the earlier attempt's own outcome was recorded.
+			prev := rec
+			prev.Step, prev.Attempt, prev.WorkerID, prev.At = tasks.StepRetried, retried, "", w.now().UTC()
+			if info, err := w.insp.GetTaskInfo(queue, id); err == nil {
+				prev.Error = truncate(info.LastErr, 500)
+				if !info.LastFailedAt.IsZero() {
+					prev.At = info.LastFailedAt.UTC()
+				}
+			}
+			start = append([]tasks.Lifecycle{prev}, start...)
+		}
+		for _, r := range start {
+			w.rec.Emit(context.WithoutCancel(ctx), r)
+		}
 		err := next.ProcessTask(ctx, t)
 		switch {
 		case err == nil:
-			emit(tasks.StepSucceeded, nil)
+			w.publish(ctx, step(tasks.StepSucceeded, nil))
 		case ctx.Err() != nil && stopping.Load() && errors.Is(err, context.Canceled):
 			// Shutdown: asynq requeues the task; it starts again later.
 		case errors.Is(err, asynq.SkipRetry) || retried >= maxRetry:
-			emit(tasks.StepFailed, err)
+			w.publish(ctx, step(tasks.StepFailed, err))
 		default:
-			emit(tasks.StepRetried, err)
+			w.publish(ctx, step(tasks.StepRetried, err))
 		}
 		return err
 	})
+}
+
+// publish sends an outcome record and waits for the broker, retrying
+// while the broker is away. It gives up only when the task's context ends
+// (a shutdown cut it, or its deadline): asynq then requeues the task or
+// records the failure itself, and the record goes out without waiting.
+func (w *Worker) publish(ctx context.Context, r tasks.Lifecycle) {
+	bo := process.Backoff(50*time.Millisecond, 2*time.Second)
+	for {
+		err := w.rec.PublishLifecycle(context.WithoutCancel(ctx), []tasks.Lifecycle{r})
+		if err == nil {
+			return
+		}
+		w.log.Warn("lifecycle record not stored yet", "task_id", r.TaskID, "step", r.Step, "err", err)
+		if !process.Wait(ctx, bo) {
+			w.rec.Emit(context.WithoutCancel(ctx), r)
+			return
+		}
+	}
+}
+
+// reconcileEvery is how often a worker looks for tasks asynq archived
+// after their lease expired (a worker killed on a task's last attempt).
+const reconcileEvery = 30 * time.Second
+
+// reconcile records a failed step for every task of the worker's queues
+// that asynq archived because its lease expired: no handler ran to say
+// so, and without it the task would stay "started" in the statistics.
+// The step key makes a record produced twice (by every worker, at every
+// round) one step.
+func (w *Worker) reconcile(ctx context.Context) {
+	for _, q := range w.cfg.QueueNames() {
+		for page := 1; ; page++ {
+			ts, err := w.insp.ListArchivedTasks(q, asynq.PageSize(500), asynq.Page(page))
+			if errors.Is(err, asynq.ErrQueueNotFound) {
+				break
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					w.log.Warn("lifecycle reconcile", "queue", q, "err", err)
+				}
+				return
+			}
+			var recs []tasks.Lifecycle
+			for _, t := range ts {
+				if t.LastErr != asynq.ErrLeaseExpired.Error() {
+					continue
+				}
+				recs = append(recs, tasks.Lifecycle{TaskID: t.ID, Queue: q, Type: t.Type, Step: tasks.StepFailed,
+					Attempt: t.Retried + 1, Error: t.LastErr, At: t.LastFailedAt.UTC()})
+			}
+			if err := w.rec.PublishLifecycle(ctx, recs); err != nil {
+				if ctx.Err() == nil {
+					w.log.Warn("lifecycle reconcile", "queue", q, "err", err)
+				}
+				return
+			}
+			if len(ts) < 500 {
+				break
+			}
+		}
+	}
 }
 
 func truncate(s string, n int) string {

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,9 +18,10 @@ import (
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/outbox"
+	"github.com/cfgd/cfgd/readmodels/apikeyview"
 )
 
-// apikeyCommand is `cfgd apikey create|revoke`.
+// apikeyCommand is `cfgd apikey create|list|revoke`.
 func apikeyCommand() *cobra.Command {
 	var (
 		name, typ, owner string
@@ -74,7 +77,75 @@ only its hash is stored.`,
 		},
 	}
 	revoke.Flags().Int64Var(&id, "id", 0, "the key to revoke (required)")
-	return parentCommand("apikey", "create and revoke API keys", create, revoke)
+
+	var (
+		listType string
+		active   bool
+		asJSON   bool
+	)
+	list := &cobra.Command{
+		Use:     "list [--type T] [--active] [--json]",
+		Short:   "list API keys (masked), with their owners and usage",
+		Long:    "list prints every API key from the read model, newest first: masked key, owner, usage and state. Keys are never shown whole.",
+		Example: "  cfgd apikey list --active\n  cfgd apikey list --json",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f := apikeyview.Filter{KeyType: listType}
+			if active {
+				f.IsActive = &active
+			}
+			return withSettings(cmd.Context(), cmd.ErrOrStderr(), func(ctx context.Context, log *slog.Logger, app appSettings) error {
+				return listAPIKeys(ctx, log, app, f, asJSON, cmd.OutOrStdout())
+			})
+		},
+	}
+	list.Flags().StringVar(&listType, "type", "", "only keys of this type")
+	list.Flags().BoolVar(&active, "active", false, "only active keys")
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON (the REST list's item shape) instead of a table")
+	return parentCommand("apikey", "create, list and revoke API keys", create, list, revoke)
+}
+
+func listAPIKeys(ctx context.Context, log *slog.Logger, app appSettings, f apikeyview.Filter, asJSON bool, stdout io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	d, err := apikeyDeps(ctx, log, app)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	q := apikeyview.NewKeys(d.pg, time.Now)
+	var keys []apikeyview.Key
+	for page := 1; ; page++ {
+		batch, total, err := q.List(ctx, f, apikeyview.Page{Number: page, Size: apikeyview.MaxPageSize})
+		if err != nil {
+			return err
+		}
+		keys = append(keys, batch...)
+		if len(batch) == 0 || int64(len(keys)) >= total {
+			break
+		}
+	}
+	if asJSON {
+		if keys == nil {
+			keys = []apikeyview.Key{}
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(keys)
+	}
+	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tTYPE\tKEY\tUSER\tACTIVE\tVALID\tREQUESTS\tLAST USED\tEXPIRES")
+	when := func(t *time.Time, none string) string {
+		if t == nil {
+			return none
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	for _, k := range keys {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%t\t%t\t%d\t%s\t%s\n", k.ID, k.Name, k.KeyType, k.MaskedKey, k.UserEmail,
+			k.IsActive, k.IsValid, k.RequestCount, when(k.LastUsedAt, "-"), when(k.ExpiresAt, "never"))
+	}
+	return tw.Flush()
 }
 
 // cliFields names the flags behind a validation error.
@@ -92,9 +163,9 @@ func apikeyDeps(ctx context.Context, log *slog.Logger, app appSettings) (*deps, 
 	if err != nil {
 		return nil, err
 	}
-	if err := d.pg.Ping(ctx); err != nil {
+	if err := reach(ctx, postgresDep(d)); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("postgres is unreachable (POSTGRES__URL): %w", err)
+		return nil, err
 	}
 	if err := schemas.UpPostgres(ctx, d.pg, log); err != nil {
 		d.Close()

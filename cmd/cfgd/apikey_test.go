@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -79,5 +81,71 @@ func TestAPIKeyCommands(t *testing.T) {
 	var n int
 	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE stream_id = 'apikey-'||$1 AND strpos(data::text, $2) = 0`, id, key).Scan(&n); err != nil || n != 2 {
 		t.Fatalf("events of the key: %d %v", n, err)
+	}
+}
+
+// apikey list reads the read model that serve's projection fills: the key
+// shows masked, as a table and as JSON, and never whole.
+func TestAPIKeyListCommand(t *testing.T) {
+	baseEnv(t, testenv.PostgresURL(t))
+	if code, _, msg := runCLI("user", "create-superuser", "--email", "lister@example.com"); code != 0 {
+		t.Fatalf("create-superuser: %d %s", code, msg)
+	}
+	code, stdout, msg := runCLI("apikey", "create", "--name", "lister-ci", "--type", "cli", "--user", "lister@example.com")
+	key := regexp.MustCompile(`(?m)^cfgd_[A-Za-z0-9_-]{43}$`).FindString(stdout)
+	if code != 0 || key == "" {
+		t.Fatalf("create: %d %q %q", code, stdout, msg)
+	}
+	start(t)
+	var keys []struct {
+		Name      string `json:"name"`
+		MaskedKey string `json:"masked_key"`
+		UserEmail string `json:"user_email"`
+		IsActive  bool   `json:"is_active"`
+	}
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && len(keys) == 0; time.Sleep(100 * time.Millisecond) {
+		code, stdout, msg = runCLI("apikey", "list", "--json")
+		if code != 0 {
+			t.Fatalf("list --json: %d %s", code, msg)
+		}
+		if err := json.Unmarshal([]byte(stdout), &keys); err != nil {
+			t.Fatalf("%v: %s", err, stdout)
+		}
+	}
+	if len(keys) != 1 || keys[0].Name != "lister-ci" || keys[0].UserEmail != "lister@example.com" || !keys[0].IsActive ||
+		keys[0].MaskedKey == "" || strings.Contains(stdout, key) {
+		t.Fatalf("list --json: %s", stdout)
+	}
+	code, stdout, _ = runCLI("apikey", "list", "--active")
+	if code != 0 || !strings.HasPrefix(stdout, "ID ") || !strings.Contains(stdout, "lister-ci") || !strings.Contains(stdout, keys[0].MaskedKey) || strings.Contains(stdout, key) {
+		t.Fatalf("list: %d %s", code, stdout)
+	}
+	if code, stdout, _ = runCLI("apikey", "list", "--type", "service"); code != 0 || strings.Contains(stdout, "lister-ci") {
+		t.Fatalf("list --type service: %d %s", code, stdout)
+	}
+}
+
+// A one-shot command names the dependency that does not answer, and the
+// next step, within a few seconds.
+func TestCommandsFailFastOnAMissingDependency(t *testing.T) {
+	baseEnv(t, "postgres://postgres@127.0.0.1:1/cfgd")
+	t.Setenv("REDIS__URL", "redis://127.0.0.1:1/0")
+	t.Setenv("KAFKA__EMBEDDED_ADDR", "127.0.0.1:1")
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"migrate"}, "postgres at 127.0.0.1:1 (POSTGRES__URL) is not reachable"},
+		{[]string{"apikey", "list"}, "is it running?"},
+		{[]string{"user", "create-superuser", "--email", "a@example.com"}, "postgres at 127.0.0.1:1"},
+		{[]string{"task", "enqueue", "--type", "demo:echo"}, "redis at redis://127.0.0.1:1/0 (TASKS__REDIS_URL) is not reachable"},
+		{[]string{"deadletters", "list"}, "is `cfgd serve` (or `cfgd broker`) running?"},
+	}
+	for _, tc := range tests {
+		began := time.Now()
+		code, _, msg := runCLI(tc.args...)
+		if code == 0 || !strings.Contains(msg, tc.want) || time.Since(began) > 2*reachWithin {
+			t.Errorf("%q: exit %d after %s, %q; want a message with %q within %s", tc.args, code, time.Since(began), msg, tc.want, 2*reachWithin)
+		}
 	}
 }

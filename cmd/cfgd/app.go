@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/cfgd/cfgd/api/grpcserver"
 	"github.com/cfgd/cfgd/api/pages"
 	"github.com/cfgd/cfgd/api/rest/extensions"
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
@@ -22,6 +23,8 @@ type appSettings struct {
 	Extensions   *extensions.Set
 	Tasks        taskqueues.Config
 	RequestLog   settings.RequestLog
+	// GRPCLimits bound the gRPC server's connections (GRPC__*).
+	GRPCLimits grpcserver.Limits
 }
 
 // readApp reads every setting; problems are left in r. The error is for a
@@ -34,6 +37,7 @@ func readApp(r *config.Reader) (appSettings, error) {
 	app.GRPCProtoDir = app.Core.GRPCProtoDir
 	app.Tasks = settings.ReadTasks(r, app.Core.RedisURL)
 	app.RequestLog = settings.ReadRequestLog(r)
+	app.GRPCLimits = settings.ReadGRPC(r)
 	set, err := extensions.Load(r, extensions.Builtin())
 	if err != nil {
 		return app, err

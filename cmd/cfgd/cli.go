@@ -61,6 +61,8 @@ CFGD_ENV_FILE (default ./.env), then defaults. See docs/cli.md.`,
 		deadlettersCommand(),
 		replayCommand(),
 		apikeyCommand(),
+		configCommand(),
+		checkCommand(),
 	)
 	// Made here rather than inside Execute so that it suggests like every
 	// other command with sub-commands.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"time"
@@ -19,8 +18,8 @@ func deadletters(ctx context.Context, c settings.Core, stdout io.Writer) error {
 	busCfg := clientBus(c)
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := kafka.Ping(ctx, busCfg); err != nil {
-		return fmt.Errorf("kafka at %v is unreachable (KAFKA__BROKERS; the embedded broker runs inside cfgd serve): %w", busCfg.Brokers, err)
+	if err := reach(ctx, kafkaDep(c)); err != nil {
+		return err
 	}
 	return kafka.ListDeadLetters(ctx, busCfg, stdout)
 }

@@ -66,27 +66,62 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // flags and arguments before calling it, so a usage mistake is reported
 // as one whatever the environment holds.
 func withSettings(ctx context.Context, stderr io.Writer, act action) error {
+	ld, err := loadSettings()
+	if err != nil {
+		return err
+	}
+	if err := ld.problems(os.Getenv("CFGD_STRICT") == "1"); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	log := newLogger(stderr, ld.app.Core.LogLevel)
+	// Packages that log without a logger of their own (web.Internal, for
+	// one) honour LOG__LEVEL and the JSON format too.
+	slog.SetDefault(log)
+	for _, u := range ld.unknown {
+		log.Warn("unknown setting", "name", u.Name, "did_you_mean", u.Nearest, "hint", "set CFGD_STRICT=1 to refuse unknown settings")
+	}
+	if names := settings.BuiltInURLs(ld.reader); len(names) > 0 {
+		log.Info("using built-in defaults (the local stack and the embedded broker)", "settings", strings.Join(names, ","))
+	}
+	return act(ctx, log, ld.app)
+}
+
+// loaded is the settings as read, with where they came from.
+type loaded struct {
+	src     *config.Source
+	reader  *config.Reader
+	app     appSettings
+	unknown []settings.Unknown
+}
+
+// loadSettings reads the environment and the .env file named by
+// CFGD_ENV_FILE (default ./.env) into every module's settings.
+func loadSettings() (*loaded, error) {
 	envFile := os.Getenv("CFGD_ENV_FILE")
 	if envFile == "" {
 		envFile = ".env"
 	}
 	src, err := settings.Load(envFile)
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return nil, &exitError{code: 2, err: err}
 	}
 	r := config.NewReader(src)
 	app, err := readApp(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := r.Err(); err != nil {
-		return &exitError{code: 2, err: err}
+	return &loaded{src: src, reader: r, app: app, unknown: settings.FindUnknown(src)}, nil
+}
+
+// problems joins every bad value and, when strict, every unknown name.
+func (ld *loaded) problems(strict bool) error {
+	errs := []error{ld.reader.Err()}
+	if strict {
+		for _, u := range ld.unknown {
+			errs = append(errs, u)
+		}
 	}
-	log := newLogger(stderr, app.Core.LogLevel)
-	// Packages that log without a logger of their own (web.Internal, for
-	// one) honour LOG__LEVEL and the JSON format too.
-	slog.SetDefault(log)
-	return act(ctx, log, app)
+	return errors.Join(errs...)
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {

@@ -21,8 +21,8 @@ func migrate(ctx context.Context, log *slog.Logger, app appSettings, _ io.Writer
 	defer d.Close()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := d.pg.Ping(ctx); err != nil {
-		return fmt.Errorf("postgres is unreachable (POSTGRES__URL): %w", err)
+	if err := reach(ctx, postgresDep(d)); err != nil {
+		return err
 	}
 	if err := schemas.UpPostgres(ctx, d.pg, log); err != nil {
 		return err

@@ -32,6 +32,9 @@ type wiring struct {
 	// assets are the pages' static assets, indexed once; the front
 	// module serves them.
 	assets *pages.Assets
+	// clickHouseMigrated is closed once serve has applied the ClickHouse
+	// migrations (nil: nothing to wait for).
+	clickHouseMigrated <-chan struct{}
 }
 
 // eventTypes is the explicit registry of every event type cfgd stores.

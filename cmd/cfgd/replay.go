@@ -22,8 +22,8 @@ import (
 // replayCommand is `cfgd replay NAME... | --all | --list`.
 func replayCommand() *cobra.Command {
 	var (
-		all, list bool
-		batch     int
+		all, list, partial bool
+		batch              int
 	)
 	cmd := &cobra.Command{
 		Use:   "replay NAME... | --all | --list",
@@ -41,7 +41,7 @@ from, its tables, checkpoint and lag.`,
 		// completion of names, and no file names either.
 		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE: func(cmd *cobra.Command, names []string) error {
-			act, err := parseReplay(names, all, list, batch, cmd.OutOrStdout())
+			act, err := parseReplay(names, all, list, partial, batch, cmd.OutOrStdout())
 			if err != nil {
 				if len(names) == 0 && !all && !list {
 					fmt.Fprint(cmd.ErrOrStderr(), cmd.UsageString())
@@ -54,12 +54,14 @@ from, its tables, checkpoint and lag.`,
 	cmd.Flags().BoolVar(&all, "all", false, "replay every read-model projection, Postgres and ClickHouse")
 	cmd.Flags().BoolVar(&list, "list", false, "list the projections with their tables, checkpoint and lag")
 	cmd.Flags().IntVar(&batch, "batch", replay.DefaultBatchSize, "events per transaction")
+	cmd.Flags().BoolVar(&partial, "allow-partial", false, "swap in a rebuild of "+replay.RequestLogName+
+		" although Kafka's retention deleted records of rows the live tables hold (they are lost)")
 	return cmd
 }
 
 // parseReplay checks a replay's arguments before any setting is read;
 // names are looked up in the registry once the modules are built.
-func parseReplay(names []string, all, list bool, batch int, stdout io.Writer) (action, error) {
+func parseReplay(names []string, all, list, partial bool, batch int, stdout io.Writer) (action, error) {
 	modes := 0
 	for _, on := range []bool{all, list, len(names) > 0} {
 		if on {
@@ -69,7 +71,7 @@ func parseReplay(names []string, all, list bool, batch int, stdout io.Writer) (a
 	if modes != 1 {
 		return nil, &exitError{code: 2, err: errors.New("replay takes projection names, --all or --list (one of them)")}
 	}
-	cfg := replay.Config{BatchSize: batch, LockTimeout: replay.DefaultLockTimeout}
+	cfg := replay.Config{BatchSize: batch, LockTimeout: replay.DefaultLockTimeout, AllowPartial: partial}
 	if err := cfg.Validate(); err != nil {
 		return nil, &exitError{code: 2, err: err}
 	}
@@ -153,7 +155,8 @@ func listReplayables(ctx context.Context, rr *replay.Registry, stdout io.Writer)
 // replayOne replays e, with a progress bar on a terminal and a line every
 // few seconds otherwise.
 func replayOne(ctx context.Context, d *deps, e replay.Replayable, cfg replay.Config, stdout io.Writer) error {
-	progress, feed, finish := newProgress(stdout, e.Name, e.Unit)
+	f, isFile := stdout.(*os.File)
+	progress, feed, finish := newProgress(stdout, isFile && term.IsTerminal(int(f.Fd())), e.Name, e.Unit)
 	cfg.FeedProgress = feed
 	t, err := e.Target(cfg)
 	if err != nil {
@@ -171,13 +174,18 @@ func replayOne(ctx context.Context, d *deps, e replay.Replayable, cfg replay.Con
 	return nil
 }
 
+// barWidth is the bar's own width in cells. A fixed width, not the
+// terminal's: a full-width bar shrinks to nothing when the description
+// and counters fill the line (a feed's name is long).
+const barWidth = 30
+
 // newProgress reports a replay's progress in unit (events, records) on
 // stdout: a bar on a terminal, a line every few seconds otherwise. feed
 // reports a projection's Kafka feed (in records) the same way; finish ends
 // the bar once the replay returned err.
-func newProgress(stdout io.Writer, name, unit string) (progress func(done, total int64), feed func(feed string, read, total int64), finish func(err error)) {
+func newProgress(stdout io.Writer, terminal bool, name, unit string) (progress func(done, total int64), feed func(feed string, read, total int64), finish func(err error)) {
 	var bar *progressbar.ProgressBar
-	if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+	if terminal {
 		bar = progressbar.NewOptions64(-1,
 			progressbar.OptionSetWriter(stdout),
 			progressbar.OptionSetDescription(name),
@@ -186,7 +194,8 @@ func newProgress(stdout io.Writer, name, unit string) (progress func(done, total
 			progressbar.OptionSetItsString(unit),
 			progressbar.OptionSetPredictTime(true),
 			progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionFullWidth(),
+			progressbar.OptionSetWidth(barWidth),
+			progressbar.OptionSetRenderBlankState(true),
 			progressbar.OptionOnCompletion(func() { fmt.Fprintln(stdout) }),
 		)
 		progress = func(done, total int64) {

@@ -9,11 +9,14 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
@@ -41,10 +44,18 @@ func TestReplayClickHouseCommand(t *testing.T) {
 	c, chConn := clickhouseReplayEnv(t)
 	ctx := context.Background()
 
-	pc := requestlog.DefaultProducerConfig(c)
+	// Records signed with the key the commands verify them with.
+	key := strings.Repeat("replay-signing-key-", 2)
+	t.Setenv("EVENTS__SIGNING_KEY", key)
+	signer, err := events.NewSigner([]byte(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := requestlogkafka.DefaultProducerConfig(c)
 	pc.PackEvents = 10
 	pc.Timeout = 10 * time.Second
-	prod, err := requestlog.NewProducer(pc, testenv.Quiet())
+	pc.Signer = signer
+	prod, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +76,7 @@ func TestReplayClickHouseCommand(t *testing.T) {
 	defer pool.Close()
 	cfg := sinks.DefaultRequestLogConfig(c)
 	cfg.BatchWait = 50 * time.Millisecond
+	cfg.Signer = signer
 	s, err := sinks.NewFencedRequestLogs(cfg, chConn, sinks.PostgresFence{Pool: pool}, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +86,7 @@ func TestReplayClickHouseCommand(t *testing.T) {
 	go func() { done <- s.Run(sctx) }()
 	defer func() { stop(); <-done }()
 	// Caught up: its offsets committed.
-	entry := replay.ForClickHouse(replay.DefaultClickHouseConfig(c), chConn, pool, sinks.RequestLogCodec{}, cfg.Group)
+	entry := replay.ForClickHouse(replay.DefaultClickHouseConfig(c), chConn, pool, sinks.RequestLogCodec{Signer: signer}, cfg.Group)
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		if st, err := entry.Status(ctx); err == nil && st.Position == 50 {
@@ -113,5 +125,29 @@ func TestReplayClickHouseCommand(t *testing.T) {
 	var n uint64
 	if err := chConn.QueryRow(ctx, "SELECT count() FROM "+requestlogview.RawTable).Scan(&n); err != nil || n != 500 {
 		t.Fatalf("rows after two replays: %d, %v", n, err)
+	}
+
+	// Retention deletes the first records of a partition: a replay is
+	// refused unless --allow-partial, which rebuilds without their rows.
+	admin, err := sarama.NewClusterAdmin(c.Brokers, c.Sarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if err := admin.DeleteRecords(c.Topic(kafka.TopicRequestLogs), map[int32]int64{0: 3}); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	err = run(ctx, []string{"replay", replay.RequestLogName}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "Kafka's retention has deleted the records of 30 rows") || !strings.Contains(err.Error(), "--allow-partial") {
+		t.Fatalf("replay of a truncated topic: %v", err)
+	}
+	stdout.Reset()
+	if err := run(ctx, []string{"replay", "--allow-partial", replay.RequestLogName}, &stdout, &stderr); err != nil ||
+		!strings.Contains(stdout.String(), "30 rows whose records Kafka no longer held left out (--allow-partial)") {
+		t.Fatalf("replay --allow-partial: %v, stdout %q", err, stdout.String())
+	}
+	if err := chConn.QueryRow(ctx, "SELECT count() FROM "+requestlogview.RawTable).Scan(&n); err != nil || n != 470 {
+		t.Fatalf("rows after a partial replay: %d, %v", n, err)
 	}
 }

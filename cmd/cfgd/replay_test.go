@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/tasks"
 )
@@ -23,7 +24,13 @@ func TestReplayCommand(t *testing.T) {
 	kc, _ := clickhouseReplayEnv(t)
 	// One task's lifecycle on the topic: the replay of the task views
 	// reads it through the configured kafka.
-	pub, err := tasks.NewProducer(kc, testenv.Quiet())
+	// The records are signed with the key the replay verifies them with.
+	t.Setenv("EVENTS__SIGNING_KEY", "replay-test-signing-key-0123456789abcdef")
+	signer, err := events.NewSigner([]byte("replay-test-signing-key-0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := tasks.NewProducer(kc, signer, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +56,7 @@ func TestReplayCommand(t *testing.T) {
 		{[]string{"replay", "--list"}, 0, "", []string{"identity.users", "users,profiles,registration_sources,user_registration_sources", "tasks.control", "reactor", "apikey.keys",
 			"tasks.queues", "task_queues,task_worker_commands,task_lifecycle,task_runs",
 			// The logs each is built from.
-			"event store + " + kc.Topic(kafka.TopicRequestLogs), "event store + " + kc.Topic(tasks.TopicLifecycle)}},
+			"event store + " + kc.Topic(kafka.TopicAPIKeyUsage), "event store + " + kc.Topic(tasks.TopicLifecycle)}},
 		{[]string{"replay", "identity.users"}, 0, "", []string{"identity.users: 2/2 events (100.0%)", "events/s, ETA", "identity.users: replayed 2 events (1 applied)"}},
 		{[]string{"replay", "--all"}, 0, "", []string{"identity.users: replayed", "identity.revocations: replayed",
 			"apikey.keys: replayed 2 events (0 applied) and 0 records of its feeds", "tasks.queues: replayed 2 events (0 applied) and 1 records of its feeds",
@@ -114,6 +121,29 @@ func TestProgressLine(t *testing.T) {
 	} {
 		if got := progressLine("p", "events", tc.done, tc.total, tc.elapsed); got != tc.want {
 			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+}
+
+// On a terminal the progress is a bar of barWidth cells whatever the
+// name's length, with the count, the rate and the time left.
+func TestProgressBarOnATerminal(t *testing.T) {
+	for _, name := range []string{"identity.users", "tasks.queues feed cfgd.tasks.lifecycle with a very long name that fills a line"} {
+		var out bytes.Buffer
+		progress, feed, finish := newProgress(&out, true, name, "events")
+		feed("cfgd.tasks.lifecycle", 5, 10)
+		time.Sleep(150 * time.Millisecond) // past the bar's redraw throttle
+		progress(50, 100)
+		time.Sleep(150 * time.Millisecond)
+		progress(100, 100)
+		finish(nil)
+		text := out.String()
+		last := text[strings.LastIndex(text, "\r")+1:]
+		if strings.Count(text, "█") < barWidth || !strings.Contains(text, "50/100") || !strings.Contains(text, "events/s") {
+			t.Errorf("%s: no bar of %d cells with count and rate:\n%q", name, barWidth, text)
+		}
+		if !strings.Contains(text, "100%") && !strings.Contains(last, "100/100") {
+			t.Errorf("%s: the bar does not end full:\n%q", name, text)
 		}
 	}
 }

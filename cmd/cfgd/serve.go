@@ -54,7 +54,8 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	if err != nil {
 		return err
 	}
-	mods, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: busCfg, metrics: metrics})
+	chMigrated := make(chan struct{})
+	mods, err := buildModules(ctx, wiring{log: log, app: app, deps: d, bus: busCfg, metrics: metrics, clickHouseMigrated: chMigrated})
 	if err != nil {
 		return err
 	}
@@ -98,6 +99,7 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 			}); err != nil {
 				return nil
 			}
+			close(chMigrated)
 			return pipe.Run(ctx)
 		}}},
 		Servers: append(servers, process.Runner{Name: "banner", Run: func(ctx context.Context) error {

@@ -48,6 +48,12 @@ func enqueueTask(ctx context.Context, log *slog.Logger, app appSettings, queue, 
 		return err
 	}
 	defer rdb.Close()
+	// The task goes to Redis and its "enqueued" record to Kafka, which the
+	// statistics count: both must answer, and a missing one is named at
+	// once rather than after the 30 s below.
+	if err := reach(ctx, redisDep("TASKS__REDIS_URL", app.Tasks.RedisURL, func(ctx context.Context) error { return rdb.Ping(ctx).Err() }), kafkaDep(app.Core)); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	em, err := lifecycleEmitter(ctx, log, app)

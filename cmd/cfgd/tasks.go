@@ -37,8 +37,14 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (modules.Module, erro
 		closeRedis()
 		return modules.Module{}, err
 	}
-	sink := sinks.NewLifecycle(w.deps.pg, w.bus, w.log)
-	pub, err := tasks.NewProducer(w.bus, w.log)
+	// Lifecycle records are signed and verified with the events' key.
+	signer, err := eventSigner(w.app.Core)
+	if err != nil {
+		closeRedis()
+		return modules.Module{}, err
+	}
+	sink := sinks.NewLifecycle(w.deps.pg, w.bus, signer, w.log)
+	pub, err := tasks.NewProducer(w.bus, signer, w.log)
 	if err != nil {
 		closeRedis()
 		return modules.Module{}, err
@@ -58,7 +64,7 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (modules.Module, erro
 			taskadmin.Mount(r, staff, app)
 			return pages.MountTaskDashboard(r, staff, w.assets)
 		},
-		Projections: []*projections.Projection{reactors.Control(app.Inspector, app.Registry, pub, appends), sinks.ViewsWithLifecycle(w.bus, w.log)},
+		Projections: []*projections.Projection{reactors.Control(app.Inspector, app.Registry, pub, appends), sinks.ViewsWithLifecycle(w.bus, signer, w.log)},
 		Checks:      checks,
 		Background: []process.Runner{
 			{Name: "tasks-lifecycle-sink", Run: sink.Run},

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -16,59 +17,125 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 )
 
-// serve feeds the keys' request_count and last_used_at from the request
-// log, reports the consumer in /readyz and serves the monitoring page.
+// serve counts a key's usage from the requests the key authenticated, at
+// server time, and never from what a report claims: key A posts events
+// claiming key B, dated 2105; B stays unused, and A counts one request per
+// POST, last used when the server saw it. It also reports the consumer in
+// /readyz and serves the monitoring page.
 func TestServeCountsAPIKeyUsage(t *testing.T) {
 	pgURL := testenv.PostgresURL(t)
 	baseEnv(t, pgURL)
+	// A database of its own: the shared one holds higher offsets of
+	// earlier runs' topics, under which the sink would skip these rows.
+	opts, _ := testenv.ClickHouse(t)
+	t.Setenv("CLICKHOUSE__URL", fmt.Sprintf("clickhouse://%s/%s", opts.Addr[0], opts.Auth.Database))
 	var out, errOut bytes.Buffer
-	if err := run(context.Background(), []string{"user", "create-superuser", "--email", "usage@example.com"}, &out, &errOut); err != nil {
+	if err := run(context.Background(), []string{"user", "create-superuser", "--email", "usage@example.com", "--password", "usage password 1"}, &out, &errOut); err != nil {
 		t.Fatalf("create-superuser: %v %s", err, errOut.String())
 	}
-	out.Reset()
-	if err := run(context.Background(), []string{"apikey", "create", "--name", "svc", "--type", "service", "--user", "usage@example.com"}, &out, &errOut); err != nil {
-		t.Fatalf("apikey create: %v %s", err, errOut.String())
+	newKey := func(name string) (key, id string) {
+		t.Helper()
+		out.Reset()
+		if err := run(context.Background(), []string{"apikey", "create", "--name", name, "--type", "service", "--user", "usage@example.com"}, &out, &errOut); err != nil {
+			t.Fatalf("apikey create: %v %s", err, errOut.String())
+		}
+		return regexp.MustCompile(`(?m)^cfgd_[A-Za-z0-9_-]{43}$`).FindString(out.String()), regexp.MustCompile(`id=(\d+)`).FindStringSubmatch(out.String())[1]
 	}
-	key := regexp.MustCompile(`(?m)^cfgd_[A-Za-z0-9_-]{43}$`).FindString(out.String())
-	id := regexp.MustCompile(`id=(\d+)`).FindStringSubmatch(out.String())[1]
+	keyA, idA := newKey("a")
+	_, idB := newKey("b")
 	r := start(t)
 
-	at := time.Now().UTC().Truncate(time.Millisecond)
-	body := fmt.Sprintf(`[{"service_name":"s","method_name":"m","status":"success","api_key_id":%[1]s,"created_at":%[2]q},
-		{"service_name":"s","method_name":"m","status":"error","api_key_id":%[1]s,"created_at":%[3]q},
-		{"service_name":"s","method_name":"m","status":"success"}]`, id, at.Add(-time.Minute).Format(time.RFC3339Nano), at.Format(time.RFC3339Nano))
-	// The key works once the serve process has projected it.
-	var code int
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	forged := time.Date(2105, 6, 1, 0, 0, 0, 0, time.UTC)
+	svc := "usage.Test"
+	body := fmt.Sprintf(`[{"service_name":%[3]q,"method_name":"m","status":"success","api_key_id":%[1]s,"created_at":%[2]q},
+		{"service_name":%[3]q,"method_name":"m","status":"error","api_key_id":%[1]s,"created_at":%[2]q},
+		{"service_name":%[3]q,"method_name":"m","status":"success"}]`, idB, forged.Format(time.RFC3339Nano), svc)
+	post := func() int {
+		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, r.base+"/api/grpc/monitor/ingest/", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-API-Key", key)
+		req.Header.Set("X-API-Key", keyA)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		res.Body.Close()
-		if code = res.StatusCode; code == http.StatusAccepted {
+		return res.StatusCode
+	}
+	// The key works once the serve process has projected it; until then
+	// it is refused (401) and nothing is counted.
+	before := time.Now()
+	var code int
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if code = post(); code != http.StatusUnauthorized {
 			break
 		}
 	}
 	if code != http.StatusAccepted {
-		t.Fatalf("ingest answered %d", code)
+		t.Fatalf("ingest answered %d\n%s", code, r.stderr)
 	}
+	if code := post(); code != http.StatusAccepted {
+		t.Fatalf("second ingest answered %d", code)
+	}
+	after := time.Now()
 	conn, err := pgx.Connect(context.Background(), pgURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	var n int64
-	var last *time.Time
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && n < 2; time.Sleep(100 * time.Millisecond) {
+	usage := func(id string) (n int64, last *time.Time) {
+		t.Helper()
 		if err := conn.QueryRow(context.Background(), `SELECT request_count, last_used_at FROM api_keys WHERE id = $1`, id).Scan(&n, &last); err != nil {
 			t.Fatal(err)
 		}
+		return n, last
 	}
-	if n != 2 || last == nil || !last.Equal(at) {
-		t.Fatalf("request_count %d, last_used_at %v; want 2, %v", n, last, at)
+	var n int64
+	var last *time.Time
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && n < 2; time.Sleep(100 * time.Millisecond) {
+		n, last = usage(idA)
+	}
+	if n != 2 || last == nil || last.Before(before.Truncate(time.Microsecond)) || last.After(after) {
+		t.Fatalf("key A: request_count %d, last_used_at %v; want 2, between %v and %v", n, last, before, after)
+	}
+	// The ingested events are in the topic before the 202, and the usage
+	// of A was applied: a count of B's would have been applied by now too.
+	time.Sleep(500 * time.Millisecond)
+	if n, last := usage(idB); n != 0 || last != nil {
+		t.Fatalf("key B, only claimed by A's reports: request_count %d, last_used_at %v; want 0, never", n, last)
+	}
+	// Each row records who reported it (A), beside what it claims (B);
+	// a report cannot name its reporter.
+	var list struct {
+		Results []struct {
+			APIKeyID   int64  `json:"api_key_id"`
+			ReportedBy string `json:"reported_by"`
+		} `json:"results"`
+	}
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && len(list.Results) < 6; time.Sleep(100 * time.Millisecond) {
+		req, _ := http.NewRequest(http.MethodGet, r.base+"/api/grpc/monitor/requests/?service="+svc, nil)
+		req.SetBasicAuth("usage@example.com", "usage password 1")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = json.NewDecoder(res.Body).Decode(&list)
+		res.Body.Close()
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("requests: %d %v", res.StatusCode, err)
+		}
+	}
+	if len(list.Results) != 6 {
+		t.Fatalf("%d rows listed, want 6", len(list.Results))
+	}
+	for _, row := range list.Results {
+		if row.ReportedBy != "api_key:"+idA || (row.APIKeyID != 0 && fmt.Sprint(row.APIKeyID) != idB) {
+			t.Errorf("row %+v, want reported by api_key:%s, claiming %s or none", row, idA, idB)
+		}
+	}
+	body = `[{"service_name":"s","method_name":"m","status":"success","reported_by":"api_key:` + idB + `"}]`
+	if code := post(); code != http.StatusBadRequest {
+		t.Errorf("a report naming its reporter answered %d, want 400", code)
 	}
 	if body := waitStatus(t, r.base+"/readyz", 200); !strings.Contains(body, `"name":"apikey-usage","ok":true`) {
 		t.Errorf("/readyz does not report apikey-usage ok: %s", body)

@@ -50,8 +50,8 @@ func createSuperuser(ctx context.Context, log *slog.Logger, app appSettings, cmd
 	defer d.Close()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := d.pg.Ping(ctx); err != nil {
-		return fmt.Errorf("postgres is unreachable (POSTGRES__URL): %w", err)
+	if err := reach(ctx, postgresDep(d)); err != nil {
+		return err
 	}
 	if err := schemas.UpPostgres(ctx, d.pg, log); err != nil {
 		return err

@@ -56,7 +56,11 @@ func taskBus(app appSettings) kafka.Config { return clientBus(app.Core) }
 
 // lifecycleEmitter waits for Kafka; nil when ctx ended first.
 func lifecycleEmitter(ctx context.Context, log *slog.Logger, app appSettings) (*tasks.Producer, error) {
-	em, err := tasks.NewProducer(taskBus(app), log)
+	signer, err := eventSigner(app.Core)
+	if err != nil {
+		return nil, err
+	}
+	em, err := tasks.NewProducer(taskBus(app), signer, log)
 	if err != nil {
 		return nil, err
 	}

@@ -37,8 +37,10 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/cfgd/cfgd/api/rest/monitor"
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
@@ -62,6 +64,7 @@ type options struct {
 	replayBatch int
 	inserters   int
 	cpuProfile  string
+	unsigned    bool
 }
 
 func main() {
@@ -82,6 +85,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "alternating rounds of each side of the replay benchmark (medians reported)")
 	flag.IntVar(&o.replayBatch, "replay-batch", 0, "rows per replay insert (0: the replay's default)")
 	flag.IntVar(&o.inserters, "replay-inserters", 0, "concurrent replay inserts (0: the replay's default)")
+	flag.BoolVar(&o.unsigned, "unsigned", false, "produce unsigned records and verify none (before request-log records were signed), to measure what signing costs")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the replay rounds to this file")
 	flag.StringVar(&o.postgres, "postgres", "postgres:///postgres?host=/var/run/postgresql&user=postgres", "Postgres for the replay's advisory lock")
 	flag.Parse()
@@ -231,15 +235,25 @@ func benchIngest(ctx context.Context, o options) error {
 		return err
 	}
 	defer closeBus()
-	pc := requestlog.DefaultProducerConfig(bc)
+	pc := requestlogkafka.DefaultProducerConfig(bc)
 	pc.Timeout = 10 * time.Second
-	prod, err := requestlog.NewProducer(pc, quiet())
+	sc := sinks.DefaultRequestLogConfig(bc)
+	sc.Group = "bench"
+	if !o.unsigned {
+		// Records are signed and verified as cfgd serve does.
+		key := make([]byte, events.MinSigningKeyBytes)
+		_, _ = rand.Read(key)
+		signer, err := events.NewSigner(key)
+		if err != nil {
+			return err
+		}
+		pc.Signer, sc.Signer = signer, signer
+	}
+	prod, err := requestlogkafka.NewProducer(pc, quiet())
 	if err != nil {
 		return err
 	}
 	defer prod.Close()
-	sc := sinks.DefaultRequestLogConfig(bc)
-	sc.Group = "bench"
 	s, err := sinks.NewRequestLogs(sc, conn, quiet())
 	if err != nil {
 		return err
@@ -358,7 +372,11 @@ func benchIngest(ctx context.Context, o options) error {
 	if o.rate > 0 {
 		pace = fmt.Sprintf("paced at %d events/s", o.rate)
 	}
-	fmt.Printf("events                         %d (%d per produce call, %d callers, %d partitions, %s)\n", want, o.callEvents, o.producers, o.partitions, pace)
+	signed := "signed"
+	if o.unsigned {
+		signed = "unsigned"
+	}
+	fmt.Printf("events                         %d (%d per produce call, %d callers, %d partitions, %s, %s)\n", want, o.callEvents, o.producers, o.partitions, pace, signed)
 	fmt.Printf("baseline direct insert         %10.0f events/s (clickhouse-go columnar batches of 50,000)\n", baseline)
 	fmt.Printf("end to end (queryable)         %10.0f events/s = %.0f%% of baseline (elapsed %.2fs)\n", e2e, e2e/baseline*100, elapsed.Seconds())
 	fmt.Printf("produce (acknowledged)         %10.0f events/s\n", produceRate)

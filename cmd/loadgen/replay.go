@@ -19,6 +19,7 @@ import (
 
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
@@ -27,7 +28,7 @@ import (
 // benchReplay is `make bench-replay-clickhouse`: N events produced into
 // the request-log topic of an embedded broker, then, in alternating
 // rounds, the raw consume rate of that topic (every record read and
-// decoded with sarama, nothing stored) and the rate of `cfgd replay
+// decoded with the replay's reader, nothing stored) and the rate of `cfgd replay
 // requestlog.clickhouse`'s code rebuilding the tables from it into a
 // scratch ClickHouse database (shadow tables built, no swap).
 func benchReplay(ctx context.Context, o options) error {
@@ -55,9 +56,9 @@ func benchReplay(ctx context.Context, o options) error {
 	now := time.Now().UTC()
 	from, step := now.Add(-72*time.Hour), 72*time.Hour/time.Duration(o.events)
 	events := synth(r, 100_000, from, 0)
-	pc := requestlog.DefaultProducerConfig(bc)
+	pc := requestlogkafka.DefaultProducerConfig(bc)
 	pc.Timeout = 30 * time.Second
-	prod, err := requestlog.NewProducer(pc, quiet())
+	prod, err := requestlogkafka.NewProducer(pc, quiet())
 	if err != nil {
 		return err
 	}
@@ -156,7 +157,7 @@ func benchReplay(ctx context.Context, o options) error {
 		return err
 	}
 	raw, rep := median(raws), median(replays)
-	fmt.Printf("raw consume (median)           %10.0f events/s (sarama partition consumers, every record decoded, nothing stored)\n", raw)
+	fmt.Printf("raw consume (median)           %10.0f events/s (kafka.Reader.ReadConcurrently as the replay reads, every record decoded, nothing stored)\n", raw)
 	fmt.Printf("replay (median)                %10.0f events/s = %.0f%% of raw consume (target 60%%)\n", rep, rep/raw*100)
 	fmt.Printf("clickhouse insert ceiling      %10.0f events/s (the same rows straight into a raw table without views, 250,000 a batch, 2 at once; replay = %.0f%% of it)\n", ceiling, rep/ceiling*100)
 	return nil
@@ -175,71 +176,33 @@ func median(v []float64) float64 {
 }
 
 // rawConsume reads the request-log topic from the oldest offset to the
-// high watermark of every partition, with the replay's consumer settings,
-// decodes every record, and returns how many events it held.
+// high watermark of every partition with the replay's reader
+// (kafka.Reader.ReadConcurrently), decodes every record, and returns how
+// many events it held.
 func rawConsume(ctx context.Context, bc kafka.Config) (int64, error) {
-	sc := bc.ConsumerSarama()
-	sc.Consumer.Fetch.Default = 8 << 20
-	sc.ChannelBufferSize = 64
-	client, err := sarama.NewClient(bc.Brokers, sc)
+	r, err := kafka.NewReader(bc)
 	if err != nil {
 		return 0, err
 	}
-	defer client.Close()
+	defer r.Close()
 	topic := bc.Topic(kafka.TopicRequestLogs)
-	parts, err := client.Partitions(topic)
+	ends, err := r.Ends(topic)
 	if err != nil {
 		return 0, err
 	}
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		return 0, err
-	}
-	defer consumer.Close()
-	in := make(chan *sarama.ConsumerMessage, 256)
-	var remaining int64
-	for _, p := range parts {
-		oldest, err := client.GetOffset(topic, p, sarama.OffsetOldest)
-		if err != nil {
-			return 0, err
-		}
-		hwm, err := client.GetOffset(topic, p, sarama.OffsetNewest)
-		if err != nil {
-			return 0, err
-		}
-		if hwm == oldest {
-			continue
-		}
-		remaining += hwm - oldest
-		pc, err := consumer.ConsumePartition(topic, p, oldest)
-		if err != nil {
-			return 0, err
-		}
-		defer pc.AsyncClose()
-		go func() {
-			for m := range pc.Messages() {
-				in <- m
-				if m.Offset+1 >= hwm {
-					return
-				}
+	var events atomic.Int64
+	_, err = r.ReadConcurrently(ctx, topic, nil, ends, 256, func(_ context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
+		var buf []requestlog.Event
+		for _, m := range msgs {
+			var err error
+			if buf, err = requestlog.DecodeBatch(m.Value, buf[:0]); err != nil {
+				return err
 			}
-		}()
-	}
-	var events int64
-	var buf []requestlog.Event
-	for ; remaining > 0; remaining-- {
-		select {
-		case m := <-in:
-			buf, err = requestlog.DecodeBatch(m.Value, buf[:0])
-			if err != nil {
-				return 0, err
-			}
-			events += int64(len(buf))
-		case <-ctx.Done():
-			return 0, ctx.Err()
+			events.Add(int64(len(buf)))
 		}
-	}
-	return events, nil
+		return nil
+	})
+	return events.Load(), err
 }
 
 // insertCeiling inserts the benchmark's n rows straight into a raw table

@@ -86,7 +86,7 @@ func coreFields(c *Core) []field {
 			"", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
 		str(&c.KafkaSASLUser, "KAFKA__SASL_USERNAME", "the login's user name (with `KAFKA__SASL_MECHANISM`)"),
 		secret(&c.KafkaSASLPassword, "KAFKA__SASL_PASSWORD", "the login's password (never logged)"),
-		secret(&c.EventSigningKey, "EVENTS__SIGNING_KEY", "key (at least 32 bytes) of the HMAC every event on the bus carries; empty: a key file generated on first run beside `KAFKA__DATA_DIR` (`./data/signing.key`, mode 0600). Every `serve` of one deployment needs the same key"),
+		secret(&c.EventSigningKey, "EVENTS__SIGNING_KEY", "key (at least 32 bytes) of the HMAC every event on the bus carries; empty: a key file generated on first run beside `KAFKA__DATA_DIR` (`./data/signing.key`, mode 0600). Every `serve` and `worker` of one deployment needs the same key (it also signs the task lifecycle records)"),
 		intRange(&c.EventMaxBytes, "EVENTS__MAX_BYTES", "largest encoded event accepted at append time (1024 up to this default; the producer's limit is 1 MiB)", 1024, store.DefaultMaxEventBytes),
 	}
 }

@@ -3,7 +3,7 @@ package settings
 import (
 	"github.com/cfgd/cfgd/deploy/config"
 	"github.com/cfgd/cfgd/events/kafka"
-	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections/sinks"
 )
 
@@ -11,12 +11,12 @@ import (
 // endpoints and the ClickHouse requestlog. Their Bus is filled in by serve once
 // the broker addresses are known.
 type RequestLog struct {
-	Producer requestlog.ProducerConfig
+	Producer requestlogkafka.ProducerConfig
 	Sink     sinks.RequestLogConfig
 }
 
 func newRequestLogTarget() *RequestLog {
-	return &RequestLog{Producer: requestlog.DefaultProducerConfig(kafka.Config{}), Sink: sinks.DefaultRequestLogConfig(kafka.Config{})}
+	return &RequestLog{Producer: requestlogkafka.DefaultProducerConfig(kafka.Config{}), Sink: sinks.DefaultRequestLogConfig(kafka.Config{})}
 }
 
 func (t *RequestLog) fields() []field {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 
 	"github.com/joho/godotenv"
 
@@ -33,5 +34,16 @@ func Load(path string) (*config.Source, error) {
 			return nil, fmt.Errorf("read %s: %w", path, err)
 		}
 	}
-	return config.NewSource(os.LookupEnv, dot), nil
+	return config.NewSource(os.LookupEnv, environNames, dot), nil
+}
+
+func environNames() []string {
+	env := os.Environ()
+	names := make([]string, 0, len(env))
+	for _, kv := range env {
+		if name, _, ok := strings.Cut(kv, "="); ok {
+			names = append(names, name)
+		}
+	}
+	return names
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cfgd/cfgd/api/rest/extensions"
 	"github.com/cfgd/cfgd/deploy/config"
 )
 
@@ -153,6 +154,7 @@ func sections() []struct {
 	id := newIdentityTarget()
 	tk := newTasksTarget("")
 	rl := newRequestLogTarget()
+	gl := newGRPCTarget()
 	return []struct {
 		title  string
 		fields []field
@@ -162,13 +164,13 @@ func sections() []struct {
 		{"Media and profile", id.fields()},
 		{"Task queues", tk.fields()},
 		{"Request log", rl.fields()},
+		{"gRPC server", grpcFields(gl)},
 	}
 }
 
 // Table lists every setting cmd/settings reads, with its default and help,
 // grouped as docs/settings.md shows them. `cfgd config` and --help read it.
-// The app extensions' own settings are read by api/extensions and listed in
-// docs/settings.md by hand.
+// The app extensions' variables come last, from extensions.Describe.
 func Table() []Section {
 	var out []Section
 	for _, s := range sections() {
@@ -177,6 +179,16 @@ func Table() []Section {
 			sec.Settings = append(sec.Settings, f.Setting)
 		}
 		out = append(out, sec)
+	}
+	return append(out, Section{Title: "App extensions", Settings: extensionSettings()})
+}
+
+// extensionSettings lists the built-in extensions' variables as each
+// extension declares them where it reads them (extensions.Vars).
+func extensionSettings() []Setting {
+	var out []Setting
+	for _, v := range extensions.Describe(extensions.Builtin()) {
+		out = append(out, Setting{Name: v.Name, Default: v.Default, Help: v.Help, Secret: v.Secret})
 	}
 	return out
 }
@@ -199,6 +211,16 @@ func Current(r *config.Reader) []Value {
 	add(id.fields())
 	add(tk.fields())
 	add(rl.fields())
+	add(grpcFields(newGRPCTarget()))
+	// An extension's variables are checked by extensions.Load, and only
+	// for an extension that is on: here they are shown as given.
+	for _, st := range extensionSettings() {
+		v := Value{Setting: st, Value: r.String(st.Name, st.Default), Set: r.Has(st.Name)}
+		if st.Secret && v.Value != "" {
+			v.Value = config.Masked
+		}
+		out = append(out, v)
+	}
 	return out
 }
 

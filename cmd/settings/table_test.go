@@ -15,7 +15,7 @@ import (
 	"github.com/cfgd/cfgd/commands/app/taskqueues"
 	"github.com/cfgd/cfgd/deploy/config"
 	"github.com/cfgd/cfgd/events/kafka"
-	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections/sinks"
 )
 
@@ -33,7 +33,7 @@ func TestEmptyEnvironmentGivesEachDefaultConfig(t *testing.T) {
 		{"media", ReadMedia(r), media.DefaultConfig()},
 		{"profile", ReadProfile(r), profile.DefaultConfig()},
 		{"tasks", ReadTasks(r, "redis://core:6379/2"), wantTasks},
-		{"requestlog", ReadRequestLog(r), RequestLog{Producer: requestlog.DefaultProducerConfig(kafka.Config{}), Sink: sinks.DefaultRequestLogConfig(kafka.Config{})}},
+		{"requestlog", ReadRequestLog(r), RequestLog{Producer: requestlogkafka.DefaultProducerConfig(kafka.Config{}), Sink: sinks.DefaultRequestLogConfig(kafka.Config{})}},
 	}
 	if err := r.Err(); err != nil {
 		t.Fatal(err)
@@ -102,7 +102,7 @@ func rows(md string) map[string]string {
 }
 
 func TestTableNames(t *testing.T) {
-	name := regexp.MustCompile(`^[A-Z][A-Z0-9]*__[A-Z0-9_]+$`)
+	name := regexp.MustCompile(`^[A-Z][A-Z0-9_]*[A-Z0-9]__[A-Z0-9_]+$`)
 	seen := map[string]bool{}
 	for _, s := range Table() {
 		for _, v := range s.Settings {

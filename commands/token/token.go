@@ -3,7 +3,9 @@
 // algorithm is accepted (the configured one), so neither "none" nor an
 // HS256 token forged with the Ed25519 public key can pass, and the kind
 // claim keeps a refresh token from serving as an access token or the other
-// way round.
+// way round. Access tokens are RFC 9068 JWT access tokens (typ at+jwt);
+// refresh tokens have a typ and an audience of their own, so standard
+// verifiers of access tokens refuse them too.
 package token
 
 import (
@@ -26,9 +28,37 @@ const (
 	Web     Kind = "web" // the admin session cookie
 )
 
+// JOSE header types (typ) of the kinds. An access token is an RFC 9068
+// JWT access token, so a standard verifier accepts it; a refresh token has
+// a type of its own (and an audience of its own, RefreshAudience), so the
+// same verifier refuses it.
+const (
+	TypeAccess  = "at+jwt"
+	TypeRefresh = "refresh+jwt"
+	TypeWeb     = "JWT"
+	// typeLegacy is what every token carried before the types above; such
+	// tokens stay valid until they expire (see Parse).
+	typeLegacy = "JWT"
+)
+
+// Type is the typ header of a kind.
+func (k Kind) Type() string {
+	switch k {
+	case Access:
+		return TypeAccess
+	case Refresh:
+		return TypeRefresh
+	default:
+		return TypeWeb
+	}
+}
+
 // Claims of every cfgd token.
 type Claims struct {
 	jwt.RegisteredClaims
+	// ClientID is RFC 9068's client_id: the client the token was issued
+	// to (cfgd's own sign-in, Config.ClientID).
+	ClientID  string `json:"client_id,omitempty"`
 	Kind      Kind   `json:"token_type"`
 	SessionID string `json:"sid"`
 	// UserVersion is the user stream version at sign-in; readers of the
@@ -48,8 +78,12 @@ var ErrInvalid = errors.New("token is invalid or expired")
 
 // Config of a Service.
 type Config struct {
-	Issuer     string
-	Audience   string
+	Issuer string
+	// Audience is the aud of access and web tokens; a refresh token's is
+	// RefreshAudience(Audience), so it never passes for an access token.
+	Audience string
+	// ClientID is the client_id of access tokens; default the issuer.
+	ClientID   string
 	AccessTTL  time.Duration
 	RefreshTTL time.Duration
 	WebTTL     time.Duration
@@ -80,6 +114,9 @@ func New(cfg Config, keys *Keys) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.ClientID == "" {
+		cfg.ClientID = cfg.Issuer
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -92,7 +129,7 @@ func New(cfg Config, keys *Keys) (*Service, error) {
 		parser: jwt.NewParser(
 			jwt.WithValidMethods([]string{keys.method.Alg()}),
 			jwt.WithIssuer(cfg.Issuer),
-			jwt.WithAudience(cfg.Audience),
+			// The audience depends on the kind: Parse checks it.
 			jwt.WithExpirationRequired(),
 			jwt.WithIssuedAt(),
 			jwt.WithTimeFunc(cfg.Now),
@@ -100,6 +137,18 @@ func New(cfg Config, keys *Keys) (*Service, error) {
 			jwt.WithStrictDecoding(),
 		),
 	}, nil
+}
+
+// RefreshAudience is the aud of refresh tokens for access audience aud:
+// the token endpoint of the issuer is their only reader.
+func RefreshAudience(aud string) string { return aud + ":refresh" }
+
+// audience is the aud of kind k.
+func (s *Service) audience(k Kind) string {
+	if k == Refresh {
+		return RefreshAudience(s.cfg.Audience)
+	}
+	return s.cfg.Audience
 }
 
 // TTL of a kind.
@@ -144,7 +193,7 @@ func (s *Service) Issue(sp Spec) (Issued, error) {
 	c := Claims{
 		RegisteredClaims: jwt.RegisteredClaims{
 			Issuer:    s.cfg.Issuer,
-			Audience:  jwt.ClaimStrings{s.cfg.Audience},
+			Audience:  jwt.ClaimStrings{s.audience(sp.Kind)},
 			Subject:   strconv.FormatInt(sp.UserID, 10),
 			ExpiresAt: jwt.NewNumericDate(exp),
 			IssuedAt:  jwt.NewNumericDate(now),
@@ -154,8 +203,12 @@ func (s *Service) Issue(sp Spec) (Issued, error) {
 		SessionID:   sp.SessionID,
 		UserVersion: sp.UserVersion,
 	}
+	if sp.Kind == Access {
+		c.ClientID = s.cfg.ClientID
+	}
 	t := jwt.NewWithClaims(s.keys.method, c)
 	t.Header["kid"] = s.keys.kid
+	t.Header["typ"] = sp.Kind.Type()
 	signed, err := t.SignedString(s.keys.signKey)
 	if err != nil {
 		return Issued{}, fmt.Errorf("sign %s token: %w", sp.Kind, err)
@@ -167,13 +220,16 @@ func (s *Service) Issue(sp Spec) (Issued, error) {
 const MaxTokenLength = 4096
 
 // Parse checks a token of the wanted kind and returns its claims. Any
-// failure is ErrInvalid (wrapping the reason).
+// failure is ErrInvalid (wrapping the reason). The typ header and the
+// audience must be the kind's; a token issued before the kinds had types
+// of their own (typ JWT, the access audience) is accepted until it
+// expires, its token_type claim still deciding its kind.
 func (s *Service) Parse(raw string, want Kind) (*Claims, error) {
 	if raw == "" || len(raw) > MaxTokenLength {
 		return nil, fmt.Errorf("%w: empty or oversized", ErrInvalid)
 	}
 	var c Claims
-	_, err := s.parser.ParseWithClaims(raw, &c, func(t *jwt.Token) (any, error) {
+	tok, err := s.parser.ParseWithClaims(raw, &c, func(t *jwt.Token) (any, error) {
 		// WithValidMethods already pinned the algorithm; the kid must match
 		// too when present, which keeps a future second key honest.
 		if kid, ok := t.Header["kid"]; ok && kid != s.keys.kid {
@@ -183,6 +239,18 @@ func (s *Service) Parse(raw string, want Kind) (*Claims, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	typ, _ := tok.Header["typ"].(string)
+	aud := s.audience(want)
+	switch {
+	case typ == want.Type():
+	case typ == typeLegacy:
+		aud = s.cfg.Audience
+	default:
+		return nil, fmt.Errorf("%w: a token of type %q where %q was expected", ErrInvalid, typ, want.Type())
+	}
+	if len(c.Audience) != 1 || c.Audience[0] != aud {
+		return nil, fmt.Errorf("%w: audience %v, want %q", ErrInvalid, c.Audience, aud)
 	}
 	if c.Kind != want {
 		return nil, fmt.Errorf("%w: a %q token where %q was expected", ErrInvalid, c.Kind, want)
@@ -199,6 +267,9 @@ func (s *Service) Parse(raw string, want Kind) (*Claims, error) {
 // JWKS is the JSON Web Key Set of the verification key; it holds no key at
 // all for HS256, whose key is a shared secret.
 func (s *Service) JWKS() []byte { return s.keys.jwks }
+
+// Issuer is the iss of every token.
+func (s *Service) Issuer() string { return s.cfg.Issuer }
 
 // Algorithm is the one accepted signing algorithm.
 func (s *Service) Algorithm() string { return s.keys.method.Alg() }

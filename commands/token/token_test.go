@@ -167,3 +167,72 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// Access tokens are RFC 9068 (typ at+jwt, client_id); refresh tokens have
+// their own typ and audience. A token with the typ or audience of another
+// kind is refused, and tokens issued before the kinds had types of their
+// own (typ JWT, the access audience) pass as their token_type says until
+// they expire.
+func TestTokenTypesAndAudiences(t *testing.T) {
+	keys, priv := edKeys(t)
+	s := service(t, keys, token.Config{})
+	header := func(raw string) map[string]any {
+		tok, _, err := jwt.NewParser().ParseUnverified(raw, &token.Claims{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok.Header
+	}
+	access, err := s.Issue(token.Spec{Kind: token.Access, UserID: 7, SessionID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refresh, err := s.Issue(token.Spec{Kind: token.Refresh, UserID: 7, SessionID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := header(access.Token); h["typ"] != "at+jwt" || access.Claims.ClientID != "cfgd" || access.Claims.Audience[0] != "cfgd" {
+		t.Fatalf("access token: header %v claims %+v", h, access.Claims)
+	}
+	if h := header(refresh.Token); h["typ"] != "refresh+jwt" || refresh.Claims.Audience[0] != token.RefreshAudience("cfgd") || refresh.Claims.ClientID != "" {
+		t.Fatalf("refresh token: header %v claims %+v", h, refresh.Claims)
+	}
+	signed := func(c token.Claims, typ string) string {
+		tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, c)
+		tok.Header["typ"] = typ
+		raw, err := tok.SignedString(priv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	withAud := func(c token.Claims, aud string) token.Claims {
+		c.Audience = jwt.ClaimStrings{aud}
+		return c
+	}
+	tests := []struct {
+		name string
+		raw  string
+		kind token.Kind
+		ok   bool
+	}{
+		{"access", access.Token, token.Access, true},
+		{"refresh", refresh.Token, token.Refresh, true},
+		{"access typed as refresh", signed(access.Claims, "refresh+jwt"), token.Access, false},
+		{"refresh typed as access", signed(refresh.Claims, "at+jwt"), token.Refresh, false},
+		{"access with the refresh audience", signed(withAud(access.Claims, token.RefreshAudience("cfgd")), "at+jwt"), token.Access, false},
+		{"refresh with the access audience", signed(withAud(refresh.Claims, "cfgd"), "refresh+jwt"), token.Refresh, false},
+		{"unknown typ", signed(access.Claims, "dpop+jwt"), token.Access, false},
+		{"no typ", signed(access.Claims, ""), token.Access, false},
+		{"pre-change access", signed(access.Claims, "JWT"), token.Access, true},
+		{"pre-change refresh", signed(withAud(refresh.Claims, "cfgd"), "JWT"), token.Refresh, true},
+		{"pre-change refresh as access", signed(withAud(refresh.Claims, "cfgd"), "JWT"), token.Access, false},
+		{"pre-change typ with the refresh audience", signed(refresh.Claims, "JWT"), token.Refresh, false},
+	}
+	for _, tc := range tests {
+		_, err := s.Parse(tc.raw, tc.kind)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, token.ErrInvalid)) {
+			t.Errorf("%s as %s: %v, want ok=%v", tc.name, tc.kind, err, tc.ok)
+		}
+	}
+}

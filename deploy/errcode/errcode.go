@@ -44,6 +44,7 @@ const (
 	NotFound             Code = "not_found"              // the thing named does not exist
 	NotGenerated         Code = "not_generated"          // the thing exists once it is generated
 	MethodNotAllowed     Code = "method_not_allowed"     // the path exists, the method does not
+	Conflict             Code = "conflict"               // an idempotency key is reused for another request, or its first request is still running
 	TooLarge             Code = "too_large"              // the input is larger than cfgd accepts
 	UnsupportedMediaType Code = "unsupported_media_type" // the body is not application/json (utf-8)
 	RateLimited          Code = "rate_limited"           // too many requests; RetryAfter says when to retry
@@ -85,6 +86,7 @@ var table = map[Code]mapping{
 	NotFound:             {http.StatusNotFound, codes.NotFound},
 	NotGenerated:         {http.StatusNotFound, codes.FailedPrecondition},
 	MethodNotAllowed:     {http.StatusMethodNotAllowed, codes.Unimplemented},
+	Conflict:             {http.StatusConflict, codes.Aborted},
 	TooLarge:             {http.StatusRequestEntityTooLarge, codes.InvalidArgument},
 	UnsupportedMediaType: {http.StatusUnsupportedMediaType, codes.InvalidArgument},
 	RateLimited:          {http.StatusTooManyRequests, codes.ResourceExhausted},

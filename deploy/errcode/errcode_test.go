@@ -27,6 +27,7 @@ func TestEveryCodeMapsOnBothTransports(t *testing.T) {
 		{Busy, http.StatusServiceUnavailable, codes.Unavailable},
 		{CSRFFailed, http.StatusForbidden, codes.PermissionDenied},
 		{ClientClosed, 499, codes.Canceled},
+		{Conflict, http.StatusConflict, codes.Aborted},
 		{DeliveryFailed, http.StatusServiceUnavailable, codes.Unavailable},
 		{Forbidden, http.StatusForbidden, codes.PermissionDenied},
 		{Internal, http.StatusInternalServerError, codes.Internal},

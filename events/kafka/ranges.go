@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/IBM/sarama"
 )
@@ -59,11 +60,8 @@ func (r *Reader) Complete(topic string) error {
 
 // Ends returns, per partition of topic, the offset the next record will
 // get: a rebuild reads up to it.
-func (r *Reader) Ends(topic string) (map[int32]int64, error) { return Ends(r.client, topic) }
-
-// Ends is Reader.Ends for a reader that keeps its own client (the
-// ClickHouse replay, which reads all partitions at once).
-func Ends(client sarama.Client, topic string) (map[int32]int64, error) {
+func (r *Reader) Ends(topic string) (map[int32]int64, error) {
+	client := r.client
 	if err := client.RefreshMetadata(topic); err != nil {
 		return nil, fmt.Errorf("topic %s: %w", topic, err)
 	}
@@ -152,6 +150,91 @@ func (r *Reader) Read(ctx context.Context, topic string, from, to map[int32]int6
 		next[p] = end
 	}
 	return next, nil
+}
+
+// ReadConcurrently is Read with every partition read at once, one
+// goroutine each: fn runs on the partition's goroutine (so concurrently
+// for different partitions, in offset order within one) and must be safe
+// for that. The first error, fn's or a partition's, stops the others; the
+// offsets it returns are then those of the partitions read to their end.
+// A replay that decodes as it reads gets every core reading this way.
+func (r *Reader) ReadConcurrently(ctx context.Context, topic string, from, to map[int32]int64, batch int,
+	fn func(ctx context.Context, partition int32, msgs []*sarama.ConsumerMessage) error) (map[int32]int64, error) {
+	next := make(map[int32]int64, len(to))
+	for p, o := range from {
+		next[p] = o
+	}
+	type part struct {
+		p          int32
+		start, end int64
+	}
+	var parts []part
+	for p, end := range to {
+		start, end, err := r.span(topic, p, from, end)
+		if err != nil {
+			return next, err
+		}
+		if start < end {
+			parts = append(parts, part{p, start, end})
+		}
+	}
+	if len(parts) == 0 {
+		return next, nil
+	}
+	consumer, err := sarama.NewConsumerFromClient(r.client)
+	if err != nil {
+		return next, fmt.Errorf("topic %s: consumer: %w", topic, err)
+	}
+	defer consumer.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	for _, pt := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := readPartition(ctx, consumer, topic, pt.p, pt.start, pt.end, batch, fn)
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				next[pt.p] = pt.end
+				return
+			}
+			// The first error is the cause; the others are the
+			// cancellation it caused.
+			if first == nil {
+				first = err
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	return next, first
+}
+
+// Starts returns, per partition of topic, the offset of the oldest record
+// it still holds (its end when it holds none): what retention kept.
+func (r *Reader) Starts(topic string) (map[int32]int64, error) {
+	if err := r.client.RefreshMetadata(topic); err != nil {
+		return nil, fmt.Errorf("topic %s: %w", topic, err)
+	}
+	ps, err := r.client.Partitions(topic)
+	if err != nil {
+		return nil, fmt.Errorf("topic %s: %w", topic, err)
+	}
+	out := make(map[int32]int64, len(ps))
+	for _, p := range ps {
+		oldest, err := r.client.GetOffset(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			return nil, fmt.Errorf("topic %s/%d: oldest offset: %w", topic, p, err)
+		}
+		out[p] = oldest
+	}
+	return out, nil
 }
 
 // ReadAll reads every record topic holds now, partition after partition;

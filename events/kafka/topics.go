@@ -15,4 +15,8 @@ const (
 	// TopicRequestLogsDead receives the request-log records the ClickHouse
 	// sink cannot read, as TopicDeadLetters does.
 	TopicRequestLogsDead = "requestlogs.dead"
+	// TopicAPIKeyUsage carries the uses of API keys that cfgd itself
+	// authenticated (events/apikey.UsageRecorder), counted into api_keys
+	// by the usage consumer; never a caller's report.
+	TopicAPIKeyUsage = "apikey.usage"
 )

@@ -134,11 +134,15 @@ func TestFromCall(t *testing.T) {
 		{"ok", requestlog.Call{FullMethod: "/a.v1.Svc/Get", Start: start, End: start.Add(42 * time.Millisecond), Peer: "[::ffff:10.0.0.1]:5000", RequestID: "r"},
 			requestlog.Event{RequestID: "r", ServiceName: "a.v1.Svc", MethodName: "Get", Status: "success", GRPCStatusCode: "OK", DurationMS: 42, CreatedAt: start, ClientIP: "10.0.0.1"}},
 		{"deadline", requestlog.Call{FullMethod: "/a.Svc/Put", Code: 4, Message: "slow", Start: start, End: start, Peer: "[::1]:1"},
-			requestlog.Event{ServiceName: "a.Svc", MethodName: "Put", Status: "timeout", GRPCStatusCode: "DeadlineExceeded", ErrorMessage: "slow", CreatedAt: start, ClientIP: "::1"}},
+			requestlog.Event{ServiceName: "a.Svc", MethodName: "Put", Status: "timeout", GRPCStatusCode: "DEADLINE_EXCEEDED", ErrorMessage: "slow", CreatedAt: start, ClientIP: "::1"}},
 		{"cancelled, clock backwards, no peer", requestlog.Call{FullMethod: "/a.Svc/Put", Code: 1, Start: start, End: start.Add(-time.Second), Peer: "pipe"},
-			requestlog.Event{ServiceName: "a.Svc", MethodName: "Put", Status: "cancelled", GRPCStatusCode: "Canceled", CreatedAt: start}},
+			requestlog.Event{ServiceName: "a.Svc", MethodName: "Put", Status: "cancelled", GRPCStatusCode: "CANCELLED", CreatedAt: start}},
 		{"error", requestlog.Call{FullMethod: "/a.Svc/Put", Code: 13, Message: "boom", Start: start, End: start},
-			requestlog.Event{ServiceName: "a.Svc", MethodName: "Put", Status: "error", GRPCStatusCode: "Internal", ErrorMessage: "boom", CreatedAt: start}},
+			requestlog.Event{ServiceName: "a.Svc", MethodName: "Put", Status: "error", GRPCStatusCode: "INTERNAL", ErrorMessage: "boom", CreatedAt: start}},
+		// Metadata is any bytes: each field is made valid on its own, so
+		// the event cannot spoil the record it is packed in (issue #20).
+		{"non-UTF-8 request id", requestlog.Call{FullMethod: "/a.Svc/\xffPut", Start: start, End: start, RequestID: "r-\xff\xfe"},
+			requestlog.Event{RequestID: "r-\uFFFD", ServiceName: "a.Svc", MethodName: "\uFFFDPut", Status: "success", GRPCStatusCode: "OK", CreatedAt: start}},
 	}
 	for _, tc := range tests {
 		got := requestlog.FromCall(tc.call)

@@ -37,16 +37,16 @@ func FromCall(c Call) Event {
 	svc, m := SplitMethod(c.FullMethod)
 	code := CodeName(c.Code)
 	e := Event{
-		RequestID:      cut(c.RequestID, MaxRequestID),
-		ServiceName:    cut(svc, MaxServiceName),
-		MethodName:     cut(m, MaxMethodName),
+		RequestID:      Clean(c.RequestID, MaxRequestID),
+		ServiceName:    Clean(svc, MaxServiceName),
+		MethodName:     Clean(m, MaxMethodName),
 		Status:         StatusFromCode(code),
 		GRPCStatusCode: code,
 		DurationMS:     min(max(c.End.Sub(c.Start).Milliseconds(), 0), MaxDurationMS),
 		CreatedAt:      c.Start.UTC(),
 	}
 	if c.Code != 0 {
-		e.ErrorMessage = cut(c.Message, MaxErrorMessage)
+		e.ErrorMessage = Clean(c.Message, MaxErrorMessage)
 	}
 	if ap, err := netip.ParseAddrPort(c.Peer); err == nil {
 		e.ClientIP = ap.Addr().Unmap().String()
@@ -54,6 +54,14 @@ func FromCall(c Call) Event {
 		e.ClientIP = a.Unmap().String()
 	}
 	return e
+}
+
+// Clean makes s a string Check takes for a field of max bytes: invalid
+// UTF-8 (a caller's x-request-id is any bytes) becomes U+FFFD, then it is
+// cut to max. An edge that builds events itself cleans each field, so one
+// caller's bytes cannot make a whole packed record undecodable.
+func Clean(s string, max int) string {
+	return cut(strings.ToValidUTF8(s, "\uFFFD"), max)
 }
 
 // cut shortens s to at most n bytes without splitting a UTF-8 sequence.

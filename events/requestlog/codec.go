@@ -31,6 +31,7 @@ const (
 	fIsAuthenticated
 	fAPIKeyID
 	fAPIKeyName
+	fReportedBy
 )
 
 const fEvents protowire.Number = 1
@@ -77,6 +78,7 @@ func appendEvent(b []byte, e *Event) []byte {
 	num(fIsAuthenticated, protowire.EncodeBool(e.IsAuthenticated))
 	num(fAPIKeyID, uint64(e.APIKeyID))
 	str(fAPIKeyName, e.APIKeyName)
+	str(fReportedBy, e.ReportedBy)
 	return b
 }
 
@@ -165,6 +167,8 @@ func decodeEvent(b []byte) (Event, error) {
 				e.Username = s
 			case fAPIKeyName:
 				e.APIKeyName = s
+			case fReportedBy:
+				e.ReportedBy = s
 			}
 		case protowire.VarintType:
 			v, n := protowire.ConsumeVarint(b)
@@ -196,3 +200,28 @@ func decodeEvent(b []byte) (Event, error) {
 	e.CreatedAt = time.UnixMicro(micros).UTC()
 	return e, nil
 }
+
+// Bits of a request-log id: ID packs where the event sits in Kafka into
+// 53 bits, so the id is an exact JSON number (at most 2^53-1).
+const (
+	idIndexBits     = 12 // PackEvents is at most 4096
+	idOffsetBits    = 36 // 68 billion records per partition
+	idPartitionBits = 5  // 32 partitions
+)
+
+// ID returns the stable id of the index-th event of the record at offset
+// of partition: the same on every replay of the topic, and at most
+// MaxJSONInt.
+func ID(partition int32, offset int64, index int) uint64 {
+	return uint64(partition)<<(idOffsetBits+idIndexBits) | uint64(offset)<<idIndexBits | uint64(index)
+}
+
+// IDFits reports whether every event of a record of events events at
+// offset of partition has an ID.
+func IDFits(partition int32, offset int64, events int) bool {
+	return partition >= 0 && partition < 1<<idPartitionBits && offset >= 0 && offset < 1<<idOffsetBits && events <= 1<<idIndexBits
+}
+
+// IDIndex is the index within its record of the event id names (the
+// same bits in ids of every layout cfgd wrote).
+func IDIndex(id uint64) int { return int(id & (1<<idIndexBits - 1)) }

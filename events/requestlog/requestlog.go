@@ -8,6 +8,7 @@ package requestlog
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -38,50 +39,6 @@ func ValidStatus(s string) bool {
 	return false
 }
 
-// grpcCodes are the names of the gRPC status codes, indexed by code.
-var grpcCodes = [...]string{
-	"OK", "Canceled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
-	"AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition",
-	"Aborted", "OutOfRange", "Unimplemented", "Internal", "Unavailable", "DataLoss",
-	"Unauthenticated",
-}
-
-// ValidCode reports whether name is a gRPC status code name ("OK",
-// "DeadlineExceeded", ...).
-func ValidCode(name string) bool {
-	for _, c := range grpcCodes {
-		if c == name {
-			return true
-		}
-	}
-	return false
-}
-
-// CodeName returns the name of gRPC code c ("Code(99)" for an unknown one),
-// so an interceptor can fill GRPCStatusCode without importing grpc here.
-func CodeName(c uint32) string {
-	if int(c) < len(grpcCodes) {
-		return grpcCodes[c]
-	}
-	return fmt.Sprintf("Code(%d)", c)
-}
-
-// StatusFromCode maps a gRPC status code name to a request status: OK is
-// success, DeadlineExceeded timeout, Canceled cancelled, anything else an
-// error.
-func StatusFromCode(name string) string {
-	switch name {
-	case "OK":
-		return StatusSuccess
-	case "DeadlineExceeded":
-		return StatusTimeout
-	case "Canceled":
-		return StatusCancelled
-	default:
-		return StatusError
-	}
-}
-
 // Event is one request-log record. ID is not here: the sink derives it
 // from where the event sits in Kafka, so it is the same after a replay.
 type Event struct {
@@ -99,6 +56,28 @@ type Event struct {
 	IsAuthenticated bool      `json:"is_authenticated"`
 	APIKeyID        int64     `json:"api_key_id"`
 	APIKeyName      string    `json:"api_key_name"`
+	// ReportedBy is who sent the event to cfgd, set by the server at
+	// ingest and never taken from the report (ReportedByKey,
+	// ReportedByUser, ReportedBySelf). Everything above is what the
+	// reporter says; only this is a fact cfgd checked.
+	ReportedBy string `json:"-"`
+}
+
+// ReportedBySelf marks the events of cfgd's own gRPC calls.
+const ReportedBySelf = "cfgd"
+
+// ReportedByKey is ReportedBy for a report posted with API key id.
+func ReportedByKey(id int64) string { return "api_key:" + strconv.FormatInt(id, 10) }
+
+// ReportedByUser is ReportedBy for a report posted by (staff) user id.
+func ReportedByUser(id int64) string { return "user:" + strconv.FormatInt(id, 10) }
+
+// ReportedAs returns events with ReportedBy set to by, in place.
+func ReportedAs(events []Event, by string) []Event {
+	for i := range events {
+		events[i].ReportedBy = by
+	}
+	return events
 }
 
 // Limits of the string fields, in bytes. They bound what one event can
@@ -130,6 +109,10 @@ func (e FieldError) Error() string {
 // code (or the code from the status), and the time the request was
 // reported when it has none. It returns the event, changed.
 func Normalize(e Event, now time.Time) Event {
+	if c, ok := ParseCode(e.GRPCStatusCode); ok {
+		// One spelling is stored, so filters and answers see one.
+		e.GRPCStatusCode = c
+	}
 	if e.Status == "" && e.GRPCStatusCode != "" {
 		e.Status = StatusFromCode(e.GRPCStatusCode)
 	}
@@ -172,7 +155,7 @@ func Check(i int, e Event) []FieldError {
 		add("status", "unknown status %q; one of %s", trunc(e.Status), strings.Join(statuses[:], ", "))
 	}
 	if e.GRPCStatusCode != "" && !ValidCode(e.GRPCStatusCode) {
-		add("grpc_status_code", "unknown gRPC status code name %q (OK, Canceled, ..., Unauthenticated)", trunc(e.GRPCStatusCode))
+		add("grpc_status_code", "unknown gRPC status code %q; give %s", trunc(e.GRPCStatusCode), codeHint)
 	}
 	switch {
 	case e.DurationMS < 0:
@@ -180,11 +163,19 @@ func Check(i int, e Event) []FieldError {
 	case e.DurationMS > MaxDurationMS:
 		add("duration_ms", "must be at most %d (a week)", MaxDurationMS)
 	}
-	if e.UserID < 0 {
+	// Answers carry these as JSON numbers, which hold integers exactly
+	// only up to 2^53-1.
+	switch {
+	case e.UserID < 0:
 		add("user_id", "must not be negative")
+	case e.UserID > MaxJSONInt:
+		add("user_id", "must be at most %d", MaxJSONInt)
 	}
-	if e.APIKeyID < 0 {
+	switch {
+	case e.APIKeyID < 0:
 		add("api_key_id", "must not be negative")
+	case e.APIKeyID > MaxJSONInt:
+		add("api_key_id", "must be at most %d", MaxJSONInt)
 	}
 	if e.ClientIP != "" {
 		if len(e.ClientIP) > MaxClientIP {
@@ -200,14 +191,59 @@ func Check(i int, e Event) []FieldError {
 	return errs
 }
 
+// MaxJSONInt is the largest integer a JSON answer carries exactly
+// (2^53-1: JavaScript's Number.MAX_SAFE_INTEGER).
+const MaxJSONInt = 1<<53 - 1
+
+// Window is how far from now an edge takes an event's created_at: rows
+// older than the retention are dropped by the sink anyway (and each old
+// month costs ClickHouse a partition), and a clock far ahead is an error.
+type Window struct {
+	MaxAge   time.Duration
+	MaxAhead time.Duration
+}
+
+// DefaultMaxAhead is the clock skew an edge tolerates.
+const DefaultMaxAhead = 5 * time.Minute
+
+// WindowFor is the window of a retention of days.
+func WindowFor(retentionDays int) Window {
+	return Window{MaxAge: time.Duration(retentionDays) * 24 * time.Hour, MaxAhead: DefaultMaxAhead}
+}
+
+// CheckTime returns the problem of event e at index i when its created_at
+// is outside w around now.
+func CheckTime(i int, e Event, now time.Time, w Window) []FieldError {
+	switch {
+	case w.MaxAge > 0 && e.CreatedAt.Before(now.Add(-w.MaxAge)):
+		return []FieldError{{Index: i, Field: "created_at", Message: fmt.Sprintf("is older than the retention (%s)", w.MaxAge)}}
+	case w.MaxAhead > 0 && e.CreatedAt.After(now.Add(w.MaxAhead)):
+		return []FieldError{{Index: i, Field: "created_at", Message: fmt.Sprintf("is more than %s ahead of the server's clock", w.MaxAhead)}}
+	}
+	return nil
+}
+
 // Validate normalizes every event of batch and splits it into the valid
-// ones, in order, and the problems of the rest.
-func Validate(batch []Event, now time.Time) ([]Event, []FieldError) {
+// ones, in order, and the problems of the rest (Check, and CheckTime
+// against w).
+func Validate(batch []Event, now time.Time, w Window) ([]Event, []FieldError) {
+	return validate(batch, nil, now, w)
+}
+
+// validate is Validate skipping the events whose index skip holds.
+func validate(batch []Event, skip map[int]bool, now time.Time, w Window) ([]Event, []FieldError) {
 	accepted := make([]Event, 0, len(batch))
 	var problems []FieldError
 	for i, e := range batch {
+		if skip[i] {
+			continue
+		}
 		e = Normalize(e, now)
-		if errs := Check(i, e); len(errs) > 0 {
+		errs := Check(i, e)
+		if len(errs) == 0 {
+			errs = CheckTime(i, e, now, w)
+		}
+		if len(errs) > 0 {
 			problems = append(problems, errs...)
 			continue
 		}

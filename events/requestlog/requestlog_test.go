@@ -5,18 +5,21 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cfgd/cfgd/events"
 )
 
 func TestStatusFromCode(t *testing.T) {
 	for code, want := range map[string]string{
 		"OK": StatusSuccess, "DeadlineExceeded": StatusTimeout, "Canceled": StatusCancelled,
+		"DEADLINE_EXCEEDED": StatusTimeout, "CANCELLED": StatusCancelled, "4": StatusTimeout, "1": StatusCancelled, "0": StatusSuccess,
 		"Internal": StatusError, "Unavailable": StatusError, "NotFound": StatusError, "": StatusError,
 	} {
 		if got := StatusFromCode(code); got != want {
 			t.Errorf("StatusFromCode(%q) = %q, want %q", code, got, want)
 		}
 	}
-	if CodeName(4) != "DeadlineExceeded" || CodeName(16) != "Unauthenticated" || CodeName(99) != "Code(99)" {
+	if CodeName(4) != "DEADLINE_EXCEEDED" || CodeName(16) != "UNAUTHENTICATED" || CodeName(99) != "CODE_99" {
 		t.Errorf("CodeName: %s %s %s", CodeName(4), CodeName(16), CodeName(99))
 	}
 }
@@ -83,7 +86,7 @@ func TestValidateKeepsValidRest(t *testing.T) {
 		{ServiceName: "s", MethodName: "m", Status: "bogus"},
 		{ServiceName: "", MethodName: "m", Status: StatusError, DurationMS: -5},
 	}
-	ok, errs := Validate(in, now)
+	ok, errs := Validate(in, now, Window{})
 	if len(ok) != 2 {
 		t.Fatalf("accepted %d, want 2", len(ok))
 	}
@@ -142,6 +145,22 @@ func BenchmarkEncodePacked(b *testing.B) {
 	b.ReportMetric(float64(b.N*512)/b.Elapsed().Seconds(), "events/s")
 }
 
+// BenchmarkEncodePackedSigned is BenchmarkEncodePacked plus the
+// record's signature, what the producer does per record.
+func BenchmarkEncodePackedSigned(b *testing.B) {
+	ev := sample(512)
+	s, err := events.NewSigner([]byte(strings.Repeat("k", events.MinSigningKeyBytes)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var buf []byte
+	for b.Loop() {
+		buf = AppendBatch(buf[:0], ev)
+		_ = s.Sign(buf)
+	}
+	b.ReportMetric(float64(b.N*512)/b.Elapsed().Seconds(), "events/s")
+}
+
 func BenchmarkDecodePacked(b *testing.B) {
 	buf := AppendBatch(nil, sample(512))
 	var out []Event
@@ -169,4 +188,112 @@ func BenchmarkDecodeJSON(b *testing.B) {
 		_ = json.Unmarshal(buf, &out)
 	}
 	b.ReportMetric(float64(b.N*512)/b.Elapsed().Seconds(), "events/s")
+}
+
+// Issue #21 point 4: every spelling a client uses is taken, and one is
+// stored.
+func TestParseCodeTakesEverySpelling(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		ok       bool
+	}{
+		{"DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED", true},
+		{"DeadlineExceeded", "DEADLINE_EXCEEDED", true},
+		{"4", "DEADLINE_EXCEEDED", true},
+		{"Canceled", "CANCELLED", true},
+		{"CANCELLED", "CANCELLED", true},
+		{"0", "OK", true},
+		{"OK", "OK", true},
+		{"16", "UNAUTHENTICATED", true},
+		{"17", "", false},
+		{"-1", "", false},
+		{"04x", "", false},
+		{"deadline_exceeded", "", false},
+		{"", "", false},
+	} {
+		got, ok := ParseCode(tc.in)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("ParseCode(%q) = %q, %v; want %q, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+	for _, in := range []string{"DeadlineExceeded", "4", "DEADLINE_EXCEEDED"} {
+		e := Normalize(Event{ServiceName: "s", MethodName: "m", GRPCStatusCode: in}, time.Now())
+		if e.GRPCStatusCode != "DEADLINE_EXCEEDED" || e.Status != StatusTimeout || len(Check(0, e)) > 0 {
+			t.Errorf("%s normalized to %+v", in, e)
+		}
+	}
+	if got := CodeSpellings("4"); len(got) != 2 || got[0] != "DEADLINE_EXCEEDED" || got[1] != "DeadlineExceeded" {
+		t.Errorf("CodeSpellings(4) = %v", got)
+	}
+}
+
+func FuzzParseCode(f *testing.F) {
+	for _, s := range []string{"OK", "4", "DeadlineExceeded", "DEADLINE_EXCEEDED", "Canceled", "99", "", "\xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, ok := ParseCode(s)
+		if !ok {
+			if c != "" || ValidCode(s) || CanonicalCode(s) != s {
+				t.Fatalf("%q refused but %q", s, c)
+			}
+			return
+		}
+		// The canonical name is a fixed point, and every spelling of it
+		// parses back to it.
+		if again, ok := ParseCode(c); !ok || again != c {
+			t.Fatalf("%q -> %q -> %q", s, c, again)
+		}
+		for _, sp := range CodeSpellings(s) {
+			if back, _ := ParseCode(sp); back != c {
+				t.Fatalf("spelling %q of %q parses to %q", sp, c, back)
+			}
+		}
+	})
+}
+
+// Issue #20 point 11: created_at outside the retention or ahead of the
+// clock is refused per event.
+func TestCheckTimeWindow(t *testing.T) {
+	now := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	w := WindowFor(30)
+	for _, tc := range []struct {
+		at  time.Time
+		bad bool
+	}{
+		{now, false},
+		{now.Add(-29 * 24 * time.Hour), false},
+		{now.Add(4 * time.Minute), false},
+		{now.Add(-31 * 24 * time.Hour), true},
+		{time.Date(1971, 1, 1, 0, 0, 0, 0, time.UTC), true},
+		{now.Add(10 * time.Minute), true},
+		{time.Date(2105, 1, 1, 0, 0, 0, 0, time.UTC), true},
+	} {
+		ok, errs := Validate([]Event{{ServiceName: "s", MethodName: "m", Status: StatusSuccess, CreatedAt: tc.at}}, now, w)
+		if bad := len(errs) > 0; bad != tc.bad || (bad && (errs[0].Field != "created_at" || len(ok) != 0)) {
+			t.Errorf("created_at %v: accepted %d, problems %v; want refused %v", tc.at, len(ok), errs, tc.bad)
+		}
+	}
+}
+
+// Issue #21 point 7: every id is an exact JSON number.
+func TestIDsFitInAJSONNumber(t *testing.T) {
+	if id := ID(1<<idPartitionBits-1, 1<<idOffsetBits-1, 1<<idIndexBits-1); id != MaxJSONInt {
+		t.Fatalf("largest id %d, want %d", id, uint64(MaxJSONInt))
+	}
+	if got := ID(2, 5, 3); got != 2<<48|5<<12|3 || IDIndex(got) != 3 {
+		t.Fatalf("ID(2, 5, 3) = %d", got)
+	}
+	for _, tc := range []struct {
+		p    int32
+		off  int64
+		n    int
+		fits bool
+	}{
+		{0, 0, 4096, true}, {31, 1<<36 - 1, 1, true}, {32, 0, 1, false}, {0, 1 << 36, 1, false}, {0, 0, 4097, false}, {-1, 0, 1, false},
+	} {
+		if IDFits(tc.p, tc.off, tc.n) != tc.fits {
+			t.Errorf("IDFits(%d, %d, %d) != %v", tc.p, tc.off, tc.n, tc.fits)
+		}
+	}
 }

@@ -3,33 +3,46 @@ package tasks
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/IBM/sarama"
 
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 )
 
 // Producer is the one producer of lifecycle records, keyed by task id so
-// one task's records stay in order. Workers Emit without waiting (task
-// processing never waits for Kafka); the tasks.control reactor Publishes
-// and waits, so a clear whose records were not stored is retried. It
+// one task's records stay in order. Enqueued and started records are
+// Emitted without waiting; an attempt's outcome is Published and waited
+// for before asynq hears of it, so a worker killed meanwhile leaves the
+// task to asynq's lease recovery rather than a lost record; the
+// tasks.control reactor Publishes a clear's records and waits too. It
 // connects on first use, so a broker that is not up yet fails a Publish
 // rather than the process start.
+//
+// Each record carries the signature header of domain events
+// (events.HeaderSignature, an HMAC of the body under the event signing
+// key): the lifecycle sink refuses a record without it, so a broker login
+// alone cannot forge counted tasks.
 type Producer struct {
-	p     *kafka.Producer
-	topic string
-	log   *slog.Logger
+	p      *kafka.Producer
+	topic  string
+	signer *events.Signer
+	log    *slog.Logger
 }
 
 // publishTimeout bounds one Publish; records still in flight then may be
 // stored later, which the lifecycle sink applies harmlessly.
 const publishTimeout = 10 * time.Second
 
-// NewProducer returns a producer on c's brokers.
-func NewProducer(c kafka.Config, log *slog.Logger) (*Producer, error) {
+// NewProducer returns a producer on c's brokers that signs with signer.
+func NewProducer(c kafka.Config, signer *events.Signer, log *slog.Logger) (*Producer, error) {
+	if signer == nil {
+		return nil, errors.New("lifecycle producer: a signer is required")
+	}
 	// Ride out a broker restart of about a minute: an emitted record
 	// given up is a task the statistics never see. Records wait in memory
 	// meanwhile.
@@ -37,7 +50,7 @@ func NewProducer(c kafka.Config, log *slog.Logger) (*Producer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lifecycle producer: %w", err)
 	}
-	return &Producer{p: p, topic: c.Topic(TopicLifecycle), log: log}, nil
+	return &Producer{p: p, topic: c.Topic(TopicLifecycle), signer: signer, log: log}, nil
 }
 
 func (p *Producer) message(rec Lifecycle) (*sarama.ProducerMessage, error) {
@@ -45,7 +58,8 @@ func (p *Producer) message(rec Lifecycle) (*sarama.ProducerMessage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lifecycle record: %w", err)
 	}
-	return &sarama.ProducerMessage{Topic: p.topic, Key: sarama.StringEncoder(rec.TaskID), Value: sarama.ByteEncoder(b)}, nil
+	return &sarama.ProducerMessage{Topic: p.topic, Key: sarama.StringEncoder(rec.TaskID), Value: sarama.ByteEncoder(b),
+		Headers: []sarama.RecordHeader{{Key: []byte(events.HeaderSignature), Value: []byte(p.signer.Sign(b))}}}, nil
 }
 
 // Connect connects now instead of on the first record.

@@ -2,7 +2,6 @@ package projectors
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/apikey"
@@ -20,20 +19,11 @@ func APIKeys() []*projections.Projection { return []*projections.Projection{Keys
 func Keys() *projections.Projection {
 	p := projections.New(KeysName, "api_keys")
 	projections.On(p, func(ctx context.Context, tx projections.Tx, _ events.Envelope, e *apikey.Created) error {
-		err := tx.Exec(ctx, `
-			INSERT INTO api_keys (id, name, key_type, key_hash, masked_key, user_id, user_email, expires_at, created_at, created_by)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-			e.KeyID, e.Name, e.KeyType, e.KeyHash, e.MaskedKey, e.UserID, e.UserEmail, e.ExpiresAt, e.CreatedAt, e.CreatedBy)
-		if err != nil {
-			return fmt.Errorf("insert API key %d: %w", e.KeyID, err)
-		}
-		return nil
+		return apikeyview.InsertKey(ctx, tx, apikeyview.NewKey{ID: e.KeyID, Name: e.Name, KeyType: e.KeyType, KeyHash: e.KeyHash,
+			MaskedKey: e.MaskedKey, UserID: e.UserID, UserEmail: e.UserEmail, ExpiresAt: e.ExpiresAt, CreatedAt: e.CreatedAt, CreatedBy: e.CreatedBy})
 	})
 	projections.On(p, func(ctx context.Context, tx projections.Tx, _ events.Envelope, e *apikey.Revoked) error {
-		if err := tx.Exec(ctx, `UPDATE api_keys SET is_active = false, revoked_at = $2 WHERE id = $1`, e.KeyID, e.At); err != nil {
-			return fmt.Errorf("revoke API key %d: %w", e.KeyID, err)
-		}
-		return nil
+		return apikeyview.RevokeKey(ctx, tx, e.KeyID, e.At)
 	})
 	return p
 }

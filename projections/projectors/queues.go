@@ -2,7 +2,6 @@ package projectors
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/tasks"
@@ -21,59 +20,26 @@ const QueuesName = taskview.QueuesProjection
 func TaskQueues() *projections.Projection {
 	p := projections.New(QueuesName, "task_queues", "task_worker_commands", "task_lifecycle", "task_runs")
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.QueuePaused) error {
-		return saveQueue(ctx, tx, e.Queue, true, tasks.ActionPause, env)
+		return taskview.SaveQueue(ctx, tx, e.Queue, true, tasks.ActionPause, env.Version, env.OccurredAt)
 	})
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.QueueResumed) error {
-		return saveQueue(ctx, tx, e.Queue, false, tasks.ActionResume, env)
+		return taskview.SaveQueue(ctx, tx, e.Queue, false, tasks.ActionResume, env.Version, env.OccurredAt)
 	})
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.QueueCleared) error {
-		// The pause flag is whatever it was: clear keeps it. The count
-		// follows with the reactor's QueueClearApplied.
-		if err := tx.Exec(ctx, `
-			INSERT INTO task_queues (name, is_paused, last_action, cleared, version, updated_at) VALUES ($1, false, $2, 0, $3, $4)
-			ON CONFLICT (name) DO UPDATE SET last_action = excluded.last_action, version = excluded.version, updated_at = excluded.updated_at`,
-			e.Queue, tasks.ActionClear, env.Version, env.OccurredAt); err != nil {
-			return fmt.Errorf("queue %s: %w", e.Queue, err)
-		}
-		return nil
+		// The count follows with the reactor's QueueClearApplied.
+		return taskview.SaveQueueCleared(ctx, tx, e.Queue, tasks.ActionClear, env.Version, env.OccurredAt)
 	})
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.QueueClearApplied) error {
-		if err := tx.Exec(ctx, `
-			INSERT INTO task_queues (name, is_paused, last_action, cleared, version, updated_at) VALUES ($1, false, $2, $3, $4, $5)
-			ON CONFLICT (name) DO UPDATE SET cleared = task_queues.cleared + excluded.cleared, version = excluded.version`,
-			e.Queue, tasks.ActionClear, e.Removed, env.Version, env.OccurredAt); err != nil {
-			return fmt.Errorf("queue %s: %w", e.Queue, err)
-		}
-		return nil
+		return taskview.AddQueueCleared(ctx, tx, e.Queue, tasks.ActionClear, e.Removed, env.Version, env.OccurredAt)
 	})
-	worker := func(ctx context.Context, tx projections.Tx, env events.Envelope, id, action string) error {
-		if err := tx.Exec(ctx, `
-			INSERT INTO task_worker_commands (worker_id, action, version, requested_at) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (worker_id) DO UPDATE SET action = excluded.action, version = excluded.version, requested_at = excluded.requested_at`,
-			id, action, env.Version, env.OccurredAt); err != nil {
-			return fmt.Errorf("worker %s: %w", id, err)
-		}
-		return nil
-	}
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.WorkerStartRequested) error {
-		return worker(ctx, tx, env, e.WorkerID, tasks.ActionStart)
+		return taskview.SaveWorkerCommand(ctx, tx, e.WorkerID, tasks.ActionStart, env.Version, env.OccurredAt)
 	})
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.WorkerStopRequested) error {
-		return worker(ctx, tx, env, e.WorkerID, tasks.ActionStop)
+		return taskview.SaveWorkerCommand(ctx, tx, e.WorkerID, tasks.ActionStop, env.Version, env.OccurredAt)
 	})
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.WorkerRestartRequested) error {
-		return worker(ctx, tx, env, e.WorkerID, tasks.ActionRestart)
+		return taskview.SaveWorkerCommand(ctx, tx, e.WorkerID, tasks.ActionRestart, env.Version, env.OccurredAt)
 	})
 	return p
-}
-
-func saveQueue(ctx context.Context, tx projections.Tx, name string, paused bool, action string, env events.Envelope) error {
-	if err := tx.Exec(ctx, `
-		INSERT INTO task_queues (name, is_paused, last_action, cleared, version, updated_at) VALUES ($1, $2, $3, 0, $4, $5)
-		ON CONFLICT (name) DO UPDATE SET is_paused = excluded.is_paused, last_action = excluded.last_action,
-			version = excluded.version, updated_at = excluded.updated_at`,
-		name, paused, action, env.Version, env.OccurredAt); err != nil {
-		return fmt.Errorf("queue %s: %w", name, err)
-	}
-	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,6 +30,7 @@ type Queues interface {
 	ListScheduledTasks(queue string, opts ...asynq.ListOption) ([]*asynq.TaskInfo, error)
 	ListRetryTasks(queue string, opts ...asynq.ListOption) ([]*asynq.TaskInfo, error)
 	DeleteTask(queue, id string) error
+	GetTaskInfo(queue, id string) (*asynq.TaskInfo, error)
 }
 
 var _ Queues = (*asynq.Inspector)(nil)
@@ -36,6 +38,23 @@ var _ Queues = (*asynq.Inspector)(nil)
 // Workers is where the reactor leaves a worker's command.
 type Workers interface {
 	SetCommand(ctx context.Context, id string, seq int64, action string) error
+}
+
+// Clears keeps, in Redis beside the tasks, the tasks a clear is about to
+// delete (id → type), so that a clear interrupted halfway and delivered
+// again still closes the tasks it deleted the first time.
+type Clears interface {
+	NoteClearing(ctx context.Context, clear string, ts map[string]string) error
+	Unnote(ctx context.Context, clear string, ids ...string) error
+	Noted(ctx context.Context, clear string) (map[string]string, error)
+	ForgetClear(ctx context.Context, clear string) error
+}
+
+// Registry is the Redis side of the reactor besides asynq: the workers'
+// commands and the clears' notes.
+type Registry interface {
+	Workers
+	Clears
 }
 
 // Publisher sends lifecycle records to the lifecycle topic and returns
@@ -54,19 +73,23 @@ type Publisher interface {
 // id derived from the clear's: a redelivered clear finds it and stops.
 // The cleared tasks' lifecycle records go to the lifecycle topic first, so
 // task statistics are a function of that topic alone.
-func Control(q Queues, w Workers, pub Publisher, db store.DB) *projections.Projection {
+func Control(q Queues, w Registry, pub Publisher, db store.DB) *projections.Projection {
 	p := projections.NewReactor(ControlName)
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.QueuePaused) error {
-		if err := q.PauseQueue(e.Queue); err != nil && !strings.Contains(err.Error(), "already paused") {
-			return fmt.Errorf("pause %s: %w", e.Queue, err)
-		}
-		return nil
+		return redisRetrying(ctx, func() error {
+			if err := q.PauseQueue(e.Queue); err != nil && !strings.Contains(err.Error(), "already paused") {
+				return fmt.Errorf("pause %s: %w", e.Queue, err)
+			}
+			return nil
+		})
 	})
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.QueueResumed) error {
-		if err := q.UnpauseQueue(e.Queue); err != nil && !strings.Contains(err.Error(), "not paused") {
-			return fmt.Errorf("resume %s: %w", e.Queue, err)
-		}
-		return nil
+		return redisRetrying(ctx, func() error {
+			if err := q.UnpauseQueue(e.Queue); err != nil && !strings.Contains(err.Error(), "not paused") {
+				return fmt.Errorf("resume %s: %w", e.Queue, err)
+			}
+			return nil
+		})
 	})
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.QueueCleared) error {
 		id := tasks.ClearAppliedID(env.ID)
@@ -74,14 +97,20 @@ func Control(q Queues, w Workers, pub Publisher, db store.DB) *projections.Proje
 		if err != nil || done {
 			return err
 		}
-		removed, err := clear(q, e.Queue)
-		if err != nil {
+		key := id.String()
+		var removed map[string]string
+		if err := redisRetrying(ctx, func() error {
+			var err error
+			removed, err = clear(ctx, q, w, key, e.Queue)
+			return err
+		}); err != nil {
 			return err
 		}
-		recs := make([]tasks.Lifecycle, len(removed))
-		for i, t := range removed {
-			recs[i] = tasks.Lifecycle{TaskID: t.ID, Queue: e.Queue, Type: t.Type, Step: tasks.StepCleared, At: e.At}
+		recs := make([]tasks.Lifecycle, 0, len(removed))
+		for tid, typ := range removed {
+			recs = append(recs, tasks.Lifecycle{TaskID: tid, Queue: e.Queue, Type: typ, Step: tasks.StepCleared, At: e.At})
 		}
+		slices.SortFunc(recs, func(a, b tasks.Lifecycle) int { return strings.Compare(a.TaskID, b.TaskID) })
 		if err := publishRetrying(ctx, pub, recs); err != nil {
 			return fmt.Errorf("clear %s: lifecycle: %w", e.Queue, err)
 		}
@@ -99,10 +128,13 @@ func Control(q Queues, w Workers, pub Publisher, db store.DB) *projections.Proje
 			}
 			return fmt.Errorf("clear %s: record: %w", e.Queue, err)
 		}
+		// The outcome is recorded: the notes are history (they expire
+		// on their own if this fails).
+		_ = w.ForgetClear(ctx, key)
 		return nil
 	})
 	worker := func(ctx context.Context, env events.Envelope, id, action string) error {
-		return w.SetCommand(ctx, id, env.Version, action)
+		return redisRetrying(ctx, func() error { return w.SetCommand(ctx, id, env.Version, action) })
 	}
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.WorkerStartRequested) error {
 		return worker(ctx, env, e.WorkerID, tasks.ActionStart)
@@ -143,45 +175,127 @@ func recorded(ctx context.Context, tx projections.Tx, id uuid.UUID) (bool, error
 	return ok, nil
 }
 
+// redisRetrying runs op until it succeeds or ctx ends. Every error of
+// asynq's inspector here is Redis being away or slow (the queue names were
+// validated by the command), which says nothing about the event: giving
+// up would dead-letter a pause that the API and the read model show as
+// done while the workers go on taking the queue's tasks. The reactor
+// waits for Redis instead, as it waits for Kafka.
+func redisRetrying(ctx context.Context, op func() error) error {
+	bo := process.Backoff(100*time.Millisecond, 5*time.Second)
+	for {
+		err := op()
+		if err == nil {
+			return nil
+		}
+		if !process.Wait(ctx, bo) {
+			return errors.Join(err, ctx.Err())
+		}
+	}
+}
+
 // clearPage bounds one listing; clear loops until nothing waits.
 const clearPage = 500
 
 // clear deletes every waiting task (pending, scheduled, retry) of queue
-// one by one, so it knows exactly which tasks it removed and can close
-// them in the statistics; running, completed and archived tasks stay.
-func clear(q Queues, queue string) ([]*asynq.TaskInfo, error) {
+// one by one and returns the tasks it removed (id → type); running,
+// completed and archived tasks stay. Each page is noted under key before
+// its tasks are deleted, and a task a worker took first is unnoted, so a
+// clear cut off halfway (a crash, Redis gone) and run again finds the
+// tasks it deleted the first time in the notes: they are closed in the
+// statistics all the same.
+func clear(ctx context.Context, q Queues, notes Clears, key, queue string) (map[string]string, error) {
+	// What an earlier, interrupted run noted: still there (noted, not yet
+	// deleted), taken by a worker meanwhile, or deleted by that run.
+	prior, err := notes.Noted(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	for id := range prior {
+		if err := remove(ctx, q, notes, key, queue, id, true); err != nil {
+			return nil, err
+		}
+	}
 	known, err := q.Queues()
 	if err != nil {
 		return nil, fmt.Errorf("clear %s: %w", queue, err)
 	}
-	found := false
-	for _, k := range known {
-		found = found || k == queue
-	}
-	if !found {
-		return nil, nil // nothing was ever enqueued
-	}
-	var removed []*asynq.TaskInfo
-	lists := []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){q.ListPendingTasks, q.ListScheduledTasks, q.ListRetryTasks}
-	for _, list := range lists {
-		for range 10_000 { // bounded: a producer faster than the clear cannot keep it here forever
-			page, err := list(queue, asynq.PageSize(clearPage))
-			if err != nil {
-				return nil, fmt.Errorf("clear %s: %w", queue, err)
-			}
-			n := 0
-			for _, t := range page {
-				// A task that a worker took meanwhile is no longer waiting.
-				if err := q.DeleteTask(queue, t.ID); err != nil {
-					continue
+	if slices.Contains(known, queue) {
+		lists := []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){q.ListPendingTasks, q.ListScheduledTasks, q.ListRetryTasks}
+		for _, list := range lists {
+			for range 10_000 { // bounded: a producer faster than the clear cannot keep it here forever
+				page, err := list(queue, asynq.PageSize(clearPage))
+				if err != nil {
+					return nil, fmt.Errorf("clear %s: %w", queue, err)
 				}
-				removed = append(removed, t)
-				n++
-			}
-			if len(page) < clearPage || n == 0 {
-				break
+				ts := make(map[string]string, len(page))
+				for _, t := range page {
+					ts[t.ID] = t.Type
+				}
+				if err := notes.NoteClearing(ctx, key, ts); err != nil {
+					return nil, err
+				}
+				before := len(page)
+				for _, t := range page {
+					if err := remove(ctx, q, notes, key, queue, t.ID, false); err != nil {
+						return nil, err
+					}
+				}
+				if before < clearPage {
+					break
+				}
+				// A page that a worker emptied before the clear could is
+				// nothing left to clear.
+				left, err := notes.Noted(ctx, key)
+				if err != nil {
+					return nil, err
+				}
+				if n := countOf(left, page); n == 0 {
+					break
+				}
 			}
 		}
 	}
-	return removed, nil
+	return notes.Noted(ctx, key)
+}
+
+// remove deletes the noted task id; when it is not waiting any more, a
+// worker took it and it is unnoted. A task that is gone was either
+// finished by a worker (listed by this run: unnoted) or deleted by the
+// run that noted it before it was cut off (prior: stays noted).
+func remove(ctx context.Context, q Queues, notes Clears, key, queue, id string, prior bool) error {
+	gone := func(err error) bool {
+		return errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound)
+	}
+	err := q.DeleteTask(queue, id)
+	switch {
+	case err == nil:
+		return nil
+	case gone(err) && prior:
+		return nil
+	case gone(err):
+		return notes.Unnote(ctx, key, id)
+	}
+	info, ierr := q.GetTaskInfo(queue, id)
+	switch {
+	case gone(ierr) && prior:
+		return nil
+	case gone(ierr):
+		return notes.Unnote(ctx, key, id)
+	case ierr != nil:
+		return fmt.Errorf("clear %s: task %s: %w", queue, id, errors.Join(err, ierr))
+	case info.State == asynq.TaskStatePending || info.State == asynq.TaskStateScheduled || info.State == asynq.TaskStateRetry:
+		return fmt.Errorf("clear %s: delete %s: %w", queue, id, err) // still waiting: Redis failed the delete
+	}
+	return notes.Unnote(ctx, key, id)
+}
+
+func countOf(noted map[string]string, page []*asynq.TaskInfo) int {
+	n := 0
+	for _, t := range page {
+		if _, ok := noted[t.ID]; ok {
+			n++
+		}
+	}
+	return n
 }

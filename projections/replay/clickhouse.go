@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,15 @@ import (
 
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
+)
+
+// readBatch is how many records of a partition are decoded and handed to
+// the batch builder at once, readAhead how many records at most wait
+// decoded for it: a record holds up to REQUESTLOG__PACK_EVENTS rows, so
+// more only costs memory and garbage collection.
+const (
+	readBatch = 16
+	readAhead = 256
 )
 
 // RequestLogName is the request-log tables' name for `cfgd replay`.
@@ -86,6 +96,10 @@ type ClickHouseConfig struct {
 	// CatchUpRecords: once the topic is at most this many records ahead,
 	// the replay holds the sink back and reads the rest.
 	CatchUpRecords int64
+	// AllowPartial swaps a rebuild in although the live tables hold rows
+	// whose records Kafka's retention has deleted (they are lost);
+	// without it such a replay is refused with ErrPartial.
+	AllowPartial bool
 }
 
 // DefaultClickHouseConfig returns the defaults for bus c.
@@ -114,37 +128,59 @@ func (c ClickHouseConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
+// ErrPartial refuses to replace the request-log tables with a rebuild
+// that lacks rows they hold: Kafka's retention deleted the records those
+// rows came from. Kafka must keep the request-log topic at least as long
+// as ClickHouse keeps the rows (CLICKHOUSE__RETENTION_DAYS), or the
+// replay needs AllowPartial (`cfgd replay --allow-partial`).
+var ErrPartial = errors.New("the rebuild would lose rows the live tables hold")
+
+// Loss is what a rebuild would lose: live rows, within the retention, of
+// records the topic no longer holds.
+type Loss struct {
+	Rows int64
+	// Days are the UTC days of those rows (2006-01-02), oldest first.
+	Days []string
+}
+
+// Error describes l as ErrPartial.
+func (l Loss) Error() string {
+	return fmt.Sprintf("Kafka's retention has deleted the records of %d rows the live request-log tables hold (days %s, UTC); "+
+		"keep the request-log topic at least as long as CLICKHOUSE__RETENTION_DAYS, or run the replay with --allow-partial to rebuild without them",
+		l.Rows, strings.Join(l.Days, ", "))
+}
+
+// Unwrap makes a Loss ErrPartial.
+func (l Loss) Unwrap() error { return ErrPartial }
+
 // ClickHouse is the Target of the request-log tables. Its progress counts
 // Kafka records, not events: a record packs many events and the count of
 // events is known only once read.
 type ClickHouse struct {
-	cfg                ClickHouseConfig
-	conn               driver.Conn
-	fence              PostgresFence
-	codec              Codec
-	progress           Progress
-	topic              string
-	live, shadow, old  requestlogview.Tables
-	features           requestlogview.Features
-	res                Result
-	records, events    atomic.Int64
-	poisoned, total    atomic.Int64
-	progressMu         sync.Mutex
-	client             sarama.Client
-	partitions         []int32
-	pos                map[int32]int64 // next offset to read, per partition
-	target             map[int32]int64 // where the build stopped reading
-	in                 chan Decoded
-	b                  Block
-	work               chan Block
-	inflight           sync.WaitGroup
-	inserters          sync.WaitGroup
-	failed             chan error
-	insertCtx          context.Context
-	cancelInsert       context.CancelFunc
-	consumerWG         sync.WaitGroup
-	stopConsumers      chan struct{}
-	partitionConsumers []sarama.PartitionConsumer
+	cfg               ClickHouseConfig
+	conn              driver.Conn
+	fence             PostgresFence
+	codec             Codec
+	progress          Progress
+	topic             string
+	live, shadow, old requestlogview.Tables
+	features          requestlogview.Features
+	res               Result
+	records, events   atomic.Int64
+	poisoned, total   atomic.Int64
+	progressMu        sync.Mutex
+	reader            *kafka.Reader
+	partitions        []int32
+	pos               map[int32]int64 // next offset to read, per partition
+	first             map[int32]int64 // offset of the first record read, per partition
+	target            map[int32]int64 // where the build stopped reading
+	b                 Block
+	work              chan Block
+	inflight          sync.WaitGroup
+	inserters         sync.WaitGroup
+	failed            chan error
+	insertCtx         context.Context
+	cancelInsert      context.CancelFunc
 }
 
 var _ Target = (*ClickHouse)(nil)
@@ -209,7 +245,12 @@ func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) error {
 	if err := r.open(ctx); err != nil {
 		return err
 	}
-	target, err := kafka.Ends(r.client, r.topic)
+	// Before the long rebuild: does the topic still hold every row's
+	// record? (Checked again before the swap, against what was read.)
+	if err := r.checkLoss(ctx, r.pos); err != nil {
+		return err
+	}
+	target, err := r.reader.Ends(r.topic)
 	if err != nil {
 		return err
 	}
@@ -224,7 +265,7 @@ func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) error {
 		if err := r.consumeTo(ctx, target); err != nil {
 			return err
 		}
-		next, err := kafka.Ends(r.client, r.topic)
+		next, err := r.reader.Ends(r.topic)
 		if err != nil {
 			return err
 		}
@@ -290,63 +331,25 @@ func (r *ClickHouse) dropShadow(ctx context.Context) error {
 	return nil
 }
 
-// open starts a partition consumer at the oldest offset of every
-// partition, all feeding r.in, and the inserters.
+// open connects the topic's reader, notes where every partition starts
+// and starts the inserters.
 func (r *ClickHouse) open(ctx context.Context) error {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if err := kafka.EnsureTopics(ctx, r.cfg.Bus, quiet, kafka.TopicRequestLogs); err != nil {
 		return err
 	}
-	sc := r.cfg.Bus.ConsumerSarama()
-	// A replay reads a long backlog: large fetches, a deeper buffer.
-	sc.Consumer.Fetch.Default = 8 << 20
-	sc.ChannelBufferSize = 64
-	client, err := sarama.NewClient(r.cfg.Bus.Brokers, sc)
+	reader, err := kafka.NewReader(r.cfg.Bus)
 	if err != nil {
-		return fmt.Errorf("kafka: %w", err)
+		return err
 	}
-	r.client = client
-	if r.partitions, err = client.Partitions(r.topic); err != nil {
-		return fmt.Errorf("kafka partitions of %s: %w", r.topic, err)
+	r.reader = reader
+	if r.pos, err = reader.Starts(r.topic); err != nil {
+		return err
 	}
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		return fmt.Errorf("kafka consumer: %w", err)
-	}
-	r.pos = map[int32]int64{}
-	r.in = make(chan Decoded, 256)
-	stop := make(chan struct{})
-	r.stopConsumers = stop
-	for _, p := range r.partitions {
-		oldest, err := client.GetOffset(r.topic, p, sarama.OffsetOldest)
-		if err != nil {
-			return fmt.Errorf("kafka oldest offset of %s/%d: %w", r.topic, p, err)
-		}
-		r.pos[p] = oldest
-		pc, err := consumer.ConsumePartition(r.topic, p, oldest)
-		if err != nil {
-			return fmt.Errorf("kafka consume %s/%d: %w", r.topic, p, err)
-		}
-		r.partitionConsumers = append(r.partitionConsumers, pc)
-		r.consumerWG.Add(2)
-		go func() {
-			defer r.consumerWG.Done()
-			for m := range pc.Messages() {
-				// Decoded here, one goroutine per partition, so the
-				// batch builder only appends rows.
-				select {
-				case r.in <- r.codec.Decode(m):
-				case <-stop:
-					return
-				}
-			}
-		}()
-		go func() {
-			// sarama retries by itself; the errors only need draining.
-			defer r.consumerWG.Done()
-			for range pc.Errors() {
-			}
-		}()
+	r.first = map[int32]int64{}
+	r.partitions = r.partitions[:0]
+	for p := range r.pos {
+		r.partitions = append(r.partitions, p)
 	}
 	r.b = r.codec.NewBlock()
 	r.work = make(chan Block)
@@ -359,7 +362,7 @@ func (r *ClickHouse) open(ctx context.Context) error {
 	return nil
 }
 
-// close stops the consumers and inserters open started; a second call
+// close stops the inserters and the reader open started; a second call
 // does nothing.
 func (r *ClickHouse) close() {
 	if r.work != nil {
@@ -368,18 +371,9 @@ func (r *ClickHouse) close() {
 		r.inserters.Wait()
 		r.work = nil
 	}
-	if r.stopConsumers != nil {
-		close(r.stopConsumers)
-		r.stopConsumers = nil
-	}
-	for _, pc := range r.partitionConsumers {
-		pc.AsyncClose()
-	}
-	r.partitionConsumers = nil
-	r.consumerWG.Wait()
-	if r.client != nil {
-		_ = r.client.Close()
-		r.client = nil
+	if r.reader != nil {
+		_ = r.reader.Close()
+		r.reader = nil
 	}
 }
 
@@ -426,27 +420,74 @@ func (r *ClickHouse) grow(from, to map[int32]int64) {
 	r.total.Add(n)
 }
 
-// consumeTo reads every partition up to target (exclusive), inserts what
-// it read, and returns once every insert is done.
+// consumeTo reads every partition from where it stopped up to target
+// (exclusive), inserts what it read, and returns once every insert is
+// done.
 func (r *ClickHouse) consumeTo(ctx context.Context, target map[int32]int64) error {
-	for r.behind(target) > 0 {
-		select {
-		case d := <-r.in:
-			// Partition consumers deliver each partition in order, from the
-			// oldest offset on: the shadow holds a prefix of every
-			// partition, as the sink's skip-what-is-held logic expects.
+	if r.behind(target) == 0 {
+		return nil
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	in := make(chan []Decoded, readAhead/readBatch)
+	read := make(chan error, 1)
+	// The loop below moves r.pos on while the reader runs.
+	from := maps.Clone(r.pos)
+	go func() {
+		defer close(in)
+		_, err := r.reader.ReadConcurrently(rctx, r.topic, from, target, readBatch, func(ctx context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
+			// Decoded here, one goroutine per partition, so the batch
+			// builder only appends rows.
+			ds := make([]Decoded, len(msgs))
+			for i, m := range msgs {
+				ds[i] = r.codec.Decode(m)
+			}
+			select {
+			case in <- ds:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		read <- err
+	}()
+	defer func() {
+		// Stop the reader (a no-op once it is done) and wait for it.
+		cancel()
+		for range in {
+		}
+	}()
+	for ds := range in {
+		// Each partition arrives in order, from where the last pass
+		// stopped: the shadow holds a prefix of every partition, as the
+		// sink's skip-what-is-held logic expects.
+		for _, d := range ds {
 			r.b.Add(d)
 			m := d.Message()
-			r.pos[m.Partition] = m.Offset + 1
-			if r.b.Rows() >= r.cfg.BatchRows {
-				if err := r.send(ctx); err != nil {
-					return err
-				}
+			if _, ok := r.first[m.Partition]; !ok {
+				r.first[m.Partition] = m.Offset
 			}
-		case err := <-r.failed:
-			return fmt.Errorf("insert into %s: %w", r.shadow.Raw, err)
-		case <-ctx.Done():
-			return ctx.Err()
+			r.pos[m.Partition] = m.Offset + 1
+		}
+		if r.b.Rows() >= r.cfg.BatchRows {
+			if err := r.send(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	if err := <-read; err != nil {
+		select {
+		case ierr := <-r.failed:
+			// An insert failed: the reader stopped because of it.
+			return fmt.Errorf("insert into %s: %w", r.shadow.Raw, ierr)
+		default:
+		}
+		return err
+	}
+	// Every range is read to its target, though its last record may sit
+	// below it (offsets may skip).
+	for _, p := range r.partitions {
+		if r.pos[p] < target[p] {
+			r.pos[p] = target[p]
 		}
 	}
 	if err := r.send(ctx); err != nil {
@@ -494,19 +535,29 @@ func (r *ClickHouse) catchUpAndSwap(ctx context.Context, target map[int32]int64)
 		defer cancel()
 		_ = tx.Rollback(cctx)
 	}()
-	// Partitions added since the start would be missing from the shadow.
-	if err := r.client.RefreshMetadata(r.topic); err != nil {
-		return fmt.Errorf("kafka metadata of %s: %w", r.topic, err)
-	}
-	if now, err := r.client.Partitions(r.topic); err != nil || len(now) != len(r.partitions) {
-		return errors.Join(fmt.Errorf("%s went from %d partitions to %d during the replay; run it again", r.topic, len(r.partitions), len(now)), err)
-	}
-	final, err := kafka.Ends(r.client, r.topic)
+	final, err := r.reader.Ends(r.topic)
 	if err != nil {
 		return err
 	}
+	// Partitions added since the start would be missing from the shadow.
+	if len(final) != len(r.partitions) {
+		return fmt.Errorf("%s went from %d partitions to %d during the replay; run it again", r.topic, len(r.partitions), len(final))
+	}
 	r.grow(target, final)
 	if err := r.consumeTo(ctx, final); err != nil {
+		return err
+	}
+	// The sink is held back: the live rows are final. Those below the
+	// first record read of their partition are missing from the shadow
+	// (retention deleted them before the replay or while it read).
+	below := make(map[int32]int64, len(r.partitions))
+	for _, p := range r.partitions {
+		below[p] = r.pos[p]
+		if o, ok := r.first[p]; ok {
+			below[p] = o
+		}
+	}
+	if err := r.checkLoss(ctx, below); err != nil {
 		return err
 	}
 
@@ -539,6 +590,52 @@ func (r *ClickHouse) catchUpAndSwap(ctx context.Context, target map[int32]int64)
 		// leaves them for the next replay to drop.
 		_ = r.conn.Exec(sctx, "DROP TABLE IF EXISTS "+t)
 	}
+	return nil
+}
+
+// checkLoss returns a Loss when the live raw table holds rows, inside the
+// retention, of a partition's records below below[p]: a rebuild reading
+// from there lacks them. With AllowPartial it notes them in the result
+// instead.
+func (r *ClickHouse) checkLoss(ctx context.Context, below map[int32]int64) error {
+	var conds []string
+	args := []any{time.Now().UTC().AddDate(0, 0, -r.cfg.RetentionDays).Truncate(24 * time.Hour).Unix()}
+	for p, o := range below {
+		if o > 0 {
+			conds = append(conds, "(kafka_partition = ? AND kafka_offset < ?)")
+			args = append(args, p, o)
+		}
+	}
+	if len(conds) == 0 {
+		return nil
+	}
+	// Days by UTC seconds, whatever the server's time zone.
+	rows, err := r.conn.Query(ctx, "SELECT intDiv(toUInt32(created_at), 86400) AS day, count() FROM "+r.live.Raw+
+		" WHERE created_at >= toDateTime(?) AND ("+strings.Join(conds, " OR ")+") GROUP BY day ORDER BY day", args...)
+	if err != nil {
+		return fmt.Errorf("compare %s with the topic: %w", r.live.Raw, err)
+	}
+	defer rows.Close()
+	var l Loss
+	for rows.Next() {
+		var day uint32
+		var n uint64
+		if err := rows.Scan(&day, &n); err != nil {
+			return fmt.Errorf("compare %s with the topic: %w", r.live.Raw, err)
+		}
+		l.Rows += int64(n)
+		l.Days = append(l.Days, time.Unix(int64(day)*86400, 0).UTC().Format(time.DateOnly))
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("compare %s with the topic: %w", r.live.Raw, err)
+	}
+	if l.Rows == 0 {
+		return nil
+	}
+	if !r.cfg.AllowPartial {
+		return l
+	}
+	r.res.Lost = max(r.res.Lost, l.Rows)
 	return nil
 }
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events/kafka"
-	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
@@ -29,7 +29,7 @@ type chEnv struct {
 	t    *testing.T
 	bus  kafka.Config
 	conn driver.Conn
-	prod *requestlog.Producer
+	prod *requestlogkafka.Producer
 	pool *pgxpool.Pool
 	seq  atomic.Int64 // events produced so far (request ids)
 }
@@ -38,10 +38,10 @@ func newCHEnv(t *testing.T, partitions int) *chEnv {
 	t.Helper()
 	c := testenv.Kafka(t, partitions)
 	_, conn := testenv.ClickHouse(t)
-	pc := requestlog.DefaultProducerConfig(c)
+	pc := requestlogkafka.DefaultProducerConfig(c)
 	pc.PackEvents = 50
 	pc.Timeout = 10 * time.Second
-	p, err := requestlog.NewProducer(pc, testenv.Quiet())
+	p, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

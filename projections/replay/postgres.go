@@ -50,6 +50,9 @@ type Config struct {
 	// FeedProgress, when set, is called as the projection's feeds read
 	// their topics (see projections.Feed).
 	FeedProgress FeedProgress
+	// AllowPartial is ClickHouseConfig.AllowPartial for a run of the
+	// request-log tables.
+	AllowPartial bool
 }
 
 // FeedProgress reports a feed's records read out of those to read.

@@ -90,7 +90,11 @@ func ForProjection(pool *pgxpool.Pool, reg *events.Registry, p *projections.Proj
 func ForClickHouse(cfg ClickHouseConfig, conn driver.Conn, pool *pgxpool.Pool, codec Codec, group string) Replayable {
 	return Replayable{Name: RequestLogName, Kind: KindClickHouse, Logs: []string{cfg.Bus.Topic(kafka.TopicRequestLogs)},
 		Tables: requestlogview.LiveTables().All(), Unit: "records",
-		Target: func(Config) (Target, error) { return NewClickHouse(cfg, conn, pool, codec) },
+		Target: func(run Config) (Target, error) {
+			cfg := cfg
+			cfg.AllowPartial = run.AllowPartial
+			return NewClickHouse(cfg, conn, pool, codec)
+		},
 		Status: func(ctx context.Context) (Status, error) {
 			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
@@ -102,8 +106,12 @@ func ForClickHouse(cfg ClickHouseConfig, conn driver.Conn, pool *pgxpool.Pool, c
 			return st, nil
 		},
 		summary: func(res Result) string {
-			return fmt.Sprintf("%s: replayed %d records (%d events, %d unreadable skipped) in %s, swapped in",
-				RequestLogName, res.Records, res.Events, res.Poisoned, res.Elapsed.Round(time.Millisecond))
+			lost := ""
+			if res.Lost > 0 {
+				lost = fmt.Sprintf(", %d rows whose records Kafka no longer held left out (--allow-partial)", res.Lost)
+			}
+			return fmt.Sprintf("%s: replayed %d records (%d events, %d unreadable skipped%s) in %s, swapped in",
+				RequestLogName, res.Records, res.Events, res.Poisoned, lost, res.Elapsed.Round(time.Millisecond))
 		},
 	}
 }

@@ -58,8 +58,11 @@ type Result struct {
 	// or the ClickHouse tables' topic.
 	Records  int64
 	Poisoned int64 // records skipped as unreadable (the live sink dead-lettered them)
-	Swapped  bool
-	Elapsed  time.Duration
+	// Lost are the live rows the rebuild lacks because Kafka's retention
+	// deleted their records (ClickHouse, with AllowPartial).
+	Lost    int64
+	Swapped bool
+	Elapsed time.Duration
 	// Load is the time a ClickHouse build took to read the topic into the
 	// shadow raw table, Rollups the time filling its rollups took.
 	Load, Rollups time.Duration

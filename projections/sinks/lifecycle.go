@@ -3,13 +3,16 @@ package sinks
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/readmodels/taskview"
@@ -20,18 +23,22 @@ const LifecycleGroup = "cfgd.tasks.lifecycle"
 
 // Lifecycle consumes the lifecycle topic into task_lifecycle and task_runs, in
 // batches of up to MaxBatch records per transaction. Offsets are marked
-// only after the batch committed; a batch seen twice changes nothing.
+// only after the batch committed; a batch seen twice changes nothing. A
+// record whose signature is missing or wrong (forged by someone who can
+// reach the broker but lacks the event signing key) goes to the
+// dead-letter topic with reason bad_signature and is never counted.
 type Lifecycle struct {
 	pool     *pgxpool.Pool
 	bus      kafka.Config
+	signer   *events.Signer
 	log      *slog.Logger
 	MaxBatch int
 	MaxWait  time.Duration
 }
 
-// NewLifecycle returns the sink.
-func NewLifecycle(pool *pgxpool.Pool, c kafka.Config, log *slog.Logger) *Lifecycle {
-	return &Lifecycle{pool: pool, bus: c, log: log.With("component", "tasks.lifecycle"), MaxBatch: 500, MaxWait: 100 * time.Millisecond}
+// NewLifecycle returns the sink; signer verifies every record.
+func NewLifecycle(pool *pgxpool.Pool, c kafka.Config, signer *events.Signer, log *slog.Logger) *Lifecycle {
+	return &Lifecycle{pool: pool, bus: c, signer: signer, log: log.With("component", "tasks.lifecycle"), MaxBatch: 500, MaxWait: 100 * time.Millisecond}
 }
 
 // Run consumes until ctx ends, waiting for Kafka when it is not up yet.
@@ -39,14 +46,21 @@ func NewLifecycle(pool *pgxpool.Pool, c kafka.Config, log *slog.Logger) *Lifecyc
 // committed only after its transaction committed.
 func (s *Lifecycle) Run(ctx context.Context) error {
 	return kafka.Consume(ctx, s.bus, LifecycleGroup, []string{tasks.TopicLifecycle}, s.handle,
-		kafka.WithBatch(s.MaxBatch, s.MaxWait), kafka.WithRetry(50*time.Millisecond, 10*time.Second), kafka.WithLog(s.log))
+		kafka.WithBatch(s.MaxBatch, s.MaxWait), kafka.WithRetry(50*time.Millisecond, 10*time.Second), kafka.WithLog(s.log),
+		kafka.WithDeadLetter(kafka.TopicDeadLetters))
 }
 
 func (s *Lifecycle) handle(ctx context.Context, b *kafka.Batch) error {
 	recs := make([]tasks.Lifecycle, 0, len(b.Messages))
 	for _, m := range b.Messages {
-		var r tasks.Lifecycle
-		if err := json.Unmarshal(m.Value, &r); err != nil || r.TaskID == "" || r.Step == "" {
+		r, err := lifecycleRecord(s.signer, m)
+		switch {
+		case errors.Is(err, events.ErrBadSignature):
+			if err := b.DeadLetter(ctx, m, LifecycleGroup, kafka.ReasonBadSignature, err); err != nil {
+				return err
+			}
+			continue
+		case err != nil:
 			s.log.ErrorContext(ctx, "skipping unreadable lifecycle record", "partition", m.Partition, "offset", m.Offset)
 			continue
 		}
@@ -56,4 +70,26 @@ func (s *Lifecycle) handle(ctx context.Context, b *kafka.Batch) error {
 		return fmt.Errorf("lifecycle batch: %w", err)
 	}
 	return nil
+}
+
+// errUnreadable is a signed record that does not decode as a step.
+var errUnreadable = errors.New("unreadable lifecycle record")
+
+// lifecycleRecord verifies and decodes one record, as the sink and the
+// replay feed read it.
+func lifecycleRecord(signer *events.Signer, m *sarama.ConsumerMessage) (tasks.Lifecycle, error) {
+	var r tasks.Lifecycle
+	sig := ""
+	for _, h := range m.Headers {
+		if h != nil && string(h.Key) == events.HeaderSignature {
+			sig = string(h.Value)
+		}
+	}
+	if err := signer.Verify(m.Value, sig); err != nil {
+		return r, err
+	}
+	if err := json.Unmarshal(m.Value, &r); err != nil || r.TaskID == "" || r.Step == "" {
+		return r, errUnreadable
+	}
+	return r, nil
 }

@@ -22,7 +22,7 @@ func BenchmarkReplayLifecycleFeed(b *testing.B) {
 	ctx := context.Background()
 	pool := testenv.Postgres(b)
 	c := testenv.Kafka(b, 3)
-	pub, err := tasks.NewProducer(c, testenv.Quiet())
+	pub, err := tasks.NewProducer(c, testenv.Signer(b), testenv.Quiet())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func BenchmarkReplayLifecycleFeed(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		if _, err := replay.Run(ctx, pool, reg, sinks.ViewsWithLifecycle(c, testenv.Quiet()), replay.Config{}, nil); err != nil {
+		if _, err := replay.Run(ctx, pool, reg, sinks.ViewsWithLifecycle(c, testenv.Signer(b), testenv.Quiet()), replay.Config{}, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -2,12 +2,12 @@ package sinks
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/projections"
@@ -24,25 +24,27 @@ import (
 // arrived since the rebuild; the sink, blocked by the swap's locks, then
 // applies its batch to the new tables as a no-op or as news.
 type LifecycleFeed struct {
-	bus   kafka.Config
-	log   *slog.Logger
-	batch int
+	bus    kafka.Config
+	signer *events.Signer
+	log    *slog.Logger
+	batch  int
 	// next is where the rebuild stopped reading, per partition.
 	next map[int32]int64
 }
 
 var _ projections.Feed = (*LifecycleFeed)(nil)
 
-// NewLifecycleFeed returns the feed over c's lifecycle topic.
-func NewLifecycleFeed(c kafka.Config, log *slog.Logger) *LifecycleFeed {
-	return &LifecycleFeed{bus: c, log: log, batch: 500}
+// NewLifecycleFeed returns the feed over c's lifecycle topic; signer
+// verifies every record, as the sink does.
+func NewLifecycleFeed(c kafka.Config, signer *events.Signer, log *slog.Logger) *LifecycleFeed {
+	return &LifecycleFeed{bus: c, signer: signer, log: log, batch: 500}
 }
 
 // ViewsWithLifecycle is the task views' projection carrying the
 // lifecycle feed, as replay runs it.
-func ViewsWithLifecycle(c kafka.Config, log *slog.Logger) *projections.Projection {
+func ViewsWithLifecycle(c kafka.Config, signer *events.Signer, log *slog.Logger) *projections.Projection {
 	p := projectors.TaskQueues()
-	p.Feeds = append(p.Feeds, NewLifecycleFeed(c, log))
+	p.Feeds = append(p.Feeds, NewLifecycleFeed(c, signer, log))
 	return p
 }
 
@@ -73,12 +75,13 @@ func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp fu
 	return n, err
 }
 
-// decode reads msgs as the sink does, skipping what it skips.
+// decode reads msgs as the sink does, skipping what it skips (the sink
+// dead-lettered the forged records already).
 func (f *LifecycleFeed) decode(msgs []*sarama.ConsumerMessage) []tasks.Lifecycle {
 	recs := make([]tasks.Lifecycle, 0, len(msgs))
 	for _, m := range msgs {
-		var r tasks.Lifecycle
-		if err := json.Unmarshal(m.Value, &r); err != nil || r.TaskID == "" || r.Step == "" {
+		r, err := lifecycleRecord(f.signer, m)
+		if err != nil {
 			continue
 		}
 		recs = append(recs, r)

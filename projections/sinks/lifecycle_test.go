@@ -3,12 +3,14 @@ package sinks_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/projections/sinks"
@@ -37,9 +39,9 @@ func TestSinkIsIdempotentAndOrderProof(t *testing.T) {
 		// c: still running.
 		rec("c", tasks.StepEnqueued, 0), rec("c", tasks.StepStarted, 1),
 	}
-	produce(t, c, sent)
-	produce(t, c, sent) // every step again: a redelivery
-	sink := sinks.NewLifecycle(pool, c, testenv.Quiet())
+	produce(t, c, testenv.Signer(t), sent)
+	produce(t, c, testenv.Signer(t), sent) // every step again: a redelivery
+	sink := sinks.NewLifecycle(pool, c, testenv.Signer(t), testenv.Quiet())
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = sink.Run(sctx) }()
@@ -87,7 +89,8 @@ func TestSinkIsIdempotentAndOrderProof(t *testing.T) {
 	}
 }
 
-func produce(t *testing.T, c kafka.Config, recs []tasks.Lifecycle) {
+// produce sends recs as raw records, signed by signer (none when nil).
+func produce(t *testing.T, c kafka.Config, signer *events.Signer, recs []tasks.Lifecycle) {
 	t.Helper()
 	p, err := kafka.NewProducer(c, kafka.ProducerOptions{}, testenv.Quiet())
 	if err != nil {
@@ -96,8 +99,70 @@ func produce(t *testing.T, c kafka.Config, recs []tasks.Lifecycle) {
 	defer p.Close()
 	for _, r := range recs {
 		b, _ := json.Marshal(r)
-		if err := p.Send(context.Background(), &sarama.ProducerMessage{Topic: c.Topic(tasks.TopicLifecycle), Key: sarama.StringEncoder(r.TaskID), Value: sarama.ByteEncoder(b)}); err != nil {
+		m := &sarama.ProducerMessage{Topic: c.Topic(tasks.TopicLifecycle), Key: sarama.StringEncoder(r.TaskID), Value: sarama.ByteEncoder(b)}
+		if signer != nil {
+			m.Headers = []sarama.RecordHeader{{Key: []byte(events.HeaderSignature), Value: []byte(signer.Sign(b))}}
+		}
+		if err := p.Send(context.Background(), m); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// Lifecycle records carry the events' signature: a record without one,
+// or signed with another key (someone with a broker login but not the
+// signing key), is dead-lettered with its reason and never counted.
+func TestLifecycleSinkRefusesForgedRecords(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	c := testenv.Kafka(t, 3)
+	ctx := context.Background()
+	if err := kafka.EnsureTopics(ctx, c, testenv.Quiet(), tasks.TopicLifecycle, kafka.TopicDeadLetters); err != nil {
+		t.Fatal(err)
+	}
+	other, err := events.NewSigner([]byte("not-the-deployment-key-0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	rec := func(id string) tasks.Lifecycle {
+		return tasks.Lifecycle{TaskID: id, Queue: "default", Type: "demo:echo", Step: tasks.StepSucceeded, Attempt: 1, At: at}
+	}
+	produce(t, c, nil, []tasks.Lifecycle{rec("unsigned")})
+	produce(t, c, other, []tasks.Lifecycle{rec("forged")})
+	produce(t, c, testenv.Signer(t), []tasks.Lifecycle{rec("genuine")})
+	sink := sinks.NewLifecycle(pool, c, testenv.Signer(t), testenv.Quiet())
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sink.Run(sctx) }()
+	defer func() { cancel(); <-done }()
+
+	var dls []kafka.DeadLetter
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		dls, err = kafka.ReadDeadLetters(ctx, c, kafka.TopicDeadLetters)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM task_runs`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if len(dls) == 2 && n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d dead letters, %d tasks counted; want 2 and 1", len(dls), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, d := range dls {
+		if d.Reason != kafka.ReasonBadSignature || d.Projection != sinks.LifecycleGroup || !strings.Contains(string(d.Body), "\"task_id\"") {
+			t.Fatalf("dead letter %+v", d)
+		}
+	}
+	var id string
+	if err := pool.QueryRow(ctx, `SELECT task_id FROM task_runs`).Scan(&id); err != nil || id != "genuine" {
+		t.Fatalf("counted %q (%v), want only the genuine record", id, err)
 	}
 }

@@ -10,16 +10,16 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
-// ID returns the stable id of the index-th event of the record at offset
-// of partition: the same on every replay of the topic. It holds 11 bits of
-// partition, 40 of offset and 12 of index (PackEvents is at most 4096).
+// RequestLogID returns the stable id of the index-th event of the record
+// at offset of partition (requestlog.ID: 53 bits, an exact JSON number).
 func RequestLogID(partition int32, offset int64, index int) uint64 {
-	return uint64(partition)<<52 | uint64(offset)<<12 | uint64(index)
+	return requestlog.ID(partition, offset, index)
 }
 
 // batch is what one insert carries.
@@ -42,34 +42,7 @@ type poisoned struct {
 
 func newBatch() *batch { return &batch{last: map[int32]int64{}} }
 
-func (b *batch) add(m *sarama.ConsumerMessage) { b.addDecoded(decode(m)) }
-
-// decoded is a record read: its events, or why it cannot be stored.
-type decoded struct {
-	msg    *sarama.ConsumerMessage
-	evs    []requestlog.Event
-	reason string
-	err    error
-}
-
-// decode reads m's events and checks them as the sink stores them (the
-// replay decodes on several goroutines, then adds in partition order).
-func decode(m *sarama.ConsumerMessage) decoded {
-	evs, err := requestlog.DecodeBatch(m.Value, nil)
-	if err != nil {
-		return decoded{msg: m, reason: kafka.ReasonUndecodable, err: err}
-	}
-	for i, e := range evs {
-		if errs := requestlog.Check(i, e); len(errs) > 0 {
-			return decoded{msg: m, reason: kafka.ReasonInvalid, err: errs[0]}
-		}
-	}
-	if m.Partition >= 1<<11 || m.Offset >= 1<<40 || len(evs) > 1<<12 {
-		err = fmt.Errorf("record outside the id space (partition %d, offset %d, %d events)", m.Partition, m.Offset, len(evs))
-		return decoded{msg: m, reason: kafka.ReasonInvalid, err: err}
-	}
-	return decoded{msg: m, evs: evs}
-}
+func (b *batch) add(m *sarama.ConsumerMessage, v *events.Signer) { b.addDecoded(decode(m, v)) }
 
 func (b *batch) addDecoded(d decoded) {
 	m := d.msg
@@ -82,7 +55,11 @@ func (b *batch) addDecoded(d decoded) {
 		b.poison = append(b.poison, poisoned{msg: m, reason: d.reason, err: d.err})
 		return
 	}
+	b.poison = append(b.poison, d.bad...)
 	for i := range d.evs {
+		if d.skip[i] {
+			continue
+		}
 		b.rows.Add(m.Partition, m.Offset, i, &d.evs[i])
 	}
 }
@@ -105,7 +82,7 @@ func (s *RequestLogs) handle(ctx context.Context, msgs *kafka.Batch) error {
 	}
 	b := newBatch()
 	for _, m := range msgs.Messages {
-		b.add(m)
+		b.add(m, s.cfg.Signer)
 	}
 	parts := make([]int32, 0, len(b.last))
 	for p := range b.last {

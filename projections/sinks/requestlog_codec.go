@@ -2,22 +2,91 @@ package sinks
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/IBM/sarama"
 
+	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections/replay"
 )
 
 // RequestLogCodec is the sink's decoding and rows for a replay of its tables
 // (replay.NewClickHouse): a rebuild writes the rows, and the ids, the sink
-// wrote.
-type RequestLogCodec struct{}
+// wrote, and refuses the records the sink refused.
+type RequestLogCodec struct {
+	// Signer verifies records as the sink's does (nil: no check).
+	Signer *events.Signer
+}
 
 var _ replay.Codec = RequestLogCodec{}
 
 // Decode implements replay.Codec.
-func (RequestLogCodec) Decode(m *sarama.ConsumerMessage) replay.Decoded { return decode(m) }
+func (c RequestLogCodec) Decode(m *sarama.ConsumerMessage) replay.Decoded { return decode(m, c.Signer) }
+
+// decoded is a record read: its events, or why it cannot be stored (err),
+// or which of its events cannot (skip, each with its dead letter in bad).
+type decoded struct {
+	msg    *sarama.ConsumerMessage
+	evs    []requestlog.Event
+	skip   map[int]bool
+	bad    []poisoned
+	reason string
+	err    error
+}
+
+// decode reads m's events and checks them as the sink stores them (the
+// replay decodes on several goroutines, then adds in partition order).
+// With v, a record whose signature does not verify is refused whole: its
+// bytes are not cfgd's. An event that fails Check is dead-lettered on its
+// own, as a record of that one event, and its neighbours are stored with
+// the ids they have anyway, so one caller's bad bytes cost no other
+// caller's rows.
+func decode(m *sarama.ConsumerMessage, v *events.Signer) decoded {
+	if v != nil {
+		if err := v.Verify(m.Value, header(m, events.HeaderSignature)); err != nil {
+			return decoded{msg: m, reason: kafka.ReasonBadSignature, err: fmt.Errorf("request-log record: %w", err)}
+		}
+	}
+	evs, err := requestlog.DecodeBatch(m.Value, nil)
+	if err != nil {
+		return decoded{msg: m, reason: kafka.ReasonUndecodable, err: err}
+	}
+	if !requestlog.IDFits(m.Partition, m.Offset, len(evs)) {
+		err = fmt.Errorf("record outside the id space (partition %d, offset %d, %d events)", m.Partition, m.Offset, len(evs))
+		return decoded{msg: m, reason: kafka.ReasonInvalid, err: err}
+	}
+	d := decoded{msg: m, evs: evs}
+	for i := range evs {
+		if c, ok := requestlog.ParseCode(evs[i].GRPCStatusCode); ok {
+			evs[i].GRPCStatusCode = c
+		}
+		errs := requestlog.Check(i, evs[i])
+		if len(errs) == 0 {
+			continue
+		}
+		if d.skip == nil {
+			d.skip = map[int]bool{}
+		}
+		d.skip[i] = true
+		one := *m
+		one.Value = requestlog.AppendBatch(nil, evs[i:i+1])
+		one.Headers = nil
+		d.bad = append(d.bad, poisoned{msg: &one, reason: kafka.ReasonInvalid, err: errs[0]})
+	}
+	return d
+}
+
+func header(m *sarama.ConsumerMessage, key string) string {
+	for _, h := range m.Headers {
+		if h != nil && string(h.Key) == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
 
 // NewBlock implements replay.Codec.
 func (RequestLogCodec) NewBlock() replay.Block { return &block{b: newBatch()} }

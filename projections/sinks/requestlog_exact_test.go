@@ -12,7 +12,7 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events/kafka"
-	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -179,10 +179,10 @@ func TestSinkContinuesOnARecreatedTopic(t *testing.T) {
 	}
 	// A new producer: the idempotent one's sequence numbers belong to
 	// the deleted topic.
-	pc := requestlog.DefaultProducerConfig(e.bus)
+	pc := requestlogkafka.DefaultProducerConfig(e.bus)
 	pc.PackEvents = 50
 	pc.Timeout = 10 * time.Second
-	if e.prod, err = requestlog.NewProducer(pc, testenv.Quiet()); err != nil {
+	if e.prod, err = requestlogkafka.NewProducer(pc, testenv.Quiet()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.prod.Close() })

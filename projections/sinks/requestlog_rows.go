@@ -29,11 +29,12 @@ type RequestLogRows struct {
 	userID, apiKeyID  []uint64
 	username, keyName []string
 	authenticated     []uint8
+	reportedBy        []string
 }
 
 // RequestLogColumns is the explicit column list of the insert (ClickHouse 18.16
 // takes native inserts only with one).
-const RequestLogColumns = "id, kafka_partition, kafka_offset, created_at, created_ms, request_id, service_name, method_name, status, grpc_status_code, duration_ms, error_message, client_ip, user_id, api_key_id, username, api_key_name, is_authenticated"
+const RequestLogColumns = "id, kafka_partition, kafka_offset, created_at, created_ms, request_id, service_name, method_name, status, grpc_status_code, duration_ms, error_message, client_ip, user_id, api_key_id, username, api_key_name, is_authenticated, reported_by"
 
 // Len is the number of rows.
 func (r *RequestLogRows) Len() int { return len(r.id) }
@@ -62,6 +63,7 @@ func (r *RequestLogRows) Add(partition int32, offset int64, index int, e *reques
 		a = 1
 	}
 	r.authenticated = append(r.authenticated, a)
+	r.reportedBy = append(r.reportedBy, e.ReportedBy)
 }
 
 // rebase adds base[partition] to the offsets of the rows, and gives them
@@ -106,6 +108,7 @@ func (r *RequestLogRows) without(held map[int32][4]int64) RequestLogRows {
 		out.username = append(out.username, r.username[i])
 		out.keyName = append(out.keyName, r.keyName[i])
 		out.authenticated = append(out.authenticated, r.authenticated[i])
+		out.reportedBy = append(out.reportedBy, r.reportedBy[i])
 	}
 	return out
 }
@@ -124,7 +127,7 @@ func (r *RequestLogRows) InsertInto(ctx context.Context, conn driver.Conn, table
 		return fmt.Errorf("prepare insert: %w", err)
 	}
 	cols := []any{r.id, r.partition, r.offset, r.createdAt, r.createdMS, r.requestID, r.service, r.method, r.status, r.code,
-		r.duration, r.errorMessage, r.clientIP, r.userID, r.apiKeyID, r.username, r.keyName, r.authenticated}
+		r.duration, r.errorMessage, r.clientIP, r.userID, r.apiKeyID, r.username, r.keyName, r.authenticated, r.reportedBy}
 	for i, c := range cols {
 		if err := b.Column(i).Append(c); err != nil {
 			_ = b.Abort()

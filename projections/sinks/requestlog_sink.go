@@ -22,6 +22,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/cfgd/cfgd/deploy/process"
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
@@ -30,6 +31,10 @@ import (
 // RequestLogConfig configures the sink.
 type RequestLogConfig struct {
 	Bus kafka.Config
+	// Signer verifies each record's signature (requestlog.ProducerConfig
+	// signs with the same key): a record unsigned or forged goes to the
+	// dead letters. Nil skips the check (tests of other features only).
+	Signer *events.Signer
 	// Group is the consumer group; renaming it replays the whole topic
 	// (harmlessly: rows already held are skipped).
 	Group string

@@ -17,6 +17,7 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 )
 
 type rlEnv struct {
@@ -24,17 +25,17 @@ type rlEnv struct {
 	bus  kafka.Config
 	opts *clickhouse.Options
 	conn driver.Conn
-	prod *requestlog.Producer
+	prod *requestlogkafka.Producer
 }
 
 func newRLEnv(t *testing.T, partitions int) *rlEnv {
 	t.Helper()
 	c := testenv.Kafka(t, partitions)
 	opts, conn := testenv.ClickHouseMigrated(t)
-	pc := requestlog.DefaultProducerConfig(c)
+	pc := requestlogkafka.DefaultProducerConfig(c)
 	pc.PackEvents = 50
 	pc.Timeout = 10 * time.Second
-	p, err := requestlog.NewProducer(pc, testenv.Quiet())
+	p, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cfgd/cfgd/deploy/process"
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 )
 
@@ -22,17 +23,20 @@ type UsageConfig struct {
 	// Name keys the applied offsets in consumer_offsets.
 	Name string
 	// BatchRecords and BatchWait bound a partition's batch: it is applied
-	// when it holds BatchRecords Kafka records (each packs many events) or
+	// when it holds BatchRecords Kafka records (each packs many keys) or
 	// BatchWait after its first record, whichever comes first.
 	BatchRecords int
 	BatchWait    time.Duration
 	// MaxBackoff caps the wait between attempts while Postgres is down.
 	MaxBackoff time.Duration
+	// Signer verifies each usage record's signature (nil: no check), so
+	// a record forged with a broker login alone counts no API-key use.
+	Signer *events.Signer
 }
 
 // DefaultUsageConfig returns the defaults for bus c.
 func DefaultUsageConfig(c kafka.Config) UsageConfig {
-	return UsageConfig{Bus: c, Group: "cfgd.requestlog-apikey-usage", Name: "apikey-usage",
+	return UsageConfig{Bus: c, Group: "cfgd.apikey-usage", Name: "apikey-usage",
 		BatchRecords: 500, BatchWait: time.Second, MaxBackoff: 5 * time.Second}
 }
 
@@ -65,11 +69,14 @@ type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Usage folds the request-log topic into the usage columns of the API-key
-// read model (request_count, last_used_at). It is a consumer group of its
-// own beside the ClickHouse sink: each partition's records
-// are gathered into a batch, aggregated per key, and applied with one
-// UPDATE per batch. The last applied Kafka offset of each partition is
+// Usage folds the usage topic into the usage columns of the API-key read
+// model (request_count, last_used_at). The topic holds only what cfgd
+// itself observed: the requests its authenticator accepted a key for, at
+// server time (events/apikey.UsageRecorder). The request log is never
+// counted: its api_key_id and created_at are what a caller reported, and
+// any key holder can report anything. Each partition's records are
+// gathered into a batch, aggregated per key, and applied with one UPDATE
+// per batch. The last applied Kafka offset of each partition is
 // stored in the same Postgres transaction as the counts, so a record
 // redelivered after a crash, a rebalance or a replay is skipped instead of
 // counted twice; the Kafka offset commit afterwards only saves rereading.
@@ -84,7 +91,6 @@ type Usage struct {
 
 	applied  atomic.Int64
 	skipped  atomic.Int64
-	ignored  atomic.Int64
 	poisoned atomic.Int64
 
 	// afterApply, when set (by tests), runs between a batch's Postgres
@@ -100,7 +106,7 @@ func NewUsage(cfg UsageConfig, db DB, log *slog.Logger) (*Usage, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	u := &Usage{cfg: cfg, db: db, log: log, topic: cfg.Bus.Topic(kafka.TopicRequestLogs)}
+	u := &Usage{cfg: cfg, db: db, log: log, topic: cfg.Bus.Topic(kafka.TopicAPIKeyUsage)}
 	u.health.Set(errUsageStarting)
 	return u, nil
 }
@@ -113,23 +119,21 @@ func (u *Usage) Ready(ctx context.Context) error { return u.health.Ready(ctx) }
 
 // UsageStats are the consumer's counters since it started.
 type UsageStats struct {
-	// Applied events were counted; Skipped events sat at or below the
-	// stored offset (a redelivery); Ignored events carried no API key;
-	// Poisoned records could not be read (the ClickHouse sink dead-letters
-	// them).
-	Applied, Skipped, Ignored, Poisoned int64
+	// Applied requests were counted; Skipped requests sat at or below
+	// the stored offset (a redelivery); Poisoned records could not be read.
+	Applied, Skipped, Poisoned int64
 }
 
 // Stats returns the counters.
 func (u *Usage) Stats() UsageStats {
-	return UsageStats{Applied: u.applied.Load(), Skipped: u.skipped.Load(), Ignored: u.ignored.Load(), Poisoned: u.poisoned.Load()}
+	return UsageStats{Applied: u.applied.Load(), Skipped: u.skipped.Load(), Poisoned: u.poisoned.Load()}
 }
 
 // Run consumes until ctx ends: each partition's records in batches, the
 // last applied offset stored with the counts. Kafka or Postgres being
 // down is waited for (and reported by Ready), never a reason to return.
 func (u *Usage) Run(ctx context.Context) error {
-	return kafka.Consume(ctx, u.cfg.Bus, u.cfg.Group, []string{kafka.TopicRequestLogs}, u.handle,
+	return kafka.Consume(ctx, u.cfg.Bus, u.cfg.Group, []string{kafka.TopicAPIKeyUsage}, u.handle,
 		kafka.WithBatch(u.cfg.BatchRecords, u.cfg.BatchWait), kafka.WithRetry(100*time.Millisecond, u.cfg.MaxBackoff),
 		kafka.WithHealth(&u.health), kafka.WithDrain(10*time.Second), kafka.WithCommitEach(), kafka.WithLog(u.log))
 }

@@ -1,16 +1,18 @@
 package sinks
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/kafka"
-	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/readmodels/apikeyview"
 )
 
 // handle applies one partition's batch; the loop commits its offset
@@ -23,7 +25,6 @@ func (u *Usage) handle(ctx context.Context, mb *kafka.Batch) error {
 	if err := u.apply(ctx, b); err != nil {
 		return fmt.Errorf("api-key usage: %w", err)
 	}
-	u.ignored.Add(b.ignored)
 	u.poisoned.Add(b.poisoned)
 	if u.afterApply != nil {
 		if err := u.afterApply(); err != nil {
@@ -33,11 +34,10 @@ func (u *Usage) handle(ctx context.Context, mb *kafka.Batch) error {
 	return nil
 }
 
-// use is one event that names an API key.
+// use is one key's uses in one record.
 type use struct {
 	offset int64
-	key    int64
-	at     time.Time
+	apikey.Use
 }
 
 // batch is one partition's records since the last apply.
@@ -45,60 +45,38 @@ type usageBatch struct {
 	partition int32
 	uses      []use
 	// last is the highest offset seen, stored and committed with the
-	// batch whether or not its records named a key.
+	// batch whether or not its records could be read.
 	last    int64
 	records int
-	// ignored events named no key; poisoned records could not be read.
-	ignored, poisoned int64
+	// poisoned records could not be read.
+	poisoned int64
 }
 
-// add reads m. A record the ClickHouse sink would dead-letter (unreadable
-// or holding an invalid event) is not counted here either, so both read
-// models agree on what happened.
+// add reads m, a record of the usage topic (apikey.AppendUses).
 func (b *usageBatch) add(u *Usage, m *sarama.ConsumerMessage) {
 	b.records++
 	b.last = m.Offset
-	evs, err := requestlog.DecodeBatch(m.Value, nil)
-	if err == nil {
-		for i, e := range evs {
-			if errs := requestlog.Check(i, e); len(errs) > 0 {
-				err = errs[0]
-				break
-			}
-		}
-	}
+	uses, err := decodeUses(m, u.cfg.Signer)
 	if err != nil {
 		b.poisoned++
-		u.log.Warn("api-key usage: unreadable request-log record ignored", "partition", m.Partition, "offset", m.Offset, "err", err)
+		u.log.Warn("api-key usage: unreadable usage record ignored", "partition", m.Partition, "offset", m.Offset, "err", err)
 		return
 	}
-	for _, e := range evs {
-		if e.APIKeyID == 0 {
-			b.ignored++
-			continue
-		}
-		b.uses = append(b.uses, use{offset: m.Offset, key: e.APIKeyID, at: e.CreatedAt})
+	for _, x := range uses {
+		b.uses = append(b.uses, use{offset: m.Offset, Use: x})
 	}
 }
 
-// Statements of apply. The offset row is claimed first (inserted or
-// locked), so two members that briefly both hold a partition during a
-// rebalance apply one after the other and the second sees the first's
-// offset. The keys are locked in id order before the UPDATE so batches of
-// different partitions touching the same keys never deadlock.
-const (
-	claimOffset = `INSERT INTO consumer_offsets AS o (consumer, topic, kafka_partition, last_offset) VALUES ($1, $2, $3, -1)
-		ON CONFLICT (consumer, topic, kafka_partition) DO UPDATE SET last_offset = o.last_offset
-		RETURNING last_offset`
-	lockKeys    = `SELECT id FROM api_keys WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
-	applyCounts = `UPDATE api_keys AS k
-		SET request_count = k.request_count + u.n,
-		    last_used_at = GREATEST(k.last_used_at, u.at)
-		FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS u(id, n, at)
-		WHERE k.id = u.id`
-	storeOffset = `UPDATE consumer_offsets SET last_offset = $4
-		WHERE consumer = $1 AND topic = $2 AND kafka_partition = $3 AND last_offset < $4`
-)
+// decodeUses reads a usage record signed with v's key (nil v: no check),
+// so a record forged with a broker login alone counts no use.
+func decodeUses(m *sarama.ConsumerMessage, v *events.Signer) ([]apikey.Use, error) {
+	if v != nil {
+		if err := v.Verify(m.Value, header(m, events.HeaderSignature)); err != nil {
+			return nil, fmt.Errorf("%s: %w", kafka.ReasonBadSignature, err)
+		}
+	}
+	return apikey.DecodeUses(m.Value, nil)
+}
 
 // apply counts, in one transaction, the uses of b above the stored offset
 // and stores b's last offset.
@@ -115,60 +93,51 @@ func (u *Usage) apply(ctx context.Context, b *usageBatch) error {
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
-	u.applied.Add(int64(len(b.uses)) - skipped)
+	var total int64
+	for _, x := range b.uses {
+		total += x.Requests
+	}
+	u.applied.Add(total - skipped)
 	u.skipped.Add(skipped)
 	return nil
 }
 
 // applyTx counts in tx the uses of b above the stored offset and stores
-// b's last offset; it returns how many uses it skipped. The table names
+// b's last offset; it returns how many requests it skipped. The table names
 // are unqualified, so a replay's connection applies into its shadow
 // tables.
 func (u *Usage) applyTx(ctx context.Context, tx pgx.Tx, b *usageBatch) (int64, error) {
-	var stored int64
-	if err := tx.QueryRow(ctx, claimOffset, u.cfg.Name, u.topic, b.partition).Scan(&stored); err != nil {
-		return 0, fmt.Errorf("stored offset: %w", err)
+	stored, err := apikeyview.ClaimOffset(ctx, tx, u.cfg.Name, u.topic, b.partition)
+	if err != nil {
+		return 0, err
 	}
-	type agg struct {
-		n  int64
-		at time.Time
-	}
-	per := map[int64]*agg{}
+	per := map[int64]*apikeyview.Usage{}
 	var skipped int64
 	for _, x := range b.uses {
 		if x.offset <= stored {
-			skipped++
+			skipped += x.Requests
 			continue
 		}
-		a := per[x.key]
+		a := per[x.KeyID]
 		if a == nil {
-			a = &agg{}
-			per[x.key] = a
+			a = &apikeyview.Usage{KeyID: x.KeyID}
+			per[x.KeyID] = a
 		}
-		a.n++
-		if x.at.After(a.at) {
-			a.at = x.at
-		}
-	}
-	ids := make([]int64, 0, len(per))
-	for id := range per {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	if len(ids) > 0 {
-		ns, ats := make([]int64, len(ids)), make([]time.Time, len(ids))
-		for i, id := range ids {
-			ns[i], ats[i] = per[id].n, per[id].at
-		}
-		if _, err := tx.Exec(ctx, lockKeys, ids); err != nil {
-			return 0, fmt.Errorf("lock keys: %w", err)
-		}
-		if _, err := tx.Exec(ctx, applyCounts, ids, ns, ats); err != nil {
-			return 0, fmt.Errorf("apply usage: %w", err)
+		a.Requests += x.Requests
+		if x.LastUsed.After(a.LastUsed) {
+			a.LastUsed = x.LastUsed
 		}
 	}
-	if _, err := tx.Exec(ctx, storeOffset, u.cfg.Name, u.topic, b.partition, b.last); err != nil {
-		return 0, fmt.Errorf("store offset: %w", err)
+	uses := make([]apikeyview.Usage, 0, len(per))
+	for _, a := range per {
+		uses = append(uses, *a)
+	}
+	slices.SortFunc(uses, func(a, b apikeyview.Usage) int { return cmp.Compare(a.KeyID, b.KeyID) })
+	if err := apikeyview.ApplyUsage(ctx, tx, uses); err != nil {
+		return 0, err
+	}
+	if err := apikeyview.StoreOffset(ctx, tx, u.cfg.Name, u.topic, b.partition, b.last); err != nil {
+		return 0, err
 	}
 	return skipped, nil
 }

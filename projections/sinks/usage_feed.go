@@ -2,7 +2,6 @@ package sinks
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 
 	"github.com/IBM/sarama"
@@ -11,12 +10,13 @@ import (
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/projections"
 	"github.com/cfgd/cfgd/projections/replay"
+	"github.com/cfgd/cfgd/readmodels/apikeyview"
 )
 
 // UsageFeed is the usage consumer as a replay feed of the API-key projection:
 // replaying api_keys from the key events alone would reset the counts
 // while consumer_offsets still says they were applied. The feed folds the
-// request-log topic, from its oldest record, into the shadow api_keys with
+// usage topic, from its oldest record, into the shadow api_keys with
 // a shadow consumer_offsets, through the consumer's own apply; in the
 // swap it catches up to the live consumer's stored offsets and hands its
 // offsets to the live consumer, which goes on from there exactly once.
@@ -43,11 +43,10 @@ func (f *UsageFeed) Topic() string { return f.u.topic }
 
 // Rebuild implements projections.Feed.
 func (f *UsageFeed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp func(context.Context) error, progress func(read, total int64)) (int64, error) {
-	// Unqualified: created in the shadow schema, first on the search_path.
-	if _, err := conn.Exec(ctx, `CREATE TABLE consumer_offsets (LIKE public.consumer_offsets INCLUDING ALL)`); err != nil {
-		return 0, fmt.Errorf("shadow consumer_offsets: %w", err)
+	if err := apikeyview.CreateShadowOffsets(ctx, conn); err != nil {
+		return 0, err
 	}
-	if err := kafka.EnsureTopics(ctx, f.u.cfg.Bus, f.u.log, kafka.TopicRequestLogs); err != nil {
+	if err := kafka.EnsureTopics(ctx, f.u.cfg.Bus, f.u.log, kafka.TopicAPIKeyUsage); err != nil {
 		return 0, err
 	}
 	r, err := kafka.NewReader(f.u.cfg.Bus)
@@ -71,30 +70,18 @@ func (f *UsageFeed) apply(ctx context.Context, tx pgx.Tx, p int32, msgs []*saram
 // Lock implements projections.Feed: the live consumer claims its offset
 // row before it locks keys, so the swap takes the offsets first.
 func (f *UsageFeed) Lock(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, `LOCK TABLE public.consumer_offsets IN SHARE ROW EXCLUSIVE MODE`)
-	return err
+	return apikeyview.LockLiveOffsets(ctx, tx)
 }
 
 // CatchUp implements projections.Feed.
 func (f *UsageFeed) CatchUp(ctx context.Context, tx pgx.Tx, schema string) (int64, error) {
-	offsets := func(table string) (map[int32]int64, error) {
-		rows, err := tx.Query(ctx, `SELECT kafka_partition, last_offset FROM `+table+` WHERE consumer = $1 AND topic = $2`, f.u.cfg.Name, f.u.topic)
-		if err != nil {
-			return nil, err
-		}
-		out := map[int32]int64{}
-		var p int32
-		var o int64
-		_, err = pgx.ForEachRow(rows, []any{&p, &o}, func() error { out[p] = o + 1; return nil })
-		return out, err
-	}
-	shadow, err := offsets(pgx.Identifier{schema, "consumer_offsets"}.Sanitize())
+	shadow, err := apikeyview.NextOffsets(ctx, tx, schema, f.u.cfg.Name, f.u.topic)
 	if err != nil {
-		return 0, fmt.Errorf("shadow offsets: %w", err)
+		return 0, err
 	}
-	live, err := offsets("public.consumer_offsets")
+	live, err := apikeyview.NextOffsets(ctx, tx, "public", f.u.cfg.Name, f.u.topic)
 	if err != nil {
-		return 0, fmt.Errorf("live offsets: %w", err)
+		return 0, err
 	}
 	var n int64
 	behind := false
@@ -115,12 +102,8 @@ func (f *UsageFeed) CatchUp(ctx context.Context, tx pgx.Tx, schema string) (int6
 			return n, err
 		}
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM public.consumer_offsets WHERE consumer = $1 AND topic = $2`, f.u.cfg.Name, f.u.topic); err != nil {
-		return n, fmt.Errorf("replace offsets: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO public.consumer_offsets SELECT * FROM `+pgx.Identifier{schema, "consumer_offsets"}.Sanitize()+` WHERE consumer = $1 AND topic = $2`,
-		f.u.cfg.Name, f.u.topic); err != nil {
-		return n, fmt.Errorf("replace offsets: %w", err)
+	if err := apikeyview.HandOverOffsets(ctx, tx, schema, f.u.cfg.Name, f.u.topic); err != nil {
+		return n, err
 	}
 	return n, nil
 }

@@ -22,18 +22,17 @@ import (
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/kafka"
-	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/projections"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/projections/sinks"
 )
 
-// usageEnv is the API-key stack (keys projected live) with a request-log
-// broker, a producer on it and the live usage consumer.
+// usageEnv is the API-key stack (keys projected live) with a broker, the
+// usage recorder on it and the live usage consumer.
 type usageEnv struct {
 	*grpctest.Env
 	bus   kafka.Config
-	prod  *requestlog.Producer
+	rec   *apikey.UsageRecorder
 	admin []string
 	email string
 	keys  []int64
@@ -57,15 +56,14 @@ func startUsage(t *testing.T) *usageEnv {
 		t.Fatal(err)
 	}
 	e.WaitProjected(t, projectors.KeysName, apikey.Stream(u.keys[3]))
-	pc := requestlog.DefaultProducerConfig(u.bus)
-	pc.PackEvents = 5
-	pc.Timeout = 10 * time.Second
-	p, err := requestlog.NewProducer(pc, testenv.Quiet())
+	rc := apikey.DefaultUsageRecorderConfig(u.bus)
+	rc.Timeout = 10 * time.Second
+	r, err := apikey.NewUsageRecorder(rc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = p.Close() })
-	u.prod = p
+	t.Cleanup(func() { _ = r.Close() })
+	u.rec = r
 	return u
 }
 
@@ -99,25 +97,26 @@ func (u *usageEnv) consume(t *testing.T) (stop func()) {
 	return stop
 }
 
-// produce sends n uses spread over the keys (and some without a key), at
-// distinct times so last_used_at depends on which were counted.
+// produce records n uses spread over the keys, at distinct times so
+// last_used_at depends on which were counted, flushed every 5 uses so they
+// spread over many records. The recorder is shared: the lock keeps one
+// round's flushes from sending another's uses before they are counted in
+// want.
 func (u *usageEnv) produce(t *testing.T, round, n int) {
 	t.Helper()
 	base := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC).Add(time.Duration(round) * time.Hour)
-	evs := make([]requestlog.Event, 0, n)
 	u.mu.Lock()
+	defer u.mu.Unlock()
 	for i := range n {
-		var key int64
-		if i%5 != 4 {
-			key = u.keys[(i*7+round)%len(u.keys)]
-			u.want[key]++
+		key := u.keys[(i*7+round)%len(u.keys)]
+		u.want[key]++
+		u.rec.Record(key, base.Add(time.Duration(i)*time.Second))
+		if i%5 == 4 || i == n-1 {
+			if err := u.rec.Flush(context.Background()); err != nil {
+				t.Error(err)
+				return
+			}
 		}
-		evs = append(evs, requestlog.Event{ServiceName: "svc", MethodName: "M", Status: requestlog.StatusSuccess,
-			CreatedAt: base.Add(time.Duration(i) * time.Second), APIKeyID: key})
-	}
-	u.mu.Unlock()
-	if err := u.prod.Produce(context.Background(), evs); err != nil {
-		t.Error(err)
 	}
 }
 

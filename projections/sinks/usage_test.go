@@ -9,32 +9,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/kafka"
-	"github.com/cfgd/cfgd/events/requestlog"
 )
 
 type env struct {
 	t    *testing.T
 	bus  kafka.Config
 	pool *pgxpool.Pool
-	prod *requestlog.Producer
+	rec  *apikey.UsageRecorder
 }
 
 func newEnv(t *testing.T, partitions int) *env {
 	t.Helper()
 	c := testenv.Kafka(t, partitions)
-	pc := requestlog.DefaultProducerConfig(c)
-	pc.PackEvents = 20
-	pc.Timeout = 10 * time.Second
-	p, err := requestlog.NewProducer(pc, testenv.Quiet())
+	rc := apikey.DefaultUsageRecorderConfig(c)
+	rc.Timeout = 10 * time.Second
+	r, err := apikey.NewUsageRecorder(rc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = p.Close() })
-	return &env{t: t, bus: c, pool: testenv.Postgres(t), prod: p}
+	t.Cleanup(func() { _ = r.Close() })
+	return &env{t: t, bus: c, pool: testenv.Postgres(t), rec: r}
 }
 
 // keys inserts read-model rows for ids (as the apikey projection would).
@@ -48,11 +48,16 @@ func (e *env) keys(ids ...int64) {
 	}
 }
 
-func (e *env) produce(evs []requestlog.Event) {
+// produce records the uses through the recorder, flushing every 20 so
+// they spread over many records and partitions.
+func (e *env) produce(uses []apikey.Use) {
 	e.t.Helper()
-	for i := 0; i < len(evs); i += 100 {
-		if err := e.prod.Produce(context.Background(), evs[i:min(i+100, len(evs))]); err != nil {
-			e.t.Fatal(err)
+	for i, x := range uses {
+		e.rec.Record(x.KeyID, x.LastUsed)
+		if i%20 == 19 || i == len(uses)-1 {
+			if err := e.rec.Flush(context.Background()); err != nil {
+				e.t.Fatal(err)
+			}
 		}
 	}
 }
@@ -124,20 +129,16 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 var base = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 
-// traffic is n events spread over keys 1, 2 and 3 (and a third of them
-// without a key); it returns the expected count and newest use per key.
-func traffic(n int) ([]requestlog.Event, map[int64]usage) {
-	evs := make([]requestlog.Event, n)
+// traffic is n uses spread over keys 1, 2 and 3; it returns the expected
+// count and newest use per key.
+func traffic(n int) ([]apikey.Use, map[int64]usage) {
+	uses := make([]apikey.Use, n)
 	want := map[int64]usage{1: {}, 2: {}, 3: {}}
-	for i := range evs {
+	for i := range uses {
 		// Timestamps are not in produce order: the newest is not the last.
 		at := base.Add(time.Duration((i*7919)%n) * time.Second)
-		key := int64(i % 4) // 0: no key
-		evs[i] = requestlog.Event{RequestID: fmt.Sprint(i), ServiceName: "svc.A", MethodName: "M", Status: requestlog.StatusSuccess,
-			CreatedAt: at, APIKeyID: key}
-		if key == 0 {
-			continue
-		}
+		key := int64(i%3) + 1
+		uses[i] = apikey.Use{KeyID: key, Requests: 1, LastUsed: at}
 		u := want[key]
 		u.count++
 		if u.last == nil || at.After(*u.last) {
@@ -145,7 +146,7 @@ func traffic(n int) ([]requestlog.Event, map[int64]usage) {
 		}
 		want[key] = u
 	}
-	return evs, want
+	return uses, want
 }
 
 func (e *env) exact(want map[int64]usage) {
@@ -170,8 +171,8 @@ func (e *env) exact(want map[int64]usage) {
 	}
 }
 
-// seen is how many events u has read.
-func seen(u *Usage) int64 { s := u.Stats(); return s.Applied + s.Skipped + s.Ignored }
+// seen is how many requests u has read.
+func seen(u *Usage) int64 { s := u.Stats(); return s.Applied + s.Skipped }
 
 func TestUsageCountsOnceUnderRedelivery(t *testing.T) {
 	t.Parallel()
@@ -183,7 +184,7 @@ func TestUsageCountsOnceUnderRedelivery(t *testing.T) {
 	}{
 		{"a new group rereads the whole topic", func(t *testing.T, e *env, total int) *Usage {
 			first, stop, _ := e.start("g1", nil)
-			waitFor(t, "the first pass", func() bool { s := first.Stats(); return s.Applied+s.Ignored == int64(total) })
+			waitFor(t, "the first pass", func() bool { return first.Stats().Applied == int64(total) })
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
@@ -209,33 +210,38 @@ func TestUsageCountsOnceUnderRedelivery(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, 3)
 			e.keys(1, 2, 3, 4)
-			evs, want := traffic(600)
-			e.produce(evs)
-			tc.redeliver(t, e, len(evs))
+			uses, want := traffic(600)
+			e.produce(uses)
+			tc.redeliver(t, e, len(uses))
 			want[4] = usage{} // never used: 0 and null
 			e.exact(want)
 		})
 	}
 }
 
-func TestUsageIgnoresKeylessAndUnknownKeys(t *testing.T) {
+func TestUsageIgnoresUnknownKeysAndUnreadableRecords(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
 	e.keys(5)
 	at := base.Add(time.Hour)
-	e.produce([]requestlog.Event{
-		{ServiceName: "s", MethodName: "m", Status: requestlog.StatusSuccess, CreatedAt: base},
-		{ServiceName: "s", MethodName: "m", Status: requestlog.StatusError, CreatedAt: at, APIKeyID: 5},
-		// A key the read model does not know (another server's, or
-		// deleted) changes nothing and stalls nothing.
-		{ServiceName: "s", MethodName: "m", Status: requestlog.StatusSuccess, CreatedAt: at, APIKeyID: 999},
-		{ServiceName: "s", MethodName: "m", Status: requestlog.StatusSuccess, CreatedAt: base, APIKeyID: 5},
+	// A record that is no usage record is skipped, and stalls nothing.
+	p, err := kafka.NewProducer(e.bus, kafka.ProducerOptions{Topics: []string{kafka.TopicAPIKeyUsage}}, testenv.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	if err := p.Send(context.Background(), &sarama.ProducerMessage{Topic: e.bus.Topic(kafka.TopicAPIKeyUsage), Value: sarama.StringEncoder("not uses")}); err != nil {
+		t.Fatal(err)
+	}
+	e.produce([]apikey.Use{
+		{KeyID: 5, LastUsed: at},
+		// A key the read model does not know (deleted) changes nothing
+		// and stalls nothing.
+		{KeyID: 999, LastUsed: at},
+		{KeyID: 5, LastUsed: base},
 	})
 	u, _, _ := e.start("g", nil)
-	waitFor(t, "the records", func() bool { s := u.Stats(); return s.Applied+s.Ignored == 4 })
-	if s := u.Stats(); s.Ignored != 1 || s.Applied != 3 {
-		t.Fatalf("stats %+v", s)
-	}
+	waitFor(t, "the records", func() bool { s := u.Stats(); return s.Applied == 3 && s.Poisoned == 1 })
 	e.exact(map[int64]usage{5: {count: 2, last: &at}})
 }
 

@@ -76,16 +76,23 @@ func New(conn driver.Conn, now func() time.Time, activeKeys ActiveAPIKeys) *Stor
 }
 
 // Request is one record of SPEC.md 2.7: the event as ingested, with the id
-// the sink gave it (its fields flatten into the JSON).
+// the sink gave it (its fields flatten into the JSON). Its grpc_status_code
+// is the canonical name, whatever spelling the row was stored with.
 type Request struct {
 	ID uint64 `json:"id"`
 	requestlog.Event
+	// ReportedBy is who posted the row (requestlog.Event.ReportedBy):
+	// shown here, never taken from a report.
+	ReportedBy string `json:"reported_by"`
 }
 
 // Filter narrows the request list; empty fields do not filter.
 type Filter struct {
 	Service, Method, Status string
-	Page, PageSize          int
+	// Code is a gRPC status code in any spelling requestlog.ParseCode
+	// takes; it matches rows stored with any of them.
+	Code           string
+	Page, PageSize int
 }
 
 // Validate checks f, filling the paging defaults.
@@ -93,6 +100,9 @@ func (f *Filter) Validate() error {
 	var errs []error
 	if f.Status != "" && !requestlog.ValidStatus(f.Status) {
 		errs = append(errs, errcode.Field("status", "must be one of "+strings.Join(requestlog.Statuses(), ", ")))
+	}
+	if f.Code != "" && !requestlog.ValidCode(f.Code) {
+		errs = append(errs, errcode.Field("grpc_status_code", "must be a gRPC status code: its name (DEADLINE_EXCEEDED), Go's name (DeadlineExceeded) or its number (4)"))
 	}
 	if f.Page == 0 {
 		f.Page = 1
@@ -111,7 +121,7 @@ func (f *Filter) Validate() error {
 
 // selectRequest reads the columns of a Request, in Scan's order.
 const selectRequest = `SELECT id, request_id, service_name, method_name, status, duration_ms, grpc_status_code, error_message,
-	created_at, created_ms, client_ip, user_id, username, is_authenticated, api_key_id, api_key_name`
+	created_at, created_ms, client_ip, user_id, username, is_authenticated, api_key_id, api_key_name, reported_by, kafka_partition, kafka_offset`
 
 // Requests returns one page of the requests matching f, newest first, and
 // how many match in all.
@@ -125,6 +135,15 @@ func (s *Store) Requests(ctx context.Context, f Filter) ([]Request, int64, error
 		if c.v != "" {
 			where = append(where, c.col+" = ?")
 			args = append(args, c.v)
+		}
+	}
+	if f.Code != "" {
+		// Rows written before codes were stored canonically hold Go's
+		// name: match every spelling.
+		sp := requestlog.CodeSpellings(f.Code)
+		where = append(where, "grpc_status_code IN (?"+strings.Repeat(", ?", len(sp)-1)+")")
+		for _, v := range sp {
+			args = append(args, v)
 		}
 	}
 	cond := ""
@@ -153,11 +172,17 @@ func (s *Store) Requests(ctx context.Context, f Filter) ([]Request, int64, error
 		var ms uint16
 		var uid, kid uint64
 		var auth uint8
+		var partition uint16
+		var offset uint64
 		if err := rows.Scan(&r.ID, &r.RequestID, &r.ServiceName, &r.MethodName, &r.Status, &dur, &r.GRPCStatusCode, &r.ErrorMessage,
-			&r.CreatedAt, &ms, &r.ClientIP, &uid, &r.Username, &auth, &kid, &r.APIKeyName); err != nil {
+			&r.CreatedAt, &ms, &r.ClientIP, &uid, &r.Username, &auth, &kid, &r.APIKeyName, &r.ReportedBy, &partition, &offset); err != nil {
 			return nil, 0, fmt.Errorf("list requests: %w", err)
 		}
 		r.DurationMS, r.UserID, r.APIKeyID, r.IsAuthenticated = int64(dur), int64(uid), int64(kid), auth == 1
+		r.GRPCStatusCode = requestlog.CanonicalCode(r.GRPCStatusCode)
+		// Rows stored before ids fit in 53 bits held the partition at
+		// bit 52: answer every row with the id its place in Kafka has now.
+		r.ID = requestlog.ID(int32(partition), int64(offset), requestlog.IDIndex(r.ID))
 		r.CreatedAt = r.CreatedAt.UTC().Add(time.Duration(ms) * time.Millisecond)
 		out = append(out, r)
 	}

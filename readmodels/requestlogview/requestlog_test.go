@@ -11,6 +11,7 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/errcode"
+	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -194,7 +195,7 @@ func TestRequests(t *testing.T) {
 		t.Fatalf("page 1: count %d, %d rows, first %+v", count, len(got), got[0])
 	}
 	first := got[0]
-	if !first.CreatedAt.Equal(now.Add(123*time.Millisecond)) || first.Status != "error" || first.GRPCStatusCode != "Internal" ||
+	if !first.CreatedAt.Equal(now.Add(123*time.Millisecond)) || first.Status != "error" || first.GRPCStatusCode != "INTERNAL" ||
 		first.ErrorMessage != "boom" || first.ClientIP != "10.0.0.1" || first.UserID != 7 || first.Username != "ann" ||
 		!first.IsAuthenticated || first.APIKeyID != 3 || first.APIKeyName != "ci-key" || first.ID == 0 || first.RequestID == "" {
 		t.Fatalf("fields = %+v", first)
@@ -211,7 +212,15 @@ func TestRequests(t *testing.T) {
 	if err != nil || count != 3 || len(got) != 3 { // i = 0, 10, 20
 		t.Fatalf("filtered: %d rows, count %d, %v", len(got), count, err)
 	}
-	for _, bad := range []requestlogview.Filter{{Status: "weird"}, {Page: -1}, {PageSize: 1001}, {PageSize: -1}} {
+	// Rows stored with Go's names (as cfgd once wrote them) are answered
+	// and found by the canonical name, Go's name and the number.
+	for _, sp := range []string{"INTERNAL", "Internal", "13"} {
+		got, count, err = store.Requests(ctx, requestlogview.Filter{Code: sp})
+		if err != nil || count != 5 || got[0].GRPCStatusCode != "INTERNAL" {
+			t.Fatalf("code %s: %d rows, count %d, %v", sp, len(got), count, err)
+		}
+	}
+	for _, bad := range []requestlogview.Filter{{Status: "weird"}, {Page: -1}, {PageSize: 1001}, {PageSize: -1}, {Code: "17"}, {Code: "internal"}} {
 		var inv *errcode.Error
 		if _, _, err := store.Requests(ctx, bad); !errors.As(err, &inv) || inv.Code != errcode.Invalid {
 			t.Errorf("filter %+v: err = %v, want a field error", bad, err)
@@ -243,3 +252,98 @@ func TestParse(t *testing.T) {
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// A p95 above the histogram's last bound (60 s) is the real 95th
+// percentile, read from the raw rows of the window, not the maximum; the
+// window is the same in UTC whatever zone the clock reports in.
+func TestP95AboveTheLastBound(t *testing.T) {
+	t.Parallel()
+	var rows []row
+	at := func(i int) time.Time { return now.Add(-time.Duration(i) * 29 * time.Minute) }
+	for i := range 90 {
+		rows = append(rows, row{at(i), "slow.Svc", "Stream", "success", 100})
+	}
+	for i, d := range []uint32{61000, 70000, 80000, 90000, 120000, 150000, 180000, 200000, 220000, 250000} {
+		rows = append(rows, row{at(90 + i), "slow.Svc", "Stream", "success", d})
+	}
+	for i := range 20 {
+		rows = append(rows, row{at(i), "slow.Svc", "Other", "success", 1000})
+	}
+	// Outside the 72-hour window: a longer request that must not count.
+	rows = append(rows, row{now.Add(-100 * time.Hour), "slow.Svc", "Stream", "success", 500000})
+	conn := seed(t, rows...)
+	for _, zone := range []*time.Location{time.UTC, time.FixedZone("IST", 5*3600+1800), time.FixedZone("HST", -10*3600)} {
+		t.Run(zone.String(), func(t *testing.T) {
+			store := requestlogview.New(conn, func() time.Time { return now.In(zone) }, nil)
+			ctx := context.Background()
+			// The service: 120 requests, the 114th shortest is the 7th
+			// longest of those above 60 s.
+			svcs, err := store.Services(ctx, 72)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(svcs) != 1 || svcs[0].TotalRequests != 120 || svcs[0].P95DurationMS != 90000 {
+				t.Fatalf("services = %+v, want p95 90000 of 120 requests", svcs)
+			}
+			ms, err := store.Methods(ctx, 72, "slow.Svc")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Stream: 100 requests, the 95th shortest; Other stays inside
+			// the histogram (clamped to its 1000 ms).
+			if len(ms) != 2 || ms[0].MethodName != "Stream" || ms[0].P95DurationMS != 120000 || ms[0].MaxDurationMS != 250000 ||
+				ms[1].MethodName != "Other" || ms[1].P95DurationMS != 1000 {
+				t.Fatalf("methods = %+v, want Stream p95 120000 (max 250000), Other 1000", ms)
+			}
+			// The timeline's hours are UTC hours, whatever the clock's zone.
+			tl, err := store.Timeline(ctx, 48, "slow.Svc")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var requests int64
+			for _, p := range tl.Points {
+				requests += p.Requests
+				if p.Time.Location() != time.UTC || p.Time.Unix()%3600 != 0 {
+					t.Fatalf("timeline point at %v: want whole UTC hours", p.Time)
+				}
+			}
+			if want := int64(119); requests != want { // from 13:00 two days back: all but the oldest (12:43:56)
+				t.Fatalf("timeline over 48 hours: %d requests, want %d", requests, want)
+			}
+			// Over a year the request outside the 72 hours counts.
+			svcs, err = store.Services(ctx, 8760)
+			if err != nil || len(svcs) != 1 || svcs[0].P95DurationMS != 120000 {
+				t.Fatalf("services over a year = %+v, %v, want p95 120000", svcs, err)
+			}
+		})
+	}
+}
+
+// Issue #21 point 7: a row stored when ids held the partition at bit 52
+// is answered with an id under 2^53, the one its place in Kafka has now.
+func TestRequestIDsOfOldRowsFitInAJSONNumber(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, conn := testenv.ClickHouse(t)
+	if err := requestlogview.CreateTables(ctx, conn, requestlogview.LiveTables(), 30); err != nil {
+		t.Fatal(err)
+	}
+	old := uint64(2)<<52 | uint64(5)<<12 | 3
+	b, err := conn.PrepareBatch(ctx, "INSERT INTO requestlog_raw (id, kafka_partition, kafka_offset, created_at, service_name, method_name, status)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Append(old, uint16(2), uint64(5), now.Truncate(time.Second), "s", "m", "success"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Send(); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := requestlogview.New(conn, clock, nil).Requests(ctx, requestlogview.Filter{})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("%v %v", got, err)
+	}
+	if want := uint64(2)<<48 | uint64(5)<<12 | 3; got[0].ID != want || got[0].ID > requestlog.MaxJSONInt {
+		t.Fatalf("id %d, want %d", got[0].ID, want)
+	}
+}

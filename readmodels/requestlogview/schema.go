@@ -122,6 +122,9 @@ type stmt struct {
 	Seconds int
 	// TimeColumn is the column a TTL counts from.
 	TimeColumn string
+	// ReportedBy: the raw table has the reported_by column. Every set is
+	// made with it, except by migration 00001, to which 00003 adds it.
+	ReportedBy bool
 }
 
 // schemaData is the data of a migration file template.
@@ -135,7 +138,7 @@ type schemaData struct {
 func plan(t Tables, f Features, retentionDays int) schemaData {
 	base := stmt{Features: f, RetentionDays: retentionDays, Bounds: DurationBounds()}
 	d := schemaData{Raw: base}
-	d.Raw.Name, d.Raw.TimeColumn = t.Raw, "created_at"
+	d.Raw.Name, d.Raw.TimeColumn, d.Raw.ReportedBy = t.Raw, "created_at", true
 	for _, r := range []struct {
 		name    string
 		seconds int
@@ -304,9 +307,13 @@ func ClickHouseSchema(f Features, retentionDays int) (fs.FS, error) {
 		return nil, err
 	}
 	out := fstest.MapFS{}
+	// The migrations build the schema step by step: 00001 creates the
+	// raw table as it first was, 00003 adds reported_by.
+	d := plan(LiveTables(), f, retentionDays)
+	d.Raw.ReportedBy = false
 	for _, name := range names {
 		var b bytes.Buffer
-		if err := tpl.ExecuteTemplate(&b, path.Base(name), plan(LiveTables(), f, retentionDays)); err != nil {
+		if err := tpl.ExecuteTemplate(&b, path.Base(name), d); err != nil {
 			return nil, fmt.Errorf("request-log schema %s: %w", name, err)
 		}
 		out[strings.TrimSuffix(path.Base(name), ".tmpl")] = &fstest.MapFile{Data: b.Bytes(), Mode: 0o444}

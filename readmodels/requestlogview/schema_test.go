@@ -64,8 +64,20 @@ func TestClickHouseSchemaFollowsVersion(t *testing.T) {
 				t.Fatal(err)
 			}
 			names, _ := fs.Glob(fsys, "*.sql")
-			if strings.Join(names, " ") != "00001_requestlog.sql 00004_requestlog_offsets.sql" {
+			if strings.Join(names, " ") != "00001_requestlog.sql 00003_reported_by.sql 00004_requestlog_offsets.sql" {
 				t.Fatalf("migrations %v", names)
+			}
+			first, err := fs.ReadFile(fsys, names[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			// 00001 creates the raw table as it first was: 18.16 cannot add
+			// a column only if missing, so 00003 must find it missing.
+			if strings.Contains(string(first), "reported_by") {
+				t.Error("00001 creates reported_by")
+			}
+			if b, err := fs.ReadFile(fsys, names[1]); err != nil || !strings.Contains(string(b), "ALTER TABLE requestlog_raw ADD COLUMN reported_by String DEFAULT '';") {
+				t.Errorf("00003: %s %v", b, err)
 			}
 			var sql string
 			for _, name := range names {
@@ -147,7 +159,12 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := conn.Exec(ctx, stmts[0]); err != nil {
+	// The raw table as the code before migration 00003 made it.
+	before := strings.Replace(stmts[0], ",\n\treported_by String DEFAULT ''", "", 1)
+	if before == stmts[0] {
+		t.Fatalf("the raw table lacks reported_by:\n%s", stmts[0])
+	}
+	if err := conn.Exec(ctx, before); err != nil {
 		t.Fatal(err)
 	}
 	schema, err := requestlogview.ClickHouseSchema(f, 30)
@@ -193,7 +210,7 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 			t.Errorf("%s holds %d rows after retention, want 2", table, rows)
 		}
 	}
-	// Down drops every table and view; up brings them back.
+	// Down drops the column, then every table and view; up brings them back.
 	p, err := migrate.NewClickHouseProvider(db, migrate.Schema{Owner: "readmodels/requestlogview", FS: schema})
 	if err != nil {
 		t.Fatal(err)
@@ -202,6 +219,13 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 		if _, err := p.Down(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+	var cols uint64
+	if err := db.QueryRowContext(ctx, "SELECT count() FROM system.columns WHERE database = currentDatabase() AND table = 'requestlog_raw' AND name = 'reported_by'").Scan(&cols); err != nil || cols != 0 {
+		t.Fatalf("reported_by after one down: %d, %v", cols, err)
+	}
+	if _, err := p.DownTo(ctx, 0); err != nil {
+		t.Fatal(err)
 	}
 	var left uint64
 	if err := db.QueryRowContext(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name LIKE 'requestlog%'").Scan(&left); err != nil || left != 0 {

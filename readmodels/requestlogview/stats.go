@@ -2,8 +2,11 @@ package requestlogview
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -146,6 +149,62 @@ func percentile(p float64, total uint64, cum []uint64, lo, hi float64) float64 {
 	return math.Min(math.Max(v, lo), hi)
 }
 
+// tailRank says whether the p-th percentile of total requests lies above
+// the histogram's last bound (where the buckets say nothing about it) and
+// if so its rank from the longest request down (1 is the longest).
+func tailRank(p float64, total uint64, cum []uint64) (uint64, bool) {
+	if total == 0 || len(cum) == 0 {
+		return 0, false
+	}
+	target := uint64(math.Ceil(p * float64(total)))
+	if cum[len(cum)-1] >= target {
+		return 0, false
+	}
+	return total - target + 1, true
+}
+
+// tail is a percentile the histogram cannot tell: its group and its rank
+// from the longest request down.
+type tail struct {
+	service, method string // method empty: the whole service
+	rank            uint64
+	at              int      // the row of the answer it belongs to
+	p95             *float64 // that row's p95, set once the rows are read
+}
+
+// resolveTails reads each tail's percentile from the raw rows of the
+// window spans covers that took longer than the last bound: exact, and
+// cheap, since only the rank longest of those are sorted. A group whose
+// raw rows are gone (retention) keeps the value the histogram gave.
+func (s *Store) resolveTails(ctx context.Context, spans []span, tails []tail) error {
+	if len(tails) == 0 {
+		return nil
+	}
+	from, to := spans[0].from, spans[0].to
+	for _, sp := range spans {
+		from, to = min(from, sp.from), max(to, sp.to)
+	}
+	for _, t := range tails {
+		q := "SELECT duration_ms FROM " + RawTable + " WHERE created_at >= toDateTime(?) AND created_at < toDateTime(?) AND duration_ms > ? AND service_name = ?"
+		args := []any{from, to, durationBounds[len(durationBounds)-1], t.service}
+		if t.method != "" {
+			q += " AND method_name = ?"
+			args = append(args, t.method)
+		}
+		q += " ORDER BY duration_ms DESC LIMIT " + strconv.FormatUint(t.rank-1, 10) + ", 1"
+		var d uint32
+		err := s.conn.QueryRow(ctx, q, args...).Scan(&d)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("p95 above %d ms: %w", durationBounds[len(durationBounds)-1], err)
+		}
+		*t.p95 = float64(d)
+	}
+	return nil
+}
+
 const aggregates = `countMerge(requests) AS total, countIfMerge(successes) AS ok,
 	countIfMerge(errors) + countIfMerge(timeouts) + countIfMerge(cancellations) AS failed,
 	sumMerge(duration_sum) AS duration`
@@ -199,7 +258,8 @@ func (s *Store) Services(ctx context.Context, hours int) ([]Service, error) {
 	if _, err := parseInt("hours", fmt.Sprint(hours), 1, MaxHours); err != nil {
 		return nil, err
 	}
-	src, args := source(window(s.now(), hours), "")
+	spans := window(s.now(), hours)
+	src, args := source(spans, "")
 	rows, err := s.conn.Query(ctx, "SELECT service_name, "+aggregates+", uniqExact(method_name), "+extremes+", "+histogram+
 		" FROM "+src+" GROUP BY service_name ORDER BY total DESC, service_name", args...)
 	if err != nil {
@@ -207,6 +267,7 @@ func (s *Store) Services(ctx context.Context, hours int) ([]Service, error) {
 	}
 	defer rows.Close()
 	out := []Service{}
+	var tails []tail
 	for rows.Next() {
 		var r Service
 		var t totals
@@ -219,9 +280,19 @@ func (s *Store) Services(ctx context.Context, hours int) ([]Service, error) {
 		r.TotalRequests, r.SuccessfulRequests, r.FailedRequests = int64(t.total), int64(t.ok), int64(t.failed)
 		r.SuccessRate, r.AvgDurationMS, r.MethodsCount = t.rate(), t.avg(), int64(methods)
 		r.P95DurationMS = percentile(0.95, t.total, cum, float64(lo), float64(hi))
+		if rank, ok := tailRank(0.95, t.total, cum); ok {
+			tails = append(tails, tail{service: r.ServiceName, rank: rank, at: len(out)})
+		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("services: %w", err)
+	}
+	rows.Close()
+	for i := range tails {
+		tails[i].p95 = &out[tails[i].at].P95DurationMS
+	}
+	if err := s.resolveTails(ctx, spans, tails); err != nil {
 		return nil, fmt.Errorf("services: %w", err)
 	}
 	return out, nil
@@ -233,7 +304,8 @@ func (s *Store) Methods(ctx context.Context, hours int, service string) ([]Metho
 	if _, err := parseInt("hours", fmt.Sprint(hours), 1, MaxHours); err != nil {
 		return nil, err
 	}
-	src, args := source(window(s.now(), hours), service)
+	spans := window(s.now(), hours)
+	src, args := source(spans, service)
 	rows, err := s.conn.Query(ctx, "SELECT service_name, method_name, "+aggregates+", "+extremes+", "+histogram+
 		" FROM "+src+" GROUP BY service_name, method_name ORDER BY total DESC, service_name, method_name", args...)
 	if err != nil {
@@ -241,6 +313,7 @@ func (s *Store) Methods(ctx context.Context, hours int, service string) ([]Metho
 	}
 	defer rows.Close()
 	out := []Method{}
+	var tails []tail
 	for rows.Next() {
 		var r Method
 		var t totals
@@ -252,9 +325,19 @@ func (s *Store) Methods(ctx context.Context, hours int, service string) ([]Metho
 		r.TotalRequests, r.SuccessfulRequests, r.FailedRequests = int64(t.total), int64(t.ok), int64(t.failed)
 		r.SuccessRate, r.AvgDurationMS, r.MinDurationMS, r.MaxDurationMS = t.rate(), t.avg(), int64(lo), int64(hi)
 		r.P95DurationMS = percentile(0.95, t.total, cum, float64(lo), float64(hi))
+		if rank, ok := tailRank(0.95, t.total, cum); ok {
+			tails = append(tails, tail{service: r.ServiceName, method: r.MethodName, rank: rank, at: len(out)})
+		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("methods: %w", err)
+	}
+	rows.Close()
+	for i := range tails {
+		tails[i].p95 = &out[tails[i].at].P95DurationMS
+	}
+	if err := s.resolveTails(ctx, spans, tails); err != nil {
 		return nil, fmt.Errorf("methods: %w", err)
 	}
 	return out, nil

@@ -62,8 +62,15 @@ func lifecycleArgs(r tasks.Lifecycle) []any {
 	return []any{r.TaskID, r.Step, r.Attempt, r.Queue, r.Type, r.WorkerID, r.Error, at, rank(r.Step, r.Attempt), enq, fin}
 }
 
-// ApplyLifecycle records recs in tx, in one round trip.
-func ApplyLifecycle(ctx context.Context, tx pgx.Tx, recs []tasks.Lifecycle) error {
+// Batcher sends a batch of statements in one round trip; pgx.Tx and
+// *pgx.Conn are ones.
+type Batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// ApplyLifecycle records recs through tx (the lifecycle sink's and the
+// replay feed's transaction), in one round trip.
+func ApplyLifecycle(ctx context.Context, tx Batcher, recs []tasks.Lifecycle) error {
 	if len(recs) == 0 {
 		return nil
 	}

@@ -2,16 +2,14 @@ package taskview_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/readmodels/taskview"
@@ -37,17 +35,9 @@ func (noWorkers) Live(context.Context) ([]tasks.WorkerState, error) { return nil
 func TestLiveSnapshotIsSharedForItsTTL(t *testing.T) {
 	t.Parallel()
 	pool := testenv.Postgres(t)
-	opts, err := redis.ParseURL("redis://127.0.0.1:6379/0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	q := "t" + hex.EncodeToString(b) + "-snap"
+	rdb, _ := testenv.RedisDB(t, authtest.RedisURL())
+	const q = "snap"
 	insp := &counting{Inspector: asynq.NewInspectorFromRedisClient(rdb)}
-	defer func() { _ = insp.DeleteQueue(q, true) }()
 	const ttl = 500 * time.Millisecond
 	r := taskview.NewReader(pool, insp, noWorkers{}, []string{q}, ttl)
 	ctx := context.Background()
@@ -78,5 +68,45 @@ func TestLiveSnapshotIsSharedForItsTTL(t *testing.T) {
 	}
 	if n := insp.rounds.Load(); n != 2 {
 		t.Fatalf("%d Redis rounds, want 2", n)
+	}
+}
+
+// success_rate is the completed share of every task seen, the pending
+// (enqueued or running) and the cleared ones included.
+func TestSuccessRateCountsPendingAndClearedTasks(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	ctx := context.Background()
+	at := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	rec := func(id, step string, attempt int) tasks.Lifecycle {
+		return tasks.Lifecycle{TaskID: id, Queue: "q", Type: "demo:echo", Step: step, Attempt: attempt, At: at}
+	}
+	recs := []tasks.Lifecycle{
+		rec("ok1", tasks.StepEnqueued, 0), rec("ok1", tasks.StepSucceeded, 1),
+		rec("ok2", tasks.StepEnqueued, 0), rec("ok2", tasks.StepStarted, 1), rec("ok2", tasks.StepSucceeded, 1),
+		rec("bad", tasks.StepEnqueued, 0), rec("bad", tasks.StepFailed, 1),
+		rec("running", tasks.StepEnqueued, 0), rec("running", tasks.StepStarted, 1),
+		rec("waiting", tasks.StepEnqueued, 0),
+		rec("gone", tasks.StepEnqueued, 0), rec("gone", tasks.StepCleared, 0),
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := taskview.ApplyLifecycle(ctx, tx, recs); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := taskview.NewReader(pool, nil, noWorkers{}, nil, time.Second).Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := taskview.Statistics{TotalTasks: 6, CompletedTasks: 2, FailedTasks: 1, PendingTasks: 2, ClearedTasks: 1}
+	rate := st.SuccessRate
+	st.SuccessRate = 0
+	if st != want || rate < 33.33 || rate > 33.34 {
+		t.Fatalf("statistics %+v rate %v, want %+v rate 33.33", st, rate, want)
 	}
 }

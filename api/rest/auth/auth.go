@@ -12,6 +12,8 @@ package auth
 import (
 	"net/http"
 	"net/netip"
+	"net/url"
+	"strings"
 
 	"github.com/cfgd/cfgd/commands/app/signin"
 
@@ -29,6 +31,9 @@ const (
 	PathLogout     = "/api/auth/logout/"
 	PathLogin      = "/api/auth/login/"
 	PathJWKS       = "/.well-known/jwks.json"
+	// PathDiscovery is the OpenID-style discovery document beside the
+	// JWKS: issuer and jwks_uri, what a verifier of access tokens needs.
+	PathDiscovery = "/.well-known/openid-configuration"
 )
 
 // Cookie names of an admin session. csrftoken is readable by scripts, which
@@ -70,6 +75,42 @@ func (a *API) Mount(r *mux.Router) {
 	r.HandleFunc(PathLogout, a.handleLogout).Methods(http.MethodPost).Name("auth:logout")
 	r.HandleFunc(PathLogin, a.handleLogin).Methods(http.MethodPost).Name("auth:login")
 	r.HandleFunc(PathJWKS, a.handleJWKS).Methods(http.MethodGet, http.MethodHead).Name("auth:jwks")
+	r.HandleFunc(PathDiscovery, a.handleDiscovery).Methods(http.MethodGet, http.MethodHead).Name("auth:discovery")
+}
+
+// Discovery is the document at PathDiscovery.
+type Discovery struct {
+	// Issuer is exactly the iss of cfgd's tokens (JWT__ISSUER).
+	Issuer        string   `json:"issuer"`
+	JWKSURI       string   `json:"jwks_uri"`
+	TokenEndpoint string   `json:"token_endpoint"`
+	Algorithms    []string `json:"access_token_signing_alg_values_supported"`
+}
+
+func (a *API) handleDiscovery(w http.ResponseWriter, r *http.Request) {
+	base := a.publicBase(r)
+	w.Header().Set("Cache-Control", "public, max-age=300")
+	rest.JSON(w, http.StatusOK, Discovery{
+		Issuer: a.app.Tokens.Issuer(), JWKSURI: base + PathJWKS, TokenEndpoint: base + PathRefresh,
+		Algorithms: []string{a.app.Tokens.Algorithm()},
+	})
+}
+
+// publicBase is the scheme and host the caller reached cfgd at: the issuer
+// when it is an http(s) URL, else the request's host, over https when the
+// request came over TLS or a trusted proxy says so (X-Forwarded-Proto).
+func (a *API) publicBase(r *http.Request) string {
+	if u, err := url.Parse(a.app.Tokens.Issuer()); err == nil && (u.Scheme == "https" || u.Scheme == "http") && u.Host != "" {
+		return strings.TrimSuffix(u.String(), "/")
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	} else if peer, err := netip.ParseAddrPort(r.RemoteAddr); err == nil && isTrusted(peer.Addr().Unmap(), a.cfg.TrustedProxies) &&
+		strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
 }
 
 func (a *API) handleJWKS(w http.ResponseWriter, _ *http.Request) {

@@ -93,7 +93,8 @@ func (a *API) RequireUser() mux.MiddlewareFunc {
 // token, HTTP Basic (e-mail and password) or the admin session cookie. It
 // answers 401 without (valid) credentials and 403 for anyone else; a
 // state-changing request under the session cookie must carry X-CSRFToken
-// equal to the csrftoken cookie. Wrap every admin endpoint in it.
+// equal to the csrftoken cookie. An API key alone (X-API-Key) is never
+// staff: 403 when valid. Wrap every admin endpoint in it.
 func (a *API) Staff() mux.MiddlewareFunc {
 	return a.staff(false)
 }
@@ -120,13 +121,22 @@ func (a *API) staff(keys bool) mux.MiddlewareFunc {
 func (a *API) authenticateStaff(r *http.Request, keys bool) (*Principal, error) {
 	ctx := r.Context()
 	auth := a.app.Auth
-	if raw := r.Header.Get(APIKeyHeader); keys && raw != "" {
+	raw := r.Header.Get(APIKeyHeader)
+	if keys && raw != "" {
 		return auth.APIKey(ctx, raw)
 	}
 	var p *Principal
 	var err error
 	scheme, cred := splitAuthorization(r)
 	switch {
+	case raw != "" && scheme == "":
+		// A key is a machine credential, never staff: a valid one is
+		// forbidden here (403, as gRPC's PermissionDenied), a wrong one
+		// is not authenticated (401).
+		if _, err := auth.APIKey(ctx, raw); err != nil {
+			return nil, err
+		}
+		return nil, signin.ErrNotStaff
 	case strings.EqualFold(scheme, "Bearer") && cred != "":
 		p, err = auth.Bearer(ctx, cred)
 	case strings.EqualFold(scheme, "Basic"):

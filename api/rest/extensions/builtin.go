@@ -21,10 +21,10 @@ const (
 // each call so that no caller can change another's list.
 func Builtin() []Extension {
 	return []Extension{
-		{Name: "payments", Version: PaymentsVersion, Kind: App, Settings: func(r *config.Reader) any { return ReadPayments(r) }},
-		{Name: "leads", Version: LeadsVersion, Kind: App, Settings: func(r *config.Reader) any { return ReadLeads(r) }},
-		{Name: "support", Version: SupportVersion, Kind: App, Settings: func(r *config.Reader) any { return ReadSupport(r) }},
-		{Name: "newsletter", Version: NewsletterVersion, Kind: App, Settings: func(r *config.Reader) any { return ReadNewsletter(r) }},
+		{Name: "payments", Version: PaymentsVersion, Kind: App, Settings: func(v Vars) any { return ReadPayments(v) }},
+		{Name: "leads", Version: LeadsVersion, Kind: App, Settings: func(v Vars) any { return ReadLeads(v) }},
+		{Name: "support", Version: SupportVersion, Kind: App, Settings: func(v Vars) any { return ReadSupport(v) }},
+		{Name: "newsletter", Version: NewsletterVersion, Kind: App, Settings: func(v Vars) any { return ReadNewsletter(v) }},
 	}
 }
 
@@ -34,13 +34,13 @@ type Payments struct {
 	CryptoWebhookSecret config.Secret `json:"crypto_webhook_secret"`
 }
 
-// ReadPayments reads the payments settings; problems are left in r. Neither
+// ReadPayments reads the payments settings. Neither
 // key is required: the spec only says they come from the environment, and
 // the API root shows "" for one that is missing.
-func ReadPayments(r *config.Reader) Payments {
+func ReadPayments(v Vars) Payments {
 	return Payments{
-		CryptoAPIKey:        config.NewSecret(r.Secret("PAYMENTS_API_KEYS__CRYPTO_API_KEY", false)),
-		CryptoWebhookSecret: config.NewSecret(r.Secret("PAYMENTS_API_KEYS__CRYPTO_WEBHOOK_SECRET", false)),
+		CryptoAPIKey:        v.Secret("PAYMENTS_API_KEYS__CRYPTO_API_KEY", false, "payments: the crypto payment provider's API key"),
+		CryptoWebhookSecret: v.Secret("PAYMENTS_API_KEYS__CRYPTO_WEBHOOK_SECRET", false, "payments: the secret the provider signs its webhooks with"),
 	}
 }
 
@@ -52,14 +52,14 @@ type Leads struct {
 	NotificationEmail string        `json:"notification_email"`
 }
 
-// ReadLeads reads the leads settings; problems are left in r. The token and
+// ReadLeads reads the leads settings. The token and
 // the address are required whichever channel is on, as the spec has them.
-func ReadLeads(r *config.Reader) Leads {
+func ReadLeads(v Vars) Leads {
 	return Leads{
-		TelegramEnabled:   r.Bool("LEADS__TELEGRAM_ENABLED", true),
-		EmailEnabled:      r.Bool("LEADS__EMAIL_ENABLED", true),
-		TelegramBotToken:  config.NewSecret(r.Secret("TELEGRAM__BOT_TOKEN", true)),
-		NotificationEmail: r.Email("LEADS__NOTIFICATION_EMAIL", "", true),
+		TelegramEnabled:   v.Bool("LEADS__TELEGRAM_ENABLED", true, "leads: notify new leads by Telegram"),
+		EmailEnabled:      v.Bool("LEADS__EMAIL_ENABLED", true, "leads: notify new leads by e-mail"),
+		TelegramBotToken:  v.Secret("TELEGRAM__BOT_TOKEN", true, "leads: the Telegram bot's token"),
+		NotificationEmail: v.Email("LEADS__NOTIFICATION_EMAIL", true, "leads: the address new leads are sent to"),
 	}
 }
 
@@ -72,14 +72,14 @@ type Support struct {
 	KnowledgeBaseIntegration bool `json:"knowledge_base_integration"`
 }
 
-// ReadSupport reads the support settings; problems are left in r.
-func ReadSupport(r *config.Reader) Support {
+// ReadSupport reads the support settings.
+func ReadSupport(v Vars) Support {
 	return Support{
-		TicketAutoAssign:         r.Bool("SUPPORT__TICKET_AUTO_ASSIGN", true),
-		SLATrackingEnabled:       r.Bool("SUPPORT__SLA_TRACKING_ENABLED", true),
-		SLAHours:                 r.IntRange("SUPPORT__SLA_HOURS", DefaultSLAHours, MinSLAHours, MaxSLAHours),
-		LiveChatEnabled:          r.Bool("SUPPORT__LIVE_CHAT_ENABLED", false),
-		KnowledgeBaseIntegration: r.Bool("SUPPORT__KNOWLEDGE_BASE_INTEGRATION", true),
+		TicketAutoAssign:         v.Bool("SUPPORT__TICKET_AUTO_ASSIGN", true, "support: assign new tickets automatically"),
+		SLATrackingEnabled:       v.Bool("SUPPORT__SLA_TRACKING_ENABLED", true, "support: track response times against the SLA"),
+		SLAHours:                 v.IntRange("SUPPORT__SLA_HOURS", DefaultSLAHours, MinSLAHours, MaxSLAHours, "support: hours to the first answer"),
+		LiveChatEnabled:          v.Bool("SUPPORT__LIVE_CHAT_ENABLED", false, "support: offer live chat"),
+		KnowledgeBaseIntegration: v.Bool("SUPPORT__KNOWLEDGE_BASE_INTEGRATION", true, "support: link the knowledge base from tickets"),
 	}
 }
 
@@ -91,12 +91,12 @@ type Newsletter struct {
 	UnsubscribeLinkRequired bool   `json:"unsubscribe_link_required"`
 }
 
-// ReadNewsletter reads the newsletter settings; problems are left in r.
-func ReadNewsletter(r *config.Reader) Newsletter {
+// ReadNewsletter reads the newsletter settings.
+func ReadNewsletter(v Vars) Newsletter {
 	return Newsletter{
-		FromEmail:               r.Email("NEWSLETTER__FROM_EMAIL", "", true),
-		FromName:                r.Required("NEWSLETTER__FROM_NAME", "a sender name such as Acme News"),
-		DoubleOptIn:             r.Bool("NEWSLETTER__DOUBLE_OPT_IN", true),
-		UnsubscribeLinkRequired: r.Bool("NEWSLETTER__UNSUBSCRIBE_LINK_REQUIRED", true),
+		FromEmail:               v.Email("NEWSLETTER__FROM_EMAIL", true, "newsletter: the sender address"),
+		FromName:                v.Required("NEWSLETTER__FROM_NAME", "a sender name such as Acme News", "newsletter: the sender name"),
+		DoubleOptIn:             v.Bool("NEWSLETTER__DOUBLE_OPT_IN", true, "newsletter: confirm each subscription by e-mail"),
+		UnsubscribeLinkRequired: v.Bool("NEWSLETTER__UNSUBSCRIBE_LINK_REQUIRED", true, "newsletter: every issue carries an unsubscribe link"),
 	}
 }

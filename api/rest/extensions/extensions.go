@@ -13,8 +13,6 @@ package extensions
 
 import (
 	"net/http"
-
-	"github.com/cfgd/cfgd/deploy/config"
 )
 
 // Kind tells an app extension from a module extension.
@@ -50,12 +48,14 @@ type Extension struct {
 	ConstanceFields []ConstanceField
 	Schedules       []Schedule
 
-	// Settings reads the extension's own settings and leaves problems in r.
+	// Settings reads the extension's own settings through v, which also
+	// lists them in the settings table (Describe); problems stay in the
+	// reader behind v.
 	// It runs only for an enabled extension, so a required value of one that
 	// is off never stops start-up. The result is shown, encoded with
 	// encoding/json, by the API root and GET /cfg/extensions/: declare every
 	// secret as a Secret so that it is masked. Nil means no own settings.
-	Settings func(r *config.Reader) any
+	Settings func(v Vars) any
 
 	// Routes declares an app extension's route groups; own is what Settings
 	// returned. Module extensions must leave it nil.

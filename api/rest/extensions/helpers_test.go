@@ -177,10 +177,10 @@ func demo() Extension {
 		}},
 		ConstanceFields: []ConstanceField{{Name: "DEMO_LIMIT", Default: 10, Help: "items per page"}},
 		Schedules:       []Schedule{{Name: "nightly", Cron: "0 3 * * *", Task: "demo.cleanup"}},
-		Settings: func(r *config.Reader) any {
+		Settings: func(v Vars) any {
 			return struct {
 				Colour string `json:"colour"`
-			}{r.String("DEMO__COLOUR", "blue")}
+			}{v.String("DEMO__COLOUR", "blue", "demo colour")}
 		},
 		Routes: func(any) []Group {
 			return []Group{
@@ -205,10 +205,10 @@ func cache() Extension {
 		Name:    "cache",
 		Version: "2.0.0",
 		Kind:    Module,
-		Settings: func(r *config.Reader) any {
+		Settings: func(v Vars) any {
 			return struct {
 				Size int `json:"size"`
-			}{r.IntRange("CACHE__SIZE", 100, 1, 1000)}
+			}{v.IntRange("CACHE__SIZE", 100, 1, 1000, "cache size")}
 		},
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -81,14 +82,14 @@ func Load(r *config.Reader, installed []Extension) (*Set, error) {
 		case App:
 			e.enabled = on[ext.Name]
 			if e.enabled {
-				e.app = readApp(r, ext, e.env())
+				e.app = readApp(ReadFrom(r), ext, e.env())
 			}
 		case Module:
-			e.module.Enabled = r.Bool(e.env()+"__ENABLED", true)
+			e.module.Enabled = readModule(ReadFrom(r), ext.Name, e.env())
 			e.enabled = e.module.Enabled
 		}
 		if e.enabled && ext.Settings != nil {
-			e.own = ext.Settings(r)
+			e.own = ext.Settings(ReadFrom(r))
 		}
 		raw, err := settingsJSON(e)
 		if err != nil {
@@ -222,27 +223,32 @@ func enabledApps(r *config.Reader, installed []Extension) map[string]bool {
 	return on
 }
 
-func readApp(r *config.Reader, ext Extension, env string) AppSettings {
+func readApp(v Vars, ext Extension, env string) AppSettings {
+	name := ext.Name
 	return AppSettings{
-		AdminEnabled:      r.Bool(env+"__ADMIN_ENABLED", true),
-		MiddlewareClasses: readMiddleware(r, env+"__MIDDLEWARE_CLASSES"),
+		AdminEnabled:      v.Bool(env+"__ADMIN_ENABLED", true, name+": show it in the administration interface; `false` also leaves its `admin` route group unmounted"),
+		MiddlewareClasses: readMiddleware(v, env+"__MIDDLEWARE_CLASSES", name),
 		Navigation:        ext.Navigation,
 		ConstanceFields:   slices.Clone(ext.ConstanceFields),
 		Schedules:         slices.Clone(ext.Schedules),
-		URLPrefix:         readSegment(r, env+"__URL_PREFIX"),
-		URLNamespace:      readSegment(r, env+"__URL_NAMESPACE"),
+		URLPrefix:         readSegment(v, env+"__URL_PREFIX", name+": replaces `"+name+"` in `/cfg/"+name+"/` (one path segment)"),
+		URLNamespace:      readSegment(v, env+"__URL_NAMESPACE", name+": names its routes `{namespace}:{route}` instead of `"+name+":`"),
 	}
+}
+
+func readModule(v Vars, name, env string) bool {
+	return v.Bool(env+"__ENABLED", true, name+" (module extension): on or off")
 }
 
 // readMiddleware reads the middleware names; whether each exists is known
 // only to Mount, which has the registry.
-func readMiddleware(r *config.Reader, name string) []string {
-	list := r.List(name, nil)
+func readMiddleware(v Vars, name, ext string) []string {
+	list := v.List(name, ext+": comma-separated middleware, by name, around every route of the extension; the first is the outermost")
 	seen := map[string]bool{}
 	out := make([]string, 0, len(list))
 	for _, m := range list {
 		if seen[m] {
-			r.Fail(name, "expected each middleware once", m)
+			v.fail(name, "expected each middleware once", m)
 			continue
 		}
 		seen[m] = true
@@ -253,13 +259,13 @@ func readMiddleware(r *config.Reader, name string) []string {
 
 // readSegment reads an optional url_prefix or url_namespace. A bad value is
 // reported and dropped, so that it does not also show up as a collision.
-func readSegment(r *config.Reader, name string) string {
-	v := r.String(name, "")
-	if v != "" && !validSegment(v) {
-		r.Fail(name, fmt.Sprintf("expected one path segment of a-z, 0-9, '-' and '_', at most %d characters", maxSegment), v)
+func readSegment(v Vars, name, help string) string {
+	s := v.String(name, "", help)
+	if s != "" && !validSegment(s) {
+		v.fail(name, fmt.Sprintf("expected one path segment of a-z, 0-9, '-' and '_', at most %d characters", maxSegment), s)
 		return ""
 	}
-	return v
+	return s
 }
 
 // validSegment tells whether s is one URL path segment of [a-z0-9-_].
@@ -374,6 +380,41 @@ func settingsJSON(e *entry) (json.RawMessage, error) {
 		}
 	}
 	return json.Marshal(fields)
+}
+
+// publicSettings is e's settings as a caller who is not staff sees them
+// in the API root: without the extension's own secrets (even masked: that
+// tells whether one is set) and without any own setting holding an e-mail
+// address (or any other text with an '@', such as a URL with a login).
+func publicSettings(e *entry) (json.RawMessage, error) {
+	if e.own == nil {
+		return e.settings, nil
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(e.settings, &fields); err != nil || fields == nil {
+		return e.settings, nil
+	}
+	v := reflect.Indirect(reflect.ValueOf(e.own))
+	if v.Kind() != reflect.Struct {
+		return e.settings, nil
+	}
+	secret := reflect.TypeFor[config.Secret]()
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" {
+			name = f.Name
+		}
+		fv := v.Field(i)
+		if f.Type == secret || (fv.Kind() == reflect.String && strings.Contains(fv.String(), "@")) {
+			delete(fields, name)
+		}
+	}
+	b, err := json.Marshal(fields)
+	if err != nil {
+		return nil, fmt.Errorf("encode public settings: %w", err)
+	}
+	return b, nil
 }
 
 func mergeObject(into map[string]json.RawMessage, v any, own bool) error {

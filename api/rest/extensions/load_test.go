@@ -305,14 +305,14 @@ func TestInstalledErrors(t *testing.T) {
 }
 
 func TestOwnSettingsMustNotHideBase(t *testing.T) {
-	ext := Extension{Name: "x", Settings: func(*config.Reader) any {
+	ext := Extension{Name: "x", Settings: func(Vars) any {
 		return map[string]bool{"admin_enabled": false}
 	}}
 	r := config.NewReader(config.FromMaps(map[string]string{"EXTENSIONS__ENABLED": "x"}, nil))
 	if _, err := Load(r, []Extension{ext}); err == nil || !strings.Contains(err.Error(), `hides a base setting`) {
 		t.Fatalf("got %v", err)
 	}
-	ext.Settings = func(*config.Reader) any { return 42 }
+	ext.Settings = func(Vars) any { return 42 }
 	r = config.NewReader(config.FromMaps(map[string]string{"EXTENSIONS__ENABLED": "x"}, nil))
 	if _, err := Load(r, []Extension{ext}); err == nil || !strings.Contains(err.Error(), `JSON object`) {
 		t.Fatalf("got %v", err)

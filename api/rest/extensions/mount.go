@@ -86,7 +86,7 @@ func (s *Set) Mount(router *mux.Router, middleware map[string]mux.MiddlewareFunc
 		if !e.mounted() {
 			continue
 		}
-		p, err := planMount(e, middleware, router)
+		p, err := planMount(e, middleware, router, staff)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -165,7 +165,7 @@ func baseView(e *entry) view {
 }
 
 // planMount checks an enabled app extension's middleware and route groups.
-func planMount(e *entry, registry map[string]mux.MiddlewareFunc, router *mux.Router) (*plan, error) {
+func planMount(e *entry, registry map[string]mux.MiddlewareFunc, router *mux.Router, staff mux.MiddlewareFunc) (*plan, error) {
 	var errs []error
 	p := &plan{e: e, root: "/cfg/" + e.prefix() + "/"}
 
@@ -251,7 +251,15 @@ func planMount(e *entry, registry map[string]mux.MiddlewareFunc, router *mux.Rou
 	if err != nil {
 		return nil, fmt.Errorf("extension %s: encode API root: %w", e.ext.Name, err)
 	}
-	all[0].handler = rawJSON(body)
+	pub := p.view
+	if pub.Settings, err = publicSettings(e); err != nil {
+		return nil, fmt.Errorf("extension %s: %w", e.ext.Name, err)
+	}
+	public, err := json.Marshal(pub)
+	if err != nil {
+		return nil, fmt.Errorf("extension %s: encode API root: %w", e.ext.Name, err)
+	}
+	all[0].handler = staffOr(staff, rawJSON(body), rawJSON(public))
 	p.routes = append(all, methodFallbacks(all, router)...)
 	return p, nil
 }
@@ -329,6 +337,28 @@ func registryNames(registry map[string]mux.MiddlewareFunc) string {
 
 // rawJSON serves a body encoded once at start-up: the settings never change
 // while the process runs.
+// staffOr serves staff callers with full and anyone else with public: the
+// staff middleware is asked, its refusal thrown away.
+func staffOr(staff mux.MiddlewareFunc, full, public http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var isStaff bool
+		var passed *http.Request
+		staff(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { isStaff, passed = true, r })).ServeHTTP(discard{}, r)
+		if isStaff {
+			full.ServeHTTP(w, passed)
+			return
+		}
+		public.ServeHTTP(w, r)
+	})
+}
+
+// discard is a ResponseWriter that keeps nothing.
+type discard struct{}
+
+func (discard) Header() http.Header         { return http.Header{} }
+func (discard) Write(b []byte) (int, error) { return len(b), nil }
+func (discard) WriteHeader(int)             {}
+
 func rawJSON(body []byte) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

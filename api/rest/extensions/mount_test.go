@@ -328,23 +328,24 @@ func TestAPIRoots(t *testing.T) {
 		ext      string
 		version  string
 		mount    map[string]any
-		settings map[string]any
+		settings map[string]any // as staff see them
+		hidden   []string       // not shown to anyone else
 	}{
 		{"payments", env, "/cfg/payments/api/", "payments", PaymentsVersion,
 			map[string]any{"path": "/cfg/payments/", "api": "/cfg/payments/api/", "namespace": "payments", "groups": map[string]any{}},
-			merged(emptyBase, "crypto_api_key", config.Masked, "crypto_webhook_secret", config.Masked)},
+			merged(emptyBase, "crypto_api_key", config.Masked, "crypto_webhook_secret", config.Masked), []string{"crypto_api_key", "crypto_webhook_secret"}},
 		{"payments without keys", noKeys, "/cfg/payments/api/", "payments", PaymentsVersion, nil,
-			merged(emptyBase, "crypto_api_key", "", "crypto_webhook_secret", "")},
+			merged(emptyBase, "crypto_api_key", "", "crypto_webhook_secret", ""), []string{"crypto_api_key", "crypto_webhook_secret"}},
 		{"leads", env, "/cfg/leads/api/", "leads", LeadsVersion, nil,
 			merged(emptyBase, "admin_enabled", false, "middleware_classes", []any{"audit"},
-				"telegram_enabled", true, "email_enabled", true, "telegram_bot_token", config.Masked, "notification_email", "leads@example.com")},
+				"telegram_enabled", true, "email_enabled", true, "telegram_bot_token", config.Masked, "notification_email", "leads@example.com"), []string{"telegram_bot_token", "notification_email"}},
 		{"support", env, "/cfg/support/api/", "support", SupportVersion, nil,
 			merged(emptyBase, "ticket_auto_assign", true, "sla_tracking_enabled", true, "sla_hours", 48.0,
-				"live_chat_enabled", false, "knowledge_base_integration", true)},
+				"live_chat_enabled", false, "knowledge_base_integration", true), nil},
 		{"newsletter", env, "/cfg/news/api/", "newsletter", NewsletterVersion,
 			map[string]any{"path": "/cfg/news/", "api": "/cfg/news/api/", "namespace": "nl", "groups": map[string]any{}},
 			merged(emptyBase, "url_prefix", "news", "url_namespace", "nl",
-				"from_email", "news@example.com", "from_name", "Acme News", "double_opt_in", true, "unsubscribe_link_required", true)},
+				"from_email", "news@example.com", "from_name", "Acme News", "double_opt_in", true, "unsubscribe_link_required", true), []string{"from_email"}},
 		{"structured base settings", env, "/cfg/demo/api/", "demo", "0.1.0",
 			map[string]any{"path": "/cfg/demo/", "api": "/cfg/demo/api/", "namespace": "demo", "groups": map[string]any{
 				"admin": "/cfg/demo/admin/", "system": "/cfg/demo/system/", "reports": "/cfg/demo/reports/",
@@ -352,7 +353,7 @@ func TestAPIRoots(t *testing.T) {
 			merged(emptyBase, "colour", "blue",
 				"navigation", map[string]any{"title": "Demo", "items": []any{map[string]any{"title": "Reports", "url": "reports/"}}},
 				"constance_fields", []any{map[string]any{"name": "DEMO_LIMIT", "default": 10.0, "help": "items per page"}},
-				"schedules", []any{map[string]any{"name": "nightly", "cron": "0 3 * * *", "task": "demo.cleanup"}})},
+				"schedules", []any{map[string]any{"name": "nightly", "cron": "0 3 * * *", "task": "demo.cleanup"}}), nil},
 	}
 	registry := map[string]mux.MiddlewareFunc{"audit": func(h http.Handler) http.Handler { return h }}
 	for _, tc := range tests {
@@ -364,17 +365,28 @@ func TestAPIRoots(t *testing.T) {
 					t.Fatalf("%s: status %d: %s", method, rec.Code, rec.Body)
 				}
 			}
-			rec := do(router, "GET", tc.path)
-			assertNoSecret(t, "API root", rec.Body.String())
-			body := decode(t, rec)
-			if body["name"] != tc.ext || body["version"] != tc.version || body["kind"] != "app" || body["enabled"] != true {
-				t.Fatalf("identity: %v", body)
+			public := merged(tc.settings)
+			for _, k := range tc.hidden {
+				delete(public, k)
 			}
-			if tc.mount != nil && !reflect.DeepEqual(body["mount"], tc.mount) {
-				t.Errorf("mount: got %v, want %v", body["mount"], tc.mount)
-			}
-			if !reflect.DeepEqual(body["settings"], tc.settings) {
-				t.Errorf("settings:\ngot  %v\nwant %v", body["settings"], tc.settings)
+			// Anonymous callers and users who are not staff see no secret
+			// (not even masked) and no e-mail address; staff see all.
+			for caller, want := range map[string]map[string]any{"": public, "alice": public, "staff": tc.settings} {
+				rec := do(router, "GET", tc.path, staffHeader, caller)
+				assertNoSecret(t, "API root", rec.Body.String())
+				body := decode(t, rec)
+				if body["name"] != tc.ext || body["version"] != tc.version || body["kind"] != "app" || body["enabled"] != true {
+					t.Fatalf("identity: %v", body)
+				}
+				if tc.mount != nil && !reflect.DeepEqual(body["mount"], tc.mount) {
+					t.Errorf("mount: got %v, want %v", body["mount"], tc.mount)
+				}
+				if !reflect.DeepEqual(body["settings"], want) {
+					t.Errorf("settings as %q:\ngot  %v\nwant %v", caller, body["settings"], want)
+				}
+				if caller != "staff" && strings.Contains(rec.Body.String(), "@") {
+					t.Errorf("an e-mail address in the API root as %q: %s", caller, rec.Body)
+				}
 			}
 		})
 	}

@@ -64,6 +64,8 @@ func (h *handler) createKey(w http.ResponseWriter, r *http.Request) {
 		rest.Fail(w, r, err)
 		return
 	}
+	// The answer holds the full key: no cache, shared or private, keeps it.
+	rest.NoStore(w)
 	rest.JSON(w, http.StatusCreated, CreateResponse{
 		Success: true, Key: c.Key, APIKey: h.readBack(r.Context(), c.State),
 		Message: "Store the key now: it is shown only once.",

@@ -163,11 +163,33 @@ func TestAPIKeyDetailAndStats(t *testing.T) {
 	}
 }
 
-// Every endpoint is for staff: no credentials is 401, a user is 403.
+// Every endpoint is for staff: no credentials is 401, a user is 403, and
+// an API key (a machine credential, never staff) is 403 wherever REST is
+// staff only: the key endpoints, health, proto generation and the admin.
 func TestEndpointsNeedStaff(t *testing.T) {
 	t.Parallel()
-	e, _, _ := adminEnv(t)
+	e, admin, _ := adminEnv(t)
 	user := e.SignIn(t, authtest.Email("user"))
+	// A key of a non-staff user, and one of the superuser: neither is staff.
+	owner := authtest.Email("keyowner")
+	e.SignIn(t, owner)
+	plainKey := e.NewKey(t, "plain", apikey.TypeService, owner, nil).Key
+	adminKey := e.NewKey(t, "admin", apikey.TypeService, admin, nil).Key
+	staffOnly := []struct{ method, path string }{
+		{"GET", "/api/grpc/api-keys/"}, {"GET", "/api/grpc/api-keys/1/"}, {"GET", "/api/grpc/api-keys/stats/"},
+		{"GET", "/api/grpc/monitor/health/"}, {"POST", "/cfg/grpc/proto-files/generate/"},
+		{"POST", "/admin/api-keys/"}, {"POST", "/admin/api-keys/1/revoke/"},
+	}
+	for _, p := range staffOnly {
+		for name, key := range map[string]string{"non-staff key": plainKey, "superuser's key": adminKey} {
+			if r := e.Do(t, p.method, p.path, nil, "X-API-Key", key); r.Status != http.StatusForbidden || r.Str("code") != "forbidden" {
+				t.Errorf("%s %s with a %s: %d %s", p.method, p.path, name, r.Status, r.Raw)
+			}
+		}
+		if r := e.Do(t, p.method, p.path, nil, "X-API-Key", plainKey+"x"); r.Status != http.StatusUnauthorized {
+			t.Errorf("%s %s with a wrong key: %d %s", p.method, p.path, r.Status, r.Raw)
+		}
+	}
 	for _, p := range []struct{ method, path string }{
 		{"GET", "/api/grpc/api-keys/"}, {"GET", "/api/grpc/api-keys/1/"}, {"GET", "/api/grpc/api-keys/stats/"},
 		{"GET", "/api/grpc/monitor/health/"}, {"GET", "/cfg/grpc/proto-files/"}, {"GET", "/cfg/grpc/proto-files/apikeys/"},

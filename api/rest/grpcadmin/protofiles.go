@@ -10,6 +10,7 @@ import (
 
 	"github.com/cfgd/cfgd/api/protos"
 	"github.com/cfgd/cfgd/api/rest"
+	"github.com/cfgd/cfgd/api/rest/auth"
 	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
@@ -18,7 +19,8 @@ func mountProtoFiles(r *mux.Router, h *handler) {
 	r.Handle(PathProtoFiles, h.StaffOrKey(http.HandlerFunc(h.listProtos))).Methods(get...).Name("grpc:proto-files")
 	// The fixed names go before {app_label}, which would take them.
 	r.Handle(PathProtoZip, h.StaffOrKey(http.HandlerFunc(h.zipProtos))).Methods(get...).Name("grpc:proto-files-download-all")
-	r.Handle(PathProtoGen, h.StaffOrKey(http.HandlerFunc(h.generateProtos))).Methods(http.MethodPost).Name("grpc:proto-files-generate")
+	// Generating writes to the server's disk: staff only, as on gRPC.
+	r.Handle(PathProtoGen, h.Staff(http.HandlerFunc(h.generateProtos))).Methods(http.MethodPost).Name("grpc:proto-files-generate")
 	// .+ so that a label holding a (decoded) slash reaches the handler
 	// and is refused there rather than falling through to a 404.
 	r.Handle("/cfg/grpc/proto-files/{app_label:.+}/", h.StaffOrKey(http.HandlerFunc(h.getProto))).Methods(get...).Name("grpc:proto-file")
@@ -28,7 +30,9 @@ func mountProtoFiles(r *mux.Router, h *handler) {
 type ProtoList struct {
 	Files      []protos.File `json:"files"`
 	TotalFiles int           `json:"total_files"`
-	ProtoDir   string        `json:"proto_dir"`
+	// ProtoDir is a path on the server: shown to staff only, never to an
+	// API key.
+	ProtoDir string `json:"proto_dir,omitempty"`
 }
 
 func (h *handler) listProtos(w http.ResponseWriter, r *http.Request) {
@@ -37,7 +41,11 @@ func (h *handler) listProtos(w http.ResponseWriter, r *http.Request) {
 		rest.Fail(w, r, err)
 		return
 	}
-	rest.JSON(w, http.StatusOK, ProtoList{Files: files, TotalFiles: len(files), ProtoDir: h.Protos.Root()})
+	out := ProtoList{Files: files, TotalFiles: len(files)}
+	if p, ok := auth.PrincipalFrom(r.Context()); ok && p.Via != auth.ViaAPIKey {
+		out.ProtoDir = h.Protos.Root()
+	}
+	rest.JSON(w, http.StatusOK, out)
 }
 
 func (h *handler) getProto(w http.ResponseWriter, r *http.Request) {

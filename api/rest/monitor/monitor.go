@@ -5,17 +5,22 @@ package monitor
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
+	"log/slog"
+	"mime"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
 
 	"github.com/cfgd/cfgd/api/rest"
+	"github.com/cfgd/cfgd/api/rest/auth"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
@@ -42,16 +47,50 @@ type Queries interface {
 	Timeline(ctx context.Context, hours int, service string) (requestlogview.Timeline, error)
 }
 
-// Handlers serve the endpoints.
-type Handlers struct {
-	producer Producer
-	queries  Queries
-	now      func() time.Time
+// Idempotency remembers ingest answers by caller and Idempotency-Key
+// (requestlogview.Idempotency).
+type Idempotency interface {
+	Claim(ctx context.Context, caller, key string, hash []byte) (*requestlogview.Answer, error)
+	Finish(ctx context.Context, caller, key string, a requestlogview.Answer) error
+	Release(ctx context.Context, caller, key string) error
 }
 
-// New returns the handlers.
+// HeaderIdempotencyKey names an ingest call, so its retries within 24 h
+// get its first answer and count nothing again.
+const HeaderIdempotencyKey = "Idempotency-Key"
+
+// Handlers serve the endpoints.
+type Handlers struct {
+	accept  *requestlog.Accepter
+	queries Queries
+	idem    Idempotency
+}
+
+// WithIdempotency makes ingest honour Idempotency-Key through store; it
+// returns h.
+func (h *Handlers) WithIdempotency(store Idempotency) *Handlers {
+	h.idem = store
+	return h
+}
+
+// New returns the handlers, taking created_at within the default
+// retention (WithWindow sets the configured one).
 func New(p Producer, q Queries, now func() time.Time) *Handlers {
-	return &Handlers{producer: p, queries: q, now: now}
+	a := &requestlog.Accepter{Now: now, Window: requestlog.WindowFor(DefaultRetentionDays)}
+	if p != nil {
+		a.Produce = p.Produce
+	}
+	return &Handlers{accept: a, queries: q}
+}
+
+// DefaultRetentionDays is the sink's default retention.
+const DefaultRetentionDays = 30
+
+// WithWindow makes ingest refuse events whose created_at is outside w
+// (requestlog.WindowFor the sink's retention); it returns h.
+func (h *Handlers) WithWindow(w requestlog.Window) *Handlers {
+	h.accept.Window = w
+	return h
 }
 
 // Mount adds the endpoints: ingest behind ingestAuth (staff or API key),
@@ -65,113 +104,170 @@ func (h *Handlers) Mount(r *mux.Router, staff, ingestAuth mux.MiddlewareFunc) {
 	r.Handle("/api/grpc/monitor/timeline/", staff(http.HandlerFunc(h.timeline))).Methods(http.MethodGet)
 }
 
-// IngestResult is the answer of the ingest endpoint.
+// IngestResult is the answer of the ingest endpoint to a batch of which
+// something was stored (202), partly (Success false, Errors naming each
+// refused event) or all of it.
 type IngestResult struct {
 	Success  bool                    `json:"success"`
 	Accepted int                     `json:"accepted"`
 	Rejected int                     `json:"rejected"`
-	Error    string                  `json:"error,omitempty"`
-	Code     string                  `json:"code,omitempty"`
 	Errors   []requestlog.FieldError `json:"errors,omitempty"`
 }
 
-// ingest takes a JSON array of events. Valid events are produced even when
-// others are not; then the answer is 400 naming each rejected event's
-// index and field, with the accepted count.
+// ingest takes a JSON array of events, or NDJSON (one event per line),
+// read as a stream. Valid events are produced even when others are not;
+// the answer is 400 only when nothing was stored.
 func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
-		rest.WriteError(w, errcode.New(errcode.BadRequest, "Content-Type must be application/json"))
+	ndjson, bad := ingestType(r.Header.Get("Content-Type"))
+	if bad != nil {
+		rest.WriteError(w, bad)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxIngestBytes))
+	if h.accept.Produce == nil {
+		rest.WriteError(w, errcode.New(errcode.NotImplemented, "the request log is not configured on this server"))
+		return
+	}
+	key := r.Header.Get(HeaderIdempotencyKey)
+	body := io.Reader(http.MaxBytesReader(w, r.Body, MaxIngestBytes))
+	sum := sha256.New()
+	if key != "" && h.idem != nil {
+		body = io.TeeReader(body, sum)
+	}
+	batch, refused, err := DecodeEvents(body, ndjson, MaxIngestEvents)
 	if err != nil {
-		var big *http.MaxBytesError
-		if errors.As(err, &big) {
-			rest.WriteError(w, errcode.New(errcode.TooLarge, fmt.Sprintf("request body is larger than %d bytes", big.Limit)))
-			return
-		}
 		rest.Fail(w, r, err)
 		return
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(body, &items); err != nil || items == nil {
-		rest.WriteError(w, errcode.New(errcode.BadRequest, "request body must be a JSON array of request-log events"))
-		return
-	}
-	if len(items) == 0 || len(items) > MaxIngestEvents {
-		rest.WriteError(w, errcode.New(errcode.BadRequest, fmt.Sprintf("send 1 to %d events per request", MaxIngestEvents)))
-		return
-	}
-	events := make([]requestlog.Event, 0, len(items))
-	var problems []requestlog.FieldError
-	now := h.now().UTC()
-	for i, raw := range items {
-		e, err := decodeEvent(raw)
+	// Who posted is the one field of a report cfgd checked itself.
+	batch = requestlog.ReportedAs(batch, reporterOf(r))
+	if key == "" || h.idem == nil {
+		status, res, err := h.run(r.Context(), batch, refused)
 		if err != nil {
-			problems = append(problems, requestlog.FieldError{Index: i, Field: err.field, Message: err.msg})
-			continue
-		}
-		e = requestlog.Normalize(e, now)
-		if errs := requestlog.Check(i, e); len(errs) > 0 {
-			problems = append(problems, errs...)
-			continue
-		}
-		events = append(events, e)
-	}
-	if err := h.producer.Produce(r.Context(), events); err != nil {
-		if errors.Is(err, requestlog.ErrUnavailable) {
-			rest.Fail(w, r, &errcode.Error{Code: errcode.Unavailable, Message: "the request-log queue is unavailable, try again shortly", RetryAfter: time.Second, Err: err})
+			rest.Fail(w, r, err)
 			return
+		}
+		rest.JSON(w, status, res)
+		return
+	}
+	caller := callerOf(r)
+	stored, err := h.idem.Claim(r.Context(), caller, key, sum.Sum(nil))
+	if err != nil {
+		rest.Fail(w, r, err)
+		return
+	}
+	if stored != nil {
+		w.Header().Set("Idempotent-Replayed", "true")
+		writeRaw(w, stored.Status, stored.Body)
+		return
+	}
+	status, res, err := h.run(r.Context(), batch, refused)
+	var e *errcode.Error
+	if err != nil && !(errors.As(err, &e) && e.Code == errcode.Invalid) {
+		// Nothing is remembered of a failure a retry may fix.
+		if rerr := h.idem.Release(context.WithoutCancel(r.Context()), caller, key); rerr != nil {
+			slog.WarnContext(r.Context(), "idempotency key not released", "err", rerr)
 		}
 		rest.Fail(w, r, err)
 		return
 	}
-	res := IngestResult{Success: len(problems) == 0, Accepted: len(events), Rejected: len(items) - len(events)}
-	if len(problems) > 0 {
-		res.Errors, res.Code = problems, "invalid"
-		res.Error = fmt.Sprintf("%d of %d events rejected: %s", res.Rejected, len(items), problems[0].Error())
-		rest.JSON(w, http.StatusBadRequest, res)
+	if err != nil {
+		status, res = e.Code.HTTPStatus(), rest.ErrorBody{Error: e.Message, Code: string(e.Code), Fields: e.Fields}
+	}
+	out, merr := json.Marshal(res)
+	if merr != nil {
+		rest.Fail(w, r, merr)
 		return
 	}
-	rest.JSON(w, http.StatusAccepted, res)
+	// The events are in Kafka: the answer is stored even if the client
+	// has gone, so its retry finds it.
+	if ferr := h.idem.Finish(context.WithoutCancel(r.Context()), caller, key, requestlogview.Answer{Status: status, Body: out}); ferr != nil {
+		slog.WarnContext(r.Context(), "idempotency answer not stored", "err", ferr)
+	}
+	writeRaw(w, status, out)
 }
 
-type decodeError struct{ field, msg string }
-
-// decodeEvent reads one array element strictly: unknown fields and wrong
-// types are problems of that element only.
-func decodeEvent(raw json.RawMessage) (requestlog.Event, *decodeError) {
-	var e requestlog.Event
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&e); err != nil {
-		var typ *json.UnmarshalTypeError
-		var tm *time.ParseError
-		switch {
-		case errors.As(err, &typ) && typ.Field != "":
-			return e, &decodeError{typ.Field, "must be of type " + typ.Type.String()}
-		case errors.As(err, &typ):
-			return e, &decodeError{"", "must be a JSON object"}
-		case errors.As(err, &tm):
-			return e, &decodeError{"created_at", "must be an RFC 3339 date-time"}
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			return e, &decodeError{strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`), "unknown field"}
-		default:
-			return e, &decodeError{"", "is not a valid event"}
-		}
+// run accepts a decoded batch: the answer's status and body, or the error
+// to answer (errcode Invalid when nothing was stored).
+func (h *Handlers) run(ctx context.Context, batch []requestlog.Event, refused []requestlog.FieldError) (int, any, error) {
+	out, err := h.accept.Accept(ctx, batch, refused)
+	if err != nil {
+		return 0, nil, err
 	}
-	return e, nil
+	return http.StatusAccepted, IngestResult{Success: out.Rejected == 0, Accepted: out.Accepted, Rejected: out.Rejected, Errors: out.Errors}, nil
+}
+
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// callerOf names who sent r, the scope of its Idempotency-Key: the API
+// key, or the user.
+func callerOf(r *http.Request) string {
+	p, ok := auth.PrincipalFrom(r.Context())
+	switch {
+	case !ok || p == nil:
+		return "anonymous"
+	case p.Via == auth.ViaAPIKey:
+		return "key:" + strconv.FormatInt(p.KeyID, 10)
+	}
+	return "user:" + strconv.FormatInt(p.UserID, 10)
+}
+
+// reporterOf is the reported_by of what r posts: its API key, or its user.
+func reporterOf(r *http.Request) string {
+	p, ok := auth.PrincipalFrom(r.Context())
+	switch {
+	case !ok || p == nil:
+		return ""
+	case p.Via == auth.ViaAPIKey:
+		return requestlog.ReportedByKey(p.KeyID)
+	}
+	return requestlog.ReportedByUser(p.UserID)
+}
+
+// ingestType checks the Content-Type: JSON (an array) or NDJSON.
+func ingestType(ct string) (ndjson bool, err *errcode.Error) {
+	if ct == "" {
+		return false, nil
+	}
+	mt, params, perr := mime.ParseMediaType(ct)
+	if cs, ok := params["charset"]; perr != nil || (ok && !strings.EqualFold(cs, "utf-8")) {
+		return false, errcode.New(errcode.UnsupportedMediaType, "Content-Type must be application/json or application/x-ndjson (utf-8)")
+	}
+	switch mt {
+	case "application/json":
+		return false, nil
+	case "application/x-ndjson":
+		return true, nil
+	}
+	return false, errcode.New(errcode.UnsupportedMediaType, "Content-Type must be application/json or application/x-ndjson (utf-8)")
+}
+
+// query parses the query string strictly: a pair that does not decode
+// (service=%zz) is refused, not dropped, so no filter is lost unseen.
+func query(r *http.Request) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, errcode.New(errcode.BadRequest, "the query string is not valid URL encoding")
+	}
+	return q, nil
 }
 
 func (h *Handlers) requests(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	q, err := query(r)
+	if err != nil {
+		rest.Fail(w, r, err)
+		return
+	}
 	page, size, err := requestlogview.ParsePage(q.Get("page"), q.Get("page_size"))
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
 	}
 	results, count, err := h.queries.Requests(r.Context(), requestlogview.Filter{
-		Service: q.Get("service"), Method: q.Get("method"), Status: q.Get("status"), Page: page, PageSize: size,
+		Service: q.Get("service"), Method: q.Get("method"), Status: q.Get("status"), Code: q.Get("grpc_status_code"), Page: page, PageSize: size,
 	})
 	if err != nil {
 		rest.Fail(w, r, err)
@@ -181,7 +277,12 @@ func (h *Handlers) requests(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handlers) overview(w http.ResponseWriter, r *http.Request) {
-	hours, err := requestlogview.ParseHours(r.URL.Query().Get("hours"))
+	q, err := query(r)
+	if err != nil {
+		rest.Fail(w, r, err)
+		return
+	}
+	hours, err := requestlogview.ParseHours(q.Get("hours"))
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
@@ -195,7 +296,12 @@ func (h *Handlers) overview(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handlers) services(w http.ResponseWriter, r *http.Request) {
-	hours, err := requestlogview.ParseHours(r.URL.Query().Get("hours"))
+	q, err := query(r)
+	if err != nil {
+		rest.Fail(w, r, err)
+		return
+	}
+	hours, err := requestlogview.ParseHours(q.Get("hours"))
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
@@ -209,12 +315,17 @@ func (h *Handlers) services(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handlers) methods(w http.ResponseWriter, r *http.Request) {
-	hours, err := requestlogview.ParseHours(r.URL.Query().Get("hours"))
+	q, err := query(r)
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
 	}
-	m, err := h.queries.Methods(r.Context(), hours, r.URL.Query().Get("service"))
+	hours, err := requestlogview.ParseHours(q.Get("hours"))
+	if err != nil {
+		rest.Fail(w, r, err)
+		return
+	}
+	m, err := h.queries.Methods(r.Context(), hours, q.Get("service"))
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
@@ -224,12 +335,17 @@ func (h *Handlers) methods(w http.ResponseWriter, r *http.Request) {
 
 // timeline is the per-minute series the monitoring page charts.
 func (h *Handlers) timeline(w http.ResponseWriter, r *http.Request) {
-	hours, err := requestlogview.ParseTimelineHours(r.URL.Query().Get("hours"))
+	q, err := query(r)
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
 	}
-	tl, err := h.queries.Timeline(r.Context(), hours, r.URL.Query().Get("service"))
+	hours, err := requestlogview.ParseTimelineHours(q.Get("hours"))
+	if err != nil {
+		rest.Fail(w, r, err)
+		return
+	}
+	tl, err := h.queries.Timeline(r.Context(), hours, q.Get("service"))
 	if err != nil {
 		rest.Fail(w, r, err)
 		return

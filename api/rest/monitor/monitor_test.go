@@ -3,12 +3,15 @@ package monitor_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,7 +22,7 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/kafka"
-	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
@@ -46,7 +49,7 @@ func stack(t *testing.T, brokers *kafka.Config) *httptest.Server {
 
 // backend is the producer and the read model of the real path: with
 // brokers nil, a private broker and a running requestlog.
-func backend(t *testing.T, brokers *kafka.Config) (*requestlog.Producer, *requestlogview.Store) {
+func backend(t *testing.T, brokers *kafka.Config) (*requestlogkafka.Producer, *requestlogview.Store) {
 	t.Helper()
 	_, conn := testenv.ClickHouseMigrated(t)
 	var c kafka.Config
@@ -66,11 +69,11 @@ func backend(t *testing.T, brokers *kafka.Config) (*requestlog.Producer, *reques
 		t.Cleanup(func() { cancel(); <-done })
 		waitFor(t, func() bool { return s.Ready(ctx) == nil })
 	}
-	pc := requestlog.DefaultProducerConfig(c)
+	pc := requestlogkafka.DefaultProducerConfig(c)
 	if brokers == nil {
 		pc.Timeout = 10 * time.Second
 	}
-	p, err := requestlog.NewProducer(pc, testenv.Quiet())
+	p, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,12 +129,14 @@ func TestIngestThenQueryEveryEndpoint(t *testing.T) {
  {"service_name":"a.Svc","method_name":"Get","status":"bogus"},
  {"request_id":"r3","service_name":"a.Svc","method_name":"List","status":"error","grpc_status_code":"Internal","error_message":"boom","duration_ms":30},
  {"service_name":"","method_name":"Get","status":"success","duration_ms":-4},
- {"request_id":"r5","service_name":"b.Svc","method_name":"Put","grpc_status_code":"DeadlineExceeded","duration_ms":20},
+ {"request_id":"r5","service_name":"b.Svc","method_name":"Put","grpc_status_code":4,"duration_ms":20},
  {"service_name":"b.Svc","method_name":"Put","status":"success","duration_ms":"slow"},
  {"service_name":"b.Svc","method_name":"Put","status":"success","colour":"red"}
 ]`
 	code, res := do(t, http.MethodPost, srv.URL+"/api/grpc/monitor/ingest/", body)
-	if code != http.StatusBadRequest || res["accepted"] != 3.0 || res["rejected"] != 4.0 {
+	// Partly stored: 2xx, so a client that retries on 4xx never doubles
+	// the three counted (issue #21 point 6).
+	if code != http.StatusAccepted || res["success"] != false || res["accepted"] != 3.0 || res["rejected"] != 4.0 {
 		t.Fatalf("ingest: %d %v", code, res)
 	}
 	var named []string
@@ -159,7 +164,7 @@ func TestIngestThenQueryEveryEndpoint(t *testing.T) {
 		}
 	}
 	want2_7 := sorted("id", "request_id", "service_name", "method_name", "status", "duration_ms", "grpc_status_code", "error_message",
-		"created_at", "client_ip", "user_id", "username", "is_authenticated", "api_key_id", "api_key_name")
+		"created_at", "client_ip", "user_id", "username", "is_authenticated", "api_key_id", "api_key_name", "reported_by")
 	if first == nil || !slices.Equal(keys(first), want2_7) {
 		t.Fatalf("request record %v", first)
 	}
@@ -169,6 +174,13 @@ func TestIngestThenQueryEveryEndpoint(t *testing.T) {
 	_, filtered := do(t, http.MethodGet, srv.URL+"/api/grpc/monitor/requests/?service=b.Svc&status=timeout&page_size=1", "")
 	if filtered["count"] != 1.0 || len(filtered["results"].([]any)) != 1 {
 		t.Fatalf("filtered %v", filtered)
+	}
+	// The code sent as 4 is answered and filtered by every spelling.
+	for _, sp := range []string{"DEADLINE_EXCEEDED", "DeadlineExceeded", "4"} {
+		_, byCode := do(t, http.MethodGet, srv.URL+"/api/grpc/monitor/requests/?grpc_status_code="+sp, "")
+		if byCode["count"] != 1.0 || byCode["results"].([]any)[0].(map[string]any)["grpc_status_code"] != "DEADLINE_EXCEEDED" {
+			t.Fatalf("grpc_status_code=%s: %v", sp, byCode)
+		}
 	}
 
 	// The rollups are written right after the raw rows.
@@ -231,7 +243,6 @@ func TestBadInput(t *testing.T) {
 		{"POST", "/api/grpc/monitor/ingest/", `[{"service_name":"a","method_name":"b","status":"pending"}] trailing`},
 		{"POST", "/api/grpc/monitor/ingest/", `[1, "x"]`},
 		{"POST", "/api/grpc/monitor/ingest/", `[{"service_name":"a","method_name":"b","status":"success","created_at":"yesterday"}]`},
-		{"POST", "/api/grpc/monitor/ingest/", "[" + strings.Repeat(`{},`, monitor.MaxIngestEvents) + "{}]"},
 	}
 	for _, p := range []string{"overview", "services", "methods"} {
 		for _, h := range []string{"0", "8761", "-1", "abc", "1.5", ""} {
@@ -244,8 +255,13 @@ func TestBadInput(t *testing.T) {
 	for _, h := range []string{"0", "721", "-1", "abc", "1.5", "%20"} {
 		cases = append(cases, struct{ method, path, body string }{"GET", "/api/grpc/monitor/timeline/?hours=" + h, ""})
 	}
-	for _, q := range []string{"page_size=0", "page_size=1001", "page_size=-1", "page_size=abc", "page=0", "page=x", "status=weird"} {
+	for _, q := range []string{"page_size=0", "page_size=1001", "page_size=-1", "page_size=abc", "page=0", "page=x", "status=weird",
+		"grpc_status_code=17", "grpc_status_code=Nope", "service=%zz", "method=a%", "status=%zz&page=1"} {
 		cases = append(cases, struct{ method, path, body string }{"GET", "/api/grpc/monitor/requests/?" + q, ""})
+	}
+	// A query that does not decode is a 400, never a dropped filter.
+	for _, p := range []string{"overview", "services", "methods", "timeline"} {
+		cases = append(cases, struct{ method, path, body string }{"GET", "/api/grpc/monitor/" + p + "/?service=%zz", ""})
 	}
 	for _, c := range cases {
 		code, res := do(t, c.method, srv.URL+c.path, c.body)
@@ -295,4 +311,160 @@ func TestEveryRouteIsDocumented(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// Issue #21 point 6: a batch of which nothing is stored is a 400 naming
+// each event in errcode's field shape; Kafka is never asked.
+func TestIngestAllRefusedIs400WithEveryEvent(t *testing.T) {
+	t.Parallel()
+	srv := stack(t, &kafka.Config{Brokers: []string{"127.0.0.1:1"}, Partitions: 1})
+	code, res := do(t, http.MethodPost, srv.URL+"/api/grpc/monitor/ingest/",
+		`[{"service_name":"a","method_name":"b","status":"bogus"},{"service_name":"a","method_name":"b","grpc_status_code":1.5},{"service_name":"a","method_name":"b","status":"success","created_at":"1971-01-01T00:00:00Z"}]`)
+	fields, _ := res["fields"].(map[string]any)
+	if code != http.StatusBadRequest || res["code"] != "invalid" || len(fields) != 3 ||
+		fields["events[0].status"] == nil || fields["events[1].grpc_status_code"] == nil || fields["events[2].created_at"] == nil {
+		t.Fatalf("%d %v", code, res)
+	}
+}
+
+// Issue #20 point 11: the body is read as a stream and refused with 413
+// as soon as it passes the event or the byte limit.
+func TestIngestOverLimitsIs413(t *testing.T) {
+	t.Parallel()
+	srv := stack(t, &kafka.Config{Brokers: []string{"127.0.0.1:1"}, Partitions: 1})
+	ev := `{"service_name":"a","method_name":"b","status":"success"}`
+	for name, body := range map[string]string{
+		"events": "[" + strings.Repeat(ev+",", monitor.MaxIngestEvents) + ev + "]",
+		"bytes":  `[{"service_name":"a","method_name":"b","status":"success","error_message":"` + strings.Repeat("x", monitor.MaxIngestBytes) + `"}]`,
+		// Past the event limit even when the rest would not parse.
+		"events then garbage": "[" + strings.Repeat(ev+",", monitor.MaxIngestEvents+1) + "garbage",
+	} {
+		code, res := do(t, http.MethodPost, srv.URL+"/api/grpc/monitor/ingest/", body)
+		if code != http.StatusRequestEntityTooLarge || res["code"] != "too_large" {
+			t.Errorf("%s: %d %v, want 413", name, code, res)
+		}
+	}
+}
+
+func TestDecodeEventsNDJSON(t *testing.T) {
+	body := `{"service_name":"a","method_name":"b","status":"success","grpc_status_code":"4"}
+{"service_name":"a","colour":"red"}
+{"service_name":"a","method_name":"c","grpc_status_code":0}
+`
+	batch, refused, err := monitor.DecodeEvents(strings.NewReader(body), true, 10)
+	if err != nil || len(batch) != 3 || len(refused) != 1 || refused[0].Index != 1 || refused[0].Field != "colour" ||
+		batch[0].GRPCStatusCode != "4" || batch[2].GRPCStatusCode != "0" {
+		t.Fatalf("%v %v %v", batch, refused, err)
+	}
+}
+
+func FuzzDecodeEvents(f *testing.F) {
+	f.Add([]byte(`[{"service_name":"a","method_name":"b","status":"success","grpc_status_code":4}]`), false)
+	f.Add([]byte(`[{"service_name":"a"}, 1, "x", null, {"grpc_status_code":"DeadlineExceeded"}]`), false)
+	f.Add([]byte("{\"service_name\":\"a\"}\n{\"method_name\":2}\n"), true)
+	f.Add([]byte(`[`), false)
+	f.Fuzz(func(t *testing.T, body []byte, ndjson bool) {
+		batch, refused, err := monitor.DecodeEvents(strings.NewReader(string(body)), ndjson, 50)
+		if err != nil {
+			// Only the one error type, and only 400 or 413.
+			var e *errcode.Error
+			if !errors.As(err, &e) || (e.Code != errcode.BadRequest && e.Code != errcode.TooLarge) {
+				t.Fatalf("error %v", err)
+			}
+			return
+		}
+		if len(batch) == 0 || len(batch) > 50 || len(refused) > len(batch) {
+			t.Fatalf("%d events, %d refused", len(batch), len(refused))
+		}
+		for i, r := range refused {
+			if r.Index < 0 || r.Index >= len(batch) || (i > 0 && r.Index <= refused[i-1].Index) {
+				t.Fatalf("refusal %d at %d of %d", i, r.Index, len(batch))
+			}
+		}
+	})
+}
+
+func post(t *testing.T, url, key, body string) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set(monitor.HeaderIdempotencyKey, key)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b), res.Header
+}
+
+// Issue #21 point 5: a repeated Idempotency-Key gets the first answer and
+// counts nothing again, also when the copies arrive at once; the same key
+// with another body is refused.
+func TestIngestIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	p, store := backend(t, nil)
+	idem := requestlogview.NewIdempotency(testenv.Postgres(t), time.Now, 10*time.Second)
+	r := mux.NewRouter()
+	monitor.New(p, store, time.Now).WithIdempotency(idem).Mount(r, pass, pass)
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	url := srv.URL + "/api/grpc/monitor/ingest/"
+	body := `[{"service_name":"idem.Svc","method_name":"A","status":"success"},{"service_name":"idem.Svc","method_name":"B","status":"bogus"}]`
+
+	code, first, _ := post(t, url, "k1", body)
+	if code != http.StatusAccepted || !strings.Contains(first, `"accepted":1`) {
+		t.Fatalf("first: %d %s", code, first)
+	}
+	code, again, h := post(t, url, "k1", body)
+	if code != http.StatusAccepted || again != first || h.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("repeat: %d %s %v", code, again, h)
+	}
+	code, other, _ := post(t, url, "k1", strings.Replace(body, `"A"`, `"C"`, 1))
+	if code != http.StatusConflict || !strings.Contains(other, `"code":"conflict"`) {
+		t.Fatalf("other body: %d %s", code, other)
+	}
+	// Eight copies at once: one runs, the others get its answer.
+	var wg sync.WaitGroup
+	answers := make([]string, 8)
+	codes := make([]int, 8)
+	for i := range answers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i], answers[i], _ = post(t, url, "k2", body)
+		}()
+	}
+	wg.Wait()
+	for i := range answers {
+		if codes[i] != http.StatusAccepted || answers[i] != answers[0] {
+			t.Fatalf("copy %d: %d %s (first %s)", i, codes[i], answers[i], answers[0])
+		}
+	}
+	// A batch of which nothing is stored is remembered too (400).
+	bad := `[{"service_name":"idem.Svc","method_name":"B","status":"bogus"}]`
+	c1, b1, _ := post(t, url, "k3", bad)
+	c2, b2, _ := post(t, url, "k3", bad)
+	if c1 != http.StatusBadRequest || c2 != c1 || b2 != b1 {
+		t.Fatalf("refused batch: %d %s then %d %s", c1, b1, c2, b2)
+	}
+	// Exactly two events counted (k1 once, k2 once); a last batch without
+	// a key shows the sink has passed everything sent before it.
+	if code, res, _ := post(t, url, "", `[{"service_name":"idem.Last","method_name":"A","status":"success"}]`); code != http.StatusAccepted {
+		t.Fatalf("last: %d %s", code, res)
+	}
+	ctx := context.Background()
+	waitFor(t, func() bool {
+		_, n, err := store.Requests(ctx, requestlogview.Filter{Service: "idem.Last"})
+		return err == nil && n == 1
+	})
+	time.Sleep(time.Second) // the other partition's records
+	if _, n, err := store.Requests(ctx, requestlogview.Filter{Service: "idem.Svc"}); err != nil || n != 2 {
+		t.Fatalf("idem.Svc counted %d times (%v), want 2", n, err)
+	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/cfgd/cfgd/api/pages"
 	"github.com/cfgd/cfgd/api/rest/taskadmin"
@@ -42,6 +43,18 @@ type stack struct {
 	Email string
 	Pass  string
 	Q     map[string]string // short name (default, high, low) -> queue name
+	// TR is the Redis of the task queues: the local one, or the test's
+	// own server (stackOpts.redis).
+	TR *redis.Client
+}
+
+// stackOpts varies the stack: tune the config, put the task queues on
+// another Redis, leave the tasks.control reactor out (the test runs it
+// by hand).
+type stackOpts struct {
+	tune      func(*taskqueues.Config)
+	redis     *redis.Client
+	noControl bool
 }
 
 func randomHex(n int) string {
@@ -52,7 +65,17 @@ func randomHex(n int) string {
 
 func startStack(t *testing.T, tune func(*taskqueues.Config)) *stack {
 	t.Helper()
+	return startStackWith(t, stackOpts{tune: tune})
+}
+
+func startStackWith(t *testing.T, o stackOpts) *stack {
+	t.Helper()
+	tune := o.tune
 	env := authtest.Start(t, authtest.Options{NoPipeline: true})
+	tr := env.Redis
+	if o.redis != nil {
+		tr = o.redis
+	}
 	prefix := "t" + randomHex(4) + "-"
 	cfg := taskqueues.DefaultConfig()
 	cfg.RedisURL = authtest.RedisURL()
@@ -68,27 +91,30 @@ func startStack(t *testing.T, tune func(*taskqueues.Config)) *stack {
 	if tune != nil {
 		tune(&cfg)
 	}
-	app, err := taskqueues.New(cfg, taskqueues.Deps{Pool: env.Pool, Redis: env.Redis, Log: testenv.Quiet()})
+	app, err := taskqueues.New(cfg, taskqueues.Deps{Pool: env.Pool, Redis: tr, Log: testenv.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = app.Close() })
-	t.Cleanup(func() { cleanRedis(t, env, cfg) })
+	t.Cleanup(func() { cleanRedis(t, tr, cfg) })
 
 	busCfg := testenv.Kafka(t, 3)
 	reg, err := events.NewRegistry(append(identity.Events(), tasks.Events()...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := tasks.NewProducer(busCfg, testenv.Quiet())
+	pub, err := tasks.NewProducer(busCfg, testenv.Signer(t), testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pub.Close() })
-	ps := append(projectors.Identity(), reactors.Control(app.Inspector, app.Registry, pub, env.Pool), projectors.TaskQueues())
+	ps := append(projectors.Identity(), projectors.TaskQueues())
+	if !o.noControl {
+		ps = append(ps, reactors.Control(app.Inspector, app.Registry, pub, env.Pool))
+	}
 	testenv.Pipeline(t, env.Pool, nil, busCfg, reg, ps...)
 
-	sink := sinks.NewLifecycle(env.Pool, busCfg, testenv.Quiet())
+	sink := sinks.NewLifecycle(env.Pool, busCfg, testenv.Signer(t), testenv.Quiet())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -99,13 +125,13 @@ func startStack(t *testing.T, tune func(*taskqueues.Config)) *stack {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 
-	em, err := tasks.NewProducer(busCfg, testenv.Quiet())
+	em, err := tasks.NewProducer(busCfg, testenv.Signer(t), testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = em.Close() })
 	// The enqueuer the tests use records what it enqueues, as the CLI does.
-	app.Enqueuer = taskqueues.NewEnqueuer(cfg, env.Redis, em)
+	app.Enqueuer = taskqueues.NewEnqueuer(cfg, tr, em)
 
 	staff := env.API.Staff()
 	// The authtest router serves the shared assets already (front module).
@@ -125,20 +151,21 @@ func startStack(t *testing.T, tune func(*taskqueues.Config)) *stack {
 		Env: served, Cfg: cfg, App: app, Bus: busCfg, Emit: em, Email: email, Pass: pass,
 		Admin: []string{"Authorization", "Basic " + base64.StdEncoding.EncodeToString([]byte(email+":"+pass))},
 		Q:     map[string]string{"default": prefix + "default", "high": prefix + "high", "low": prefix + "low"},
+		TR:    tr,
 	}
 }
 
 // cleanRedis deletes the test's queues and keys.
-func cleanRedis(t *testing.T, env *authtest.Env, cfg taskqueues.Config) {
-	insp := asynq.NewInspectorFromRedisClient(env.Redis)
+func cleanRedis(t *testing.T, rdb *redis.Client, cfg taskqueues.Config) {
+	insp := asynq.NewInspectorFromRedisClient(rdb)
 	for _, q := range cfg.QueueNames() {
 		_ = insp.UnpauseQueue(q)
 		_ = insp.DeleteQueue(q, true)
 	}
 	ctx := context.Background()
-	iter := env.Redis.Scan(ctx, 0, cfg.KeyPrefix+"*", 100).Iterator()
+	iter := rdb.Scan(ctx, 0, cfg.KeyPrefix+"*", 100).Iterator()
 	for iter.Next(ctx) {
-		_ = env.Redis.Del(ctx, iter.Val()).Err()
+		_ = rdb.Del(ctx, iter.Val()).Err()
 	}
 }
 
@@ -152,7 +179,7 @@ func (s *stack) startWorkerWith(t *testing.T, id string, h asynq.Handler) *worke
 	t.Helper()
 	cfg := s.Cfg
 	cfg.WorkerID = id
-	w, err := worker.NewWorker(cfg, s.Redis, s.Emit, testenv.Quiet(), h)
+	w, err := worker.NewWorker(cfg, s.TR, s.Emit, testenv.Quiet(), h)
 	if err != nil {
 		t.Fatal(err)
 	}

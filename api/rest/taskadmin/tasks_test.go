@@ -163,7 +163,7 @@ func TestClearRemovesWaitingTasksOnly(t *testing.T) {
 		s.enqueue(t, q, taskqueues.TypeEcho, `{}`)
 	}
 	// A scheduled task waits too.
-	client := asynq.NewClientFromRedisClient(s.Redis)
+	client := asynq.NewClientFromRedisClient(s.TR)
 	if _, err := client.Enqueue(asynq.NewTask(taskqueues.TypeEcho, nil), asynq.Queue(q), asynq.ProcessIn(time.Hour)); err != nil {
 		t.Fatal(err)
 	}

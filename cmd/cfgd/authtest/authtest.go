@@ -23,6 +23,7 @@ import (
 
 	"github.com/cfgd/cfgd/api/pages"
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
+	"github.com/cfgd/cfgd/cmd/settings"
 
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -40,17 +41,14 @@ import (
 	"github.com/cfgd/cfgd/events/store"
 )
 
-// DefaultRedisURL is the Redis the tests use unless CFGD_TEST_REDIS_URL
-// names another (a stack started with CFGD_REDIS_PORT, a CI service).
-const DefaultRedisURL = "redis://127.0.0.1:6379/0"
-
-// RedisURL is the Redis the tests use: CFGD_TEST_REDIS_URL when set, else
-// DefaultRedisURL.
+// RedisURL is the Redis the tests use: CFGD_TEST_REDIS_URL when set (a
+// stack started with CFGD_REDIS_PORT, a CI service), else REDIS__URL's
+// default.
 func RedisURL() string {
 	if u := os.Getenv("CFGD_TEST_REDIS_URL"); u != "" {
 		return u
 	}
-	return DefaultRedisURL
+	return settings.DefaultCore().RedisURL
 }
 
 // Clock is a settable test clock: real time plus an offset.
@@ -90,6 +88,9 @@ type Options struct {
 	// MaxEventBytes, when set, is the append limit the core gets (as
 	// EVENTS__MAX_BYTES gives it to cfgd serve).
 	MaxEventBytes int
+	// Usage, when set, takes the requests API keys authenticate (as the
+	// usage recorder does in cfgd serve).
+	Usage signin.Usage
 }
 
 // Start brings the stack up for t; everything stops when t ends.
@@ -143,7 +144,7 @@ func Start(t testing.TB, o Options) *Env {
 			t.Fatal(err)
 		}
 	}
-	app, err := signin.New(sc, signin.Deps{Pool: pool, Events: limits, Redis: rdb, Log: testenv.Quiet(), Console: io.Discard, Now: clock.Now})
+	app, err := signin.New(sc, signin.Deps{Pool: pool, Events: limits, Redis: rdb, Log: testenv.Quiet(), Console: io.Discard, Now: clock.Now, Usage: o.Usage})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,14 @@
 package authtest
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/cfgd/cfgd/cmd/settings"
+)
 
 func TestRedisURLFollowsTheEnvironment(t *testing.T) {
 	tests := []struct{ env, want string }{
-		{"", DefaultRedisURL},
+		{"", settings.DefaultCore().RedisURL},
 		{"redis://127.0.0.1:6390/3", "redis://127.0.0.1:6390/3"},
 	}
 	for _, tc := range tests {

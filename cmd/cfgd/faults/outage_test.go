@@ -102,7 +102,8 @@ func TestOutage(t *testing.T) {
 			cancel()
 			waitIn()
 			waitS()
-			in.checkIngested(t, openClickHouse(t, env["CLICKHOUSE__URL"]), openPostgres(t, env["POSTGRES__URL"]), 60*time.Second)
+			_, _, calls = in.counts()
+			in.checkIngested(t, openClickHouse(t, env["CLICKHOUSE__URL"]), openPostgres(t, env["POSTGRES__URL"]), 60*time.Second, calls)
 			s.checkUsers(t, openPostgres(t, env["POSTGRES__URL"]), 45*time.Second)
 		})
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/cfgd/cfgd/events/identity"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/apikeyview"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
@@ -76,7 +77,7 @@ type Env struct {
 	// With Options.RequestLog: the reporter of served calls, the producer
 	// and the read model over the test's ClickHouse database.
 	Reporter *requestlog.Batcher
-	Producer *requestlog.Producer
+	Producer *requestlogkafka.Producer
 	Requests *requestlogview.Store
 }
 
@@ -89,6 +90,8 @@ type Options struct {
 	// KafkaDown points the request-log producer at a dead broker (with
 	// RequestLog), for the Unavailable path.
 	KafkaDown bool
+	// Usage takes the requests API keys authenticate (authtest.Options).
+	Usage signin.Usage
 }
 
 // Start brings the stack up for t.
@@ -100,16 +103,16 @@ func Start(t testing.TB) *Env {
 // StartWith brings the stack up for t with o.
 func StartWith(t testing.TB, o Options) *Env {
 	t.Helper()
-	a := authtest.Start(t, authtest.Options{NoPipeline: true, Config: func(c *signin.Config) { c.APIKeyCacheTTL = 200 * time.Millisecond }})
+	a := authtest.Start(t, authtest.Options{NoPipeline: true, Usage: o.Usage, Config: func(c *signin.Config) { c.APIKeyCacheTTL = 200 * time.Millisecond }})
 	logs := &Logs{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	kafka := testenv.Kafka(t, 3)
 	var rl modules.GRPCRequestLog
-	var prod *requestlog.Producer
+	var prod *requestlogkafka.Producer
 	var store *requestlogview.Store
 	if o.RequestLog {
 		prod, store = requestLog(t, kafka, o.KafkaDown)
-		rl = modules.GRPCRequestLog{Producer: prod, Queries: store}
+		rl = modules.GRPCRequestLog{Producer: prod, Queries: store, Idempotency: requestlogview.NewIdempotency(a.Pool, time.Now, 10*time.Second)}
 	}
 	report := requestlog.DefaultBatcherConfig()
 	report.FlushInterval = 20 * time.Millisecond
@@ -190,7 +193,7 @@ func (e *Env) NewKey(t testing.TB, name, typ, email string, expires *time.Time) 
 
 // requestLog starts the request-log path on broker c: the ClickHouse sink
 // into a fresh database and a producer (on a dead broker when down).
-func requestLog(t testing.TB, c kafka.Config, down bool) (*requestlog.Producer, *requestlogview.Store) {
+func requestLog(t testing.TB, c kafka.Config, down bool) (*requestlogkafka.Producer, *requestlogview.Store) {
 	t.Helper()
 	_, conn := testenv.ClickHouseMigrated(t)
 	sc := sinks.DefaultRequestLogConfig(c)
@@ -207,7 +210,7 @@ func requestLog(t testing.TB, c kafka.Config, down bool) (*requestlog.Producer, 
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	pc := requestlog.DefaultProducerConfig(c)
+	pc := requestlogkafka.DefaultProducerConfig(c)
 	if down {
 		dead := c
 		dead.Brokers = []string{deadAddr(t)}
@@ -217,7 +220,7 @@ func requestLog(t testing.TB, c kafka.Config, down bool) (*requestlog.Producer, 
 		// can take longer than the serving default of one second.
 		pc.Timeout = 10 * time.Second
 	}
-	p, err := requestlog.NewProducer(pc, testenv.Quiet())
+	p, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cfgd/cfgd/api/grpcserver"
+	"github.com/cfgd/cfgd/api/otlp"
 	"github.com/cfgd/cfgd/api/protos"
 	apikeysv1 "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
 	authv1 "github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
@@ -84,13 +85,20 @@ type GRPCParts struct {
 type GRPCRequestLog struct {
 	Producer grpcserver.Producer
 	Queries  grpcserver.RequestLogQueries
+	// RetentionDays bounds the created_at cfgd.ingest.v1 takes (0: the
+	// sink's default).
+	RetentionDays int
+	// Idempotency keeps the answers of Report calls sent with an
+	// idempotency key (nil: the key is ignored).
+	Idempotency grpcserver.Idempotency
 }
 
 // GRPC builds gRPC monitoring: the gRPC server (health, reflection,
 // cfgd's services; callers authenticated through a's authenticator), the
 // API-key commands, projection and read model, the REST endpoints and the
 // proto files (written into ProtoDir now when missing or changed), and
-// with rl the request log of every served call, cfgd.ingest.v1 and the
+// with rl the request log of every served call, cfgd.ingest.v1, OTLP
+// trace export (gRPC TraceService/Export, HTTP POST /v1/traces) and the
 // cfgd.monitor.v1 statistics. cfgd serve and the tests (grpctest) both
 // build it here.
 func GRPC(cfg GRPCConfig, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now func() time.Time, rl GRPCRequestLog) (GRPCParts, error) {
@@ -130,7 +138,28 @@ func GRPC(cfg GRPCConfig, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now
 	srv.Register(&authv1.AuthService_ServiceDesc, grpcserver.NewAuth(a.App(), log))
 	// Registered even without a producer (it then answers Unimplemented),
 	// so reflection always lists what the proto files declare.
-	srv.Register(&ingestv1.IngestService_ServiceDesc, grpcserver.NewIngest(rl.Producer, now, log))
+	ing := grpcserver.NewIngest(rl.Producer, now, log)
+	// One accept path for the JSON ingest and OTLP: the same validation,
+	// created_at window and producer.
+	accept := &requestlog.Accepter{Now: now}
+	if rl.Producer != nil {
+		accept.Produce = rl.Producer.Produce
+	}
+	if rl.RetentionDays > 0 {
+		ing = ing.WithWindow(requestlog.WindowFor(rl.RetentionDays))
+		accept.Window = requestlog.WindowFor(rl.RetentionDays)
+	}
+	if rl.Idempotency != nil {
+		ing = ing.WithIdempotency(rl.Idempotency)
+	}
+	srv.Register(&ingestv1.IngestService_ServiceDesc, ing)
+	// OTLP trace export on both ports (gRPC here, HTTP /v1/traces in
+	// Routes): the gRPC server spans become request logs.
+	var traces *otlp.Receiver
+	if rl.Producer != nil {
+		traces = otlp.New(otlp.ViaIngest{Ingest: accept}, grpcserver.NewSigninAuthenticator(a.App().Auth), log)
+		traces.RegisterGRPC(srv)
+	}
 	dir, err := protos.NewDir(cfg.ProtoDir)
 	if err != nil {
 		return GRPCParts{}, err
@@ -160,6 +189,9 @@ func GRPC(cfg GRPCConfig, a *auth.API, pool *pgxpool.Pool, log *slog.Logger, now
 	p.Module = Module{
 		Name: "grpc",
 		Routes: func(r *mux.Router) error {
+			if traces != nil {
+				traces.Mount(r)
+			}
 			return grpcadmin.Mount(r, grpcadmin.Deps{
 				Staff: a.Staff(), StaffOrKey: a.StaffOrAPIKey(), Pool: pool, Keys: keys, Create: p.Create, Revoke: p.Revoke,
 				Health: func() grpcadmin.Health {

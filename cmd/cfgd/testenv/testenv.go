@@ -242,54 +242,55 @@ func ReadTopic(t testing.TB, c kafka.Config, topic string, want int, timeout tim
 }
 
 // ReadTopicUntil reads every partition of topic from the oldest offset
-// until done says what arrived is enough (checked after each record) or
-// timeout passes, and returns what it got. Use it where duplicates make a
-// count of records the wrong test for "everything arrived".
+// until done says what arrived is enough (checked after each read of what
+// the topic held) or timeout passes, and returns what it got: it reads the
+// ranges between the partitions' ends with kafka.Reader, again and again.
 func ReadTopicUntil(t testing.TB, c kafka.Config, topic string, done func([]*sarama.ConsumerMessage) bool, timeout time.Duration) []*sarama.ConsumerMessage {
 	t.Helper()
-	cfg := c.ConsumerSarama()
-	consumer, err := sarama.NewConsumer(c.Brokers, cfg)
+	r, err := kafka.NewReader(c)
 	if err != nil {
-		t.Fatalf("testenv: consumer: %v", err)
+		t.Fatalf("testenv: %v", err)
 	}
-	defer consumer.Close()
-	parts, err := consumer.Partitions(topic)
-	if err != nil {
-		t.Fatalf("testenv: partitions of %s: %v", topic, err)
-	}
-	out := make(chan *sarama.ConsumerMessage, 1024)
-	for _, p := range parts {
-		pc, err := consumer.ConsumePartition(topic, p, sarama.OffsetOldest)
-		if err != nil {
-			t.Fatalf("testenv: consume %s/%d: %v", topic, p, err)
-		}
-		defer pc.Close()
-		go func() {
-			for m := range pc.Messages() {
-				out <- m
-			}
-		}()
-	}
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	var got []*sarama.ConsumerMessage
-	deadline := time.After(timeout)
-	for !done(got) {
+	var next map[int32]int64
+	more := func() {
+		ends, err := r.Ends(topic)
+		if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+			return // not created yet
+		}
+		if err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		reached, err := r.Read(ctx, topic, next, ends, 1024, func(_ context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
+			got = append(got, msgs...)
+			return nil
+		})
+		if err != nil && ctx.Err() == nil {
+			t.Fatalf("testenv: read %s: %v", topic, err)
+		}
+		next = reached
+	}
+	wait := func(d time.Duration) bool {
 		select {
-		case m := <-out:
-			got = append(got, m)
-		case <-deadline:
+		case <-ctx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	for more(); !done(got); more() {
+		if !wait(20 * time.Millisecond) {
 			return got
 		}
 	}
 	// Give duplicates a moment to show up, since callers count them.
-	settle := time.After(200 * time.Millisecond)
-	for {
-		select {
-		case m := <-out:
-			got = append(got, m)
-		case <-settle:
-			return got
-		}
+	if wait(200 * time.Millisecond) {
+		more()
 	}
+	return got
 }
 
 // testSigningKey is the event signing key of every test: relays and

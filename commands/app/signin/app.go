@@ -45,6 +45,16 @@ type Deps struct {
 	// Events sets the limits of every append (EVENTS__MAX_BYTES); nil:
 	// the store's defaults.
 	Events *store.Store
+	// Usage takes every request an API key authenticated, at server time
+	// (events/apikey.UsageRecorder); nil: uses are not counted (tests,
+	// CLI).
+	Usage Usage
+}
+
+// Usage records one request authenticated by key keyID at at. It must not
+// block: the request is waiting.
+type Usage interface {
+	Record(keyID int64, at time.Time)
 }
 
 // App is the sign-in capability assembled.
@@ -139,7 +149,7 @@ func New(cfg Config, d Deps) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.Auth = &Authenticator{app: a, pool: d.Pool, keys: apiKeys}
+	a.Auth = &Authenticator{app: a, pool: d.Pool, keys: apiKeys, usage: d.Usage}
 	return a, nil
 }
 

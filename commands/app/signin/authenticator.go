@@ -57,9 +57,10 @@ type APIKeys interface {
 // transport: the HTTP middleware of api/auth and the gRPC interceptors are
 // thin adapters over it, so both accept and refuse the same credentials.
 type Authenticator struct {
-	app  *App
-	pool *pgxpool.Pool
-	keys APIKeys
+	app   *App
+	pool  *pgxpool.Pool
+	keys  APIKeys
+	usage Usage
 }
 
 // Bearer checks an access token and its session's revocation.
@@ -90,7 +91,11 @@ func (a *Authenticator) token(ctx context.Context, raw string, kind token.Kind, 
 	return &Principal{UserID: claims.UserID(), SessionID: claims.SessionID, UserVersion: claims.UserVersion, Via: via}, nil
 }
 
-// APIKey checks a raw API key.
+// APIKey checks a raw API key. Each key it accepts is one request of
+// that key for its usage (request_count, last_used_at), at server time:
+// both transports call it once per request (an HTTP request, a gRPC call
+// or stream), and it is the only place a key's use is a fact rather than
+// a caller's claim.
 func (a *Authenticator) APIKey(ctx context.Context, raw string) (*Principal, error) {
 	if raw == "" {
 		return nil, ErrNoCredentials
@@ -101,6 +106,9 @@ func (a *Authenticator) APIKey(ctx context.Context, raw string) (*Principal, err
 	}
 	if err != nil {
 		return nil, err
+	}
+	if a.usage != nil {
+		a.usage.Record(o.KeyID, a.app.Now())
 	}
 	return &Principal{UserID: o.UserID, Via: ViaAPIKey, KeyID: o.KeyID, KeyName: o.KeyName}, nil
 }

@@ -59,7 +59,9 @@ func ParseQueues(items []string) ([]Queue, error) {
 
 // Config of the task capability.
 type Config struct {
-	// RedisURL is where asynq keeps its queues (redis://host:port/db).
+	// RedisURL is where asynq keeps its queues (redis://host:port/db). It
+	// has no default of its own: cmd/settings fills it from TASKS__REDIS_URL,
+	// else REDIS__URL, whose default is written there once.
 	RedisURL string
 	// Processes is how many task servers one worker process runs.
 	Processes int
@@ -92,10 +94,9 @@ type Config struct {
 	ApplyWait time.Duration
 }
 
-// DefaultConfig is the documented defaults.
+// DefaultConfig is the documented defaults (RedisURL left to the caller).
 func DefaultConfig() Config {
 	return Config{
-		RedisURL:        "redis://127.0.0.1:6379/0",
 		Processes:       1,
 		Threads:         8,
 		Queues:          DefaultQueues(),

@@ -43,7 +43,9 @@ func TestParseQueues(t *testing.T) {
 
 func TestConfigValidateJoinsEveryProblem(t *testing.T) {
 	t.Parallel()
-	if err := taskqueues.DefaultConfig().Validate(); err != nil {
+	defaults := taskqueues.DefaultConfig()
+	defaults.RedisURL = "redis://127.0.0.1:6379/0"
+	if err := defaults.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
 	c := taskqueues.DefaultConfig()
@@ -88,6 +90,7 @@ func TestValidatePayload(t *testing.T) {
 func TestConfigValidateBounds(t *testing.T) {
 	t.Parallel()
 	c := taskqueues.DefaultConfig()
+	c.RedisURL = "redis://127.0.0.1:6379/0"
 	c.Processes, c.Threads, c.MaxRetries = 1, 1, 0
 	if err := c.Validate(); err != nil {
 		t.Fatalf("processes 1, threads 1, max retries 0: %v", err)

@@ -173,3 +173,58 @@ func (r *Registry) PendingCommand(ctx context.Context, id string) (Command, bool
 	}
 	return c, true, nil
 }
+
+// clearNoteTTL bounds how long the notes of a clear outlive it when its
+// end was never recorded (the queue's stream was deleted, say).
+const clearNoteTTL = 7 * 24 * time.Hour
+
+func (r *Registry) clearKey(clear string) string { return r.prefix + "clear:" + clear }
+
+// NoteClearing records, before they are deleted, the tasks (id → type)
+// the clear named clear is about to remove, so that a clear interrupted
+// halfway knows, when it runs again, which tasks it removed already: the
+// deleted tasks are gone from asynq, and only these notes can close them
+// in the statistics.
+func (r *Registry) NoteClearing(ctx context.Context, clear string, ts map[string]string) error {
+	if len(ts) == 0 {
+		return nil
+	}
+	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, r.clearKey(clear), ts)
+		p.Expire(ctx, r.clearKey(clear), clearNoteTTL)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("clear %s: note: %w", clear, err)
+	}
+	return nil
+}
+
+// Unnote drops tasks the clear noted but did not remove (a worker took
+// them first).
+func (r *Registry) Unnote(ctx context.Context, clear string, ids ...string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if err := r.rdb.HDel(ctx, r.clearKey(clear), ids...).Err(); err != nil {
+		return fmt.Errorf("clear %s: unnote: %w", clear, err)
+	}
+	return nil
+}
+
+// Noted returns the tasks (id → type) the clear noted.
+func (r *Registry) Noted(ctx context.Context, clear string) (map[string]string, error) {
+	m, err := r.rdb.HGetAll(ctx, r.clearKey(clear)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("clear %s: notes: %w", clear, err)
+	}
+	return m, nil
+}
+
+// ForgetClear drops the notes of a clear whose outcome is recorded.
+func (r *Registry) ForgetClear(ctx context.Context, clear string) error {
+	if err := r.rdb.Del(ctx, r.clearKey(clear)).Err(); err != nil {
+		return fmt.Errorf("clear %s: forget: %w", clear, err)
+	}
+	return nil
+}

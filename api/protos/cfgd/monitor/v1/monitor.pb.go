@@ -227,8 +227,13 @@ type Request struct {
 	IsAuthenticated bool   `protobuf:"varint,13,opt,name=is_authenticated,json=isAuthenticated,proto3" json:"is_authenticated,omitempty"`
 	ApiKeyId        int64  `protobuf:"varint,14,opt,name=api_key_id,json=apiKeyId,proto3" json:"api_key_id,omitempty"`
 	ApiKeyName      string `protobuf:"bytes,15,opt,name=api_key_name,json=apiKeyName,proto3" json:"api_key_name,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Who posted the row to cfgd: "api_key:<id>", "user:<id>", or "cfgd"
+	// for its own calls; set by the server, never by the report ("" for
+	// rows from before it was kept). Every field above is what the report
+	// says.
+	ReportedBy    string `protobuf:"bytes,16,opt,name=reported_by,json=reportedBy,proto3" json:"reported_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Request) Reset() {
@@ -362,6 +367,13 @@ func (x *Request) GetApiKeyId() int64 {
 func (x *Request) GetApiKeyName() string {
 	if x != nil {
 		return x.ApiKeyName
+	}
+	return ""
+}
+
+func (x *Request) GetReportedBy() string {
+	if x != nil {
+		return x.ReportedBy
 	}
 	return ""
 }
@@ -973,7 +985,7 @@ const file_cfgd_monitor_v1_monitor_proto_rawDesc = "" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\tR\x06status\x12\x12\n" +
 	"\x04page\x18\x04 \x01(\x05R\x04page\x12\x1b\n" +
-	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\"\xe0\x03\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\"\x81\x04\n" +
 	"\aRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
 	"\n" +
@@ -996,7 +1008,9 @@ const file_cfgd_monitor_v1_monitor_proto_rawDesc = "" +
 	"\n" +
 	"api_key_id\x18\x0e \x01(\x03R\bapiKeyId\x12 \n" +
 	"\fapi_key_name\x18\x0f \x01(\tR\n" +
-	"apiKeyName\"\\\n" +
+	"apiKeyName\x12\x1f\n" +
+	"\vreported_by\x18\x10 \x01(\tR\n" +
+	"reportedBy\"\\\n" +
 	"\x10RequestsResponse\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x03R\x05count\x122\n" +
 	"\aresults\x18\x02 \x03(\v2\x18.cfgd.monitor.v1.RequestR\aresults\"'\n" +

@@ -1,4 +1,8 @@
-package requestlog
+// Package requestlogkafka writes request-log events to their Kafka topic,
+// packed many to a record in events/requestlog's wire format. It is apart
+// from events/requestlog so that the event, its validation and the batcher
+// (which api/reporter gives other Go servers) come without a Kafka client.
+package requestlogkafka
 
 import (
 	"context"
@@ -10,12 +14,10 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/requestlog"
 )
-
-// ErrUnavailable is returned by Produce when Kafka did not take the events
-// in time; edges answer 503 / Unavailable.
-var ErrUnavailable = errors.New("request-log topic is unavailable")
 
 // ProducerConfig configures a Producer.
 type ProducerConfig struct {
@@ -27,6 +29,10 @@ type ProducerConfig struct {
 	// MaxInFlightBytes bounds the encoded events handed to Kafka and not
 	// yet acknowledged (default 64 MiB); past it Produce fails.
 	MaxInFlightBytes int64
+	// Signer signs each record as the relay signs domain events (header
+	// events.HeaderSignature over the record's value), so a broker login
+	// alone cannot forge counted rows: the sinks verify with the same key.
+	Signer *events.Signer
 }
 
 // DefaultProducerConfig returns the defaults for bus c.
@@ -88,25 +94,29 @@ func (p *Producer) Topic() string { return p.topic }
 func (p *Producer) Produced() int64 { return p.produced.Load() }
 
 // Produce hands events (already validated) to Kafka and returns once Kafka
-// has stored them all, or with an error wrapping ErrUnavailable after at
+// has stored them all, or with an error wrapping requestlog.ErrUnavailable after at
 // most the configured Timeout. After an error some of the events may still
 // have been stored.
-func (p *Producer) Produce(ctx context.Context, events []Event) error {
-	if len(events) == 0 {
+func (p *Producer) Produce(ctx context.Context, evs []requestlog.Event) error {
+	if len(evs) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	msgs := make([]*sarama.ProducerMessage, 0, (len(events)+p.cfg.PackEvents-1)/p.cfg.PackEvents)
-	for i := 0; i < len(events); i += p.cfg.PackEvents {
-		chunk := events[i:min(i+p.cfg.PackEvents, len(events))]
-		buf := AppendBatch(make([]byte, 0, len(chunk)*160), chunk)
-		msgs = append(msgs, &sarama.ProducerMessage{Topic: p.topic, Value: sarama.ByteEncoder(buf)})
+	msgs := make([]*sarama.ProducerMessage, 0, (len(evs)+p.cfg.PackEvents-1)/p.cfg.PackEvents)
+	for i := 0; i < len(evs); i += p.cfg.PackEvents {
+		chunk := evs[i:min(i+p.cfg.PackEvents, len(evs))]
+		buf := requestlog.AppendBatch(make([]byte, 0, len(chunk)*160), chunk)
+		m := &sarama.ProducerMessage{Topic: p.topic, Value: sarama.ByteEncoder(buf)}
+		if p.cfg.Signer != nil {
+			m.Headers = []sarama.RecordHeader{{Key: []byte(events.HeaderSignature), Value: []byte(p.cfg.Signer.Sign(buf))}}
+		}
+		msgs = append(msgs, m)
 	}
 	if err := p.p.Send(ctx, msgs...); err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", requestlog.ErrUnavailable, err)
 	}
-	p.produced.Add(int64(len(events)))
+	p.produced.Add(int64(len(evs)))
 	return nil
 }
 

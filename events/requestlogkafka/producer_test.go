@@ -1,4 +1,4 @@
-package requestlog_test
+package requestlogkafka_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 )
 
 func events(n int) []requestlog.Event {
@@ -24,10 +25,10 @@ func events(n int) []requestlog.Event {
 func TestProducerPacksEventsIntoTopic(t *testing.T) {
 	t.Parallel()
 	c := testenv.Kafka(t, 3)
-	cfg := requestlog.DefaultProducerConfig(c)
+	cfg := requestlogkafka.DefaultProducerConfig(c)
 	cfg.PackEvents = 100
 	cfg.Timeout = 10 * time.Second // a loaded test machine; the bound itself is tested below
-	p, err := requestlog.NewProducer(cfg, testenv.Quiet())
+	p, err := requestlogkafka.NewProducer(cfg, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestProducerFailsFastWhenKafkaIsDown(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			bc, kill := c.setup(t)
-			p, err := requestlog.NewProducer(requestlog.DefaultProducerConfig(bc), testenv.Quiet())
+			p, err := requestlogkafka.NewProducer(requestlogkafka.DefaultProducerConfig(bc), testenv.Quiet())
 			if err != nil {
 				t.Fatal(err)
 			}
