@@ -165,6 +165,22 @@ func (f PostgresFence) Recreated(ctx context.Context, topic, id string, next fun
 	return recreated, err
 }
 
+// bases are the offset bases Recreated set for topic's partitions (none
+// before the topic is first created again).
+func (f PostgresFence) bases(ctx context.Context, topic string) (map[int32]int64, error) {
+	rows, err := f.Pool.Query(ctx, `SELECT kafka_partition, base FROM requestlog_writers WHERE topic = $1 AND base <> 0`, topic)
+	if err != nil {
+		return nil, fmt.Errorf("request-log offset bases: %w", err)
+	}
+	out := map[int32]int64{}
+	var p int32
+	var b int64
+	if _, err := pgx.ForEachRow(rows, []any{&p, &b}, func() error { out[p] = b; return nil }); err != nil {
+		return nil, fmt.Errorf("request-log offset bases: %w", err)
+	}
+	return out, nil
+}
+
 // hold takes the lock exclusively in a transaction of its own, waiting for
 // the sink's batch in flight (new ones wait behind it). Whatever ends the
 // transaction (commit, rollback, the process dying) releases it.

@@ -2,6 +2,7 @@ package sinks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlogkafka"
+	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -193,4 +195,11 @@ func TestSinkContinuesOnARecreatedTopic(t *testing.T) {
 		t.Fatalf("stats %+v: want the recreated topic noticed once", st)
 	}
 	waitFor(t, "the sink to be ready again", func() bool { return s.Ready(ctx) == nil })
+	// A rebuild reads the new topic alone: it says it would lose the old
+	// topic's rows rather than drop them silently.
+	var loss replay.Loss
+	if _, err := e.replay(ctx); !errors.As(err, &loss) || loss.Rows != 500 {
+		t.Fatalf("replay after the topic was created again: %v; want a loss of 500 rows", err)
+	}
+	testenv.ExactRequestLogs(t, e.conn, 800)
 }
