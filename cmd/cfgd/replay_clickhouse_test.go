@@ -33,7 +33,7 @@ func clickhouseReplayEnv(t *testing.T) (kafka.Config, driver.Conn) {
 	t.Setenv("KAFKA__SASL_MECHANISM", c.SASL.Mechanism)
 	t.Setenv("KAFKA__SASL_USERNAME", c.SASL.User)
 	t.Setenv("KAFKA__SASL_PASSWORD", c.SASL.Password)
-	opts, conn := testenv.ClickHouse(t)
+	opts, conn := testenv.ClickHouseMigrated(t)
 	t.Setenv("CLICKHOUSE__URL", fmt.Sprintf("clickhouse://%s/%s", opts.Addr[0], opts.Auth.Database))
 	return c, conn
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
@@ -11,6 +12,7 @@ import (
 	"github.com/cfgd/cfgd/events/requestlogkafka"
 
 	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cfgd/cfgd/api/pages"
 	"github.com/cfgd/cfgd/api/rest/auth"
@@ -56,9 +58,25 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, act
 	if err := s.SetMetrics(w.sinkMetrics); err != nil {
 		return modules.Module{}, err
 	}
-	// API-key usage (request_count, last_used_at) is a second consumer of
-	// the same topic; its settings are the defaults until cmd/settings
-	// reads them.
+	if w.metrics != nil {
+		for _, c := range []prometheus.Collector{
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "cfgd_requestlog_rollup_refills_total",
+				Help: "Request-log rollups refilled from the raw table after an insert that reached the raw table but not them.",
+			}, func() float64 { return float64(s.Stats().Refilled) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "cfgd_requestlog_topic_recreated_total",
+				Help: "Times the request-log sink found its topic deleted and created again (a new topic id).",
+			}, func() float64 { return float64(s.Stats().TopicRecreated) }),
+		} {
+			if err := w.metrics.Register(c); err != nil {
+				return modules.Module{}, fmt.Errorf("request-log sink metrics: %w", err)
+			}
+		}
+	}
+	// API-key usage (request_count, last_used_at) consumes the usage topic
+	// (the requests cfgd authenticated by key); its settings are the
+	// defaults until cmd/settings reads them.
 	uc := sinks.DefaultUsageConfig(w.bus)
 	uc.Signer = signer
 	usage, err := sinks.NewUsage(uc, w.deps.pg, w.log)

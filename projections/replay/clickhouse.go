@@ -598,10 +598,17 @@ func (r *ClickHouse) catchUpAndSwap(ctx context.Context, target map[int32]int64)
 // from there lacks them. With AllowPartial it notes them in the result
 // instead.
 func (r *ClickHouse) checkLoss(ctx context.Context, below map[int32]int64) error {
+	// The sink stores a recreated topic's records after the old topic's
+	// (PostgresFence.Recreated): the rows below that base are the old
+	// topic's, which the rebuild lacks too.
+	base, err := r.fence.bases(ctx, r.topic)
+	if err != nil {
+		return err
+	}
 	var conds []string
 	args := []any{time.Now().UTC().AddDate(0, 0, -r.cfg.RetentionDays).Truncate(24 * time.Hour).Unix()}
 	for p, o := range below {
-		if o > 0 {
+		if o += base[p]; o > 0 {
 			conds = append(conds, "(kafka_partition = ? AND kafka_offset < ?)")
 			args = append(args, p, o)
 		}

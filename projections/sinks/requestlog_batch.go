@@ -2,6 +2,7 @@ package sinks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -71,6 +72,11 @@ func recordEvents(m *sarama.ConsumerMessage) int { return max(1, requestlog.Coun
 // is down.
 func (s *RequestLogs) handle(ctx context.Context, msgs *kafka.Batch) error {
 	if msgs.Session != s.heldSession {
+		// A new session: the topic may have been deleted and created
+		// again meanwhile.
+		if err := s.checkTopic(ctx); err != nil {
+			return err
+		}
 		clear(s.held)
 		s.heldSession = msgs.Session
 	}
@@ -78,14 +84,23 @@ func (s *RequestLogs) handle(ctx context.Context, msgs *kafka.Batch) error {
 	for _, m := range msgs.Messages {
 		b.add(m, s.cfg.Signer)
 	}
+	parts := make([]int32, 0, len(b.last))
+	for p := range b.last {
+		parts = append(parts, p)
+	}
 	// The insert shares one hold of the fence: a replay swaps tables
-	// before or after the whole batch.
-	return s.fenced(ctx, func(gen int64) error {
+	// before or after the whole batch, and no other sink writes these
+	// partitions meanwhile.
+	return s.owned(ctx, parts, func(gen int64, stale []int32, base map[int32]int64) error {
+		for _, p := range stale {
+			delete(s.held, p)
+		}
+		b.rows.rebase(base)
 		if gen != s.heldGen {
 			// A replay swapped the tables since held was read. If it
 			// died inside its swap, the live raw table may lack its
-			// views: put back whatever is missing before writing.
-			if err := requestlogview.CreateTables(ctx, s.conn, requestlogview.LiveTables(), s.cfg.RetentionDays); err != nil {
+			// views: writing then would leave the rollups behind.
+			if err := s.checkSchema(ctx); err != nil {
 				return err
 			}
 			clear(s.held)
@@ -109,20 +124,28 @@ func (s *RequestLogs) write(ctx context.Context, msgs *kafka.Batch, b *batch) er
 	if err := s.loadHeld(ctx, b); err != nil {
 		return err
 	}
+	if err := s.refill(ctx, b); err != nil {
+		s.forget(b)
+		return err
+	}
 	keep := b.rows.without(s.held)
 	s.skipped.Add(int64(b.rows.Len() - keep.Len()))
 	if keep.Len() > 0 {
 		if err := s.metrics.write(SinkRequestLog, keep.Len(), func() error { return keep.Insert(ctx, s.conn) }); err != nil {
 			// The insert may have landed before the error (a connection
-			// lost on the way back): ask ClickHouse again before retrying.
-			for p := range b.last {
-				delete(s.held, p)
-			}
+			// lost on the way back), in the raw table and some rollups
+			// (a view's insert failed): ask ClickHouse again before
+			// retrying.
+			s.forget(b)
 			return err
 		}
 		s.inserted.Add(int64(keep.Len()))
 		for i, p := range keep.partition {
-			s.held[int32(p)] = max(s.held[int32(p)], int64(keep.offset[i]))
+			h := s.held[int32(p)]
+			for t := range h {
+				h[t] = max(h[t], int64(keep.offset[i]))
+			}
+			s.held[int32(p)] = h
 		}
 	}
 	b.rows = keep
@@ -132,13 +155,92 @@ func (s *RequestLogs) write(ctx context.Context, msgs *kafka.Batch, b *batch) er
 		}
 	}
 	b.rows = RequestLogRows{}
+	s.topicNotice.Store(nil)
+	return nil
+}
+
+// checkTopic compares the topic's id with the one recorded beside the
+// offsets ClickHouse holds. When the topic was deleted and created again,
+// its offsets start over: the fence then stores the new topic's records
+// after the old one's (an offset base per partition), and the sink says
+// so in its log, stats and readiness.
+func (s *RequestLogs) checkTopic(ctx context.Context) error {
+	if s.fence == nil {
+		return nil // nothing to record the id in (tests, benchmarks)
+	}
+	id, err := kafka.TopicID(ctx, s.cfg.Bus, kafka.TopicRequestLogs)
+	if errors.Is(err, kafka.ErrNoTopicID) {
+		return nil // brokers before 2.8: nothing to compare
+	}
+	if err != nil {
+		return err
+	}
+	recreated, err := s.fence.Recreated(ctx, s.topic, id, func(ctx context.Context) (map[int32]int64, error) {
+		next := map[int32]int64{}
+		q := "SELECT kafka_partition, max(kafka_offset) FROM " + requestlogview.RawTable + " GROUP BY kafka_partition"
+		if err := s.scanHeld(ctx, q, func(p int32, off int64) { next[p] = off + 1 }); err != nil {
+			return nil, fmt.Errorf("held offsets: %w", err)
+		}
+		return next, nil
+	})
+	if err != nil {
+		return err
+	}
+	if recreated {
+		s.recreated.Add(1)
+		s.topicNotice.Store(&topicNotice{err: fmt.Errorf("%w: %s (id %s) was deleted and created again; "+
+			"its records are stored after the old topic's, from its start", errTopicRecreated, s.topic, id)})
+		s.log.WarnContext(ctx, "request-log topic was deleted and created again: continuing from its start",
+			"topic", s.topic, "topic_id", id)
+	}
+	return nil
+}
+
+// forget drops what held says of b's partitions: it is read again from
+// ClickHouse before the next insert.
+func (s *RequestLogs) forget(b *batch) {
+	for p := range b.last {
+		delete(s.held, p)
+	}
+}
+
+// refill gives every rollup that holds less of one of b's partitions than
+// the raw table the aggregates of the raw rows it lacks. That happens when
+// an insert into the raw table landed but a view's insert into a rollup
+// failed: the retry skips the raw rows, so without this the rollup would
+// stay short for good. Rows reach a rollup in offset order, by the views
+// or by refill, so a rollup holds every row of a partition up to the
+// offset it records and none above.
+func (s *RequestLogs) refill(ctx context.Context, b *batch) error {
+	live := requestlogview.LiveTables()
+	for p := range b.last {
+		h := s.held[p]
+		for i, rollup := range live.Rollups() {
+			if h[i+1] >= h[0] {
+				continue
+			}
+			q, err := requestlogview.RollupRefill(live, rollup, p, h[i+1]+1, h[0])
+			if err != nil {
+				return err
+			}
+			if err := s.conn.Exec(ctx, q); err != nil {
+				return fmt.Errorf("refill %s, partition %d, offsets %d..%d: %w", rollup, p, h[i+1]+1, h[0], err)
+			}
+			s.log.WarnContext(ctx, "request-log rollup refilled from the raw table after a partial insert",
+				"rollup", rollup, "partition", p, "from_offset", h[i+1]+1, "to_offset", h[0])
+			s.refilled.Add(1)
+			h[i+1] = h[0]
+			s.held[p] = h
+		}
+	}
 	return nil
 }
 
 // loadHeld reads, for the partitions of b not seen yet this session, the
-// highest offset ClickHouse holds. A partition's records are inserted in
-// offset order, one batch after another, so everything at or below that
-// offset is in and everything above is not.
+// highest offset each table holds: the raw table's rows, and the offsets
+// the rollups record beside their counts. A partition's records are
+// inserted in offset order, one batch after another, so everything at or
+// below that offset is in a table and everything above is not.
 func (s *RequestLogs) loadHeld(ctx context.Context, b *batch) error {
 	var missing []string
 	for p := range b.last {
@@ -149,32 +251,45 @@ func (s *RequestLogs) loadHeld(ctx context.Context, b *batch) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	q := fmt.Sprintf("SELECT kafka_partition, max(kafka_offset) FROM %s WHERE kafka_partition IN (%s) GROUP BY kafka_partition",
-		requestlogview.RawTable, strings.Join(missing, ","))
+	in := strings.Join(missing, ",")
+	found := map[int32][4]int64{}
+	for _, p := range missing {
+		n, _ := strconv.Atoi(p)
+		found[int32(n)] = [4]int64{-1, -1, -1, -1}
+	}
+	for t, table := range requestlogview.LiveTables().All() {
+		agg := "max(kafka_offset)"
+		if t > 0 {
+			agg = "maxMerge(kafka_offset)"
+		}
+		q := fmt.Sprintf("SELECT kafka_partition, %s FROM %s WHERE kafka_partition IN (%s) GROUP BY kafka_partition", agg, table, in)
+		if err := s.scanHeld(ctx, q, func(p int32, off int64) {
+			h := found[p]
+			h[t] = off
+			found[p] = h
+		}); err != nil {
+			return fmt.Errorf("held offsets of %s: %w", table, err)
+		}
+	}
+	for p, h := range found {
+		s.held[p] = h
+	}
+	return nil
+}
+
+func (s *RequestLogs) scanHeld(ctx context.Context, q string, fn func(p int32, off int64)) error {
 	rs, err := s.conn.Query(ctx, q)
 	if err != nil {
-		return fmt.Errorf("held offsets: %w", err)
+		return err
 	}
 	defer rs.Close()
-	found := map[int32]int64{}
 	for rs.Next() {
 		var p uint16
 		var off uint64
 		if err := rs.Scan(&p, &off); err != nil {
-			return fmt.Errorf("held offsets: %w", err)
+			return err
 		}
-		found[int32(p)] = int64(off)
+		fn(int32(p), int64(off))
 	}
-	if err := rs.Err(); err != nil {
-		return fmt.Errorf("held offsets: %w", err)
-	}
-	for _, ps := range missing {
-		p, _ := strconv.Atoi(ps)
-		if off, ok := found[int32(p)]; ok {
-			s.held[int32(p)] = off
-		} else {
-			s.held[int32(p)] = -1
-		}
-	}
-	return nil
+	return rs.Err()
 }

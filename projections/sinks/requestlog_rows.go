@@ -66,11 +66,28 @@ func (r *RequestLogRows) Add(partition int32, offset int64, index int, e *reques
 	r.reportedBy = append(r.reportedBy, e.ReportedBy)
 }
 
-// without returns the rows whose offset is above held[partition].
-func (r *RequestLogRows) without(held map[int32]int64) RequestLogRows {
+// rebase adds base[partition] to the offsets of the rows, and gives them
+// the ids of their new offsets: the records of a topic created again are
+// stored after the old topic's.
+func (r *RequestLogRows) rebase(base map[int32]int64) {
+	if len(base) == 0 {
+		return
+	}
+	for i := range r.id {
+		p := int32(r.partition[i])
+		if b := base[p]; b != 0 {
+			r.offset[i] += uint64(b)
+			r.id[i] = RequestLogID(p, int64(r.offset[i]), int(r.id[i]&(1<<12-1)))
+		}
+	}
+}
+
+// without returns the rows whose offset is above what the raw table holds
+// of their partition (held[partition][0]).
+func (r *RequestLogRows) without(held map[int32][4]int64) RequestLogRows {
 	var out RequestLogRows
 	for i := range r.id {
-		if int64(r.offset[i]) <= held[int32(r.partition[i])] {
+		if int64(r.offset[i]) <= held[int32(r.partition[i])][0] {
 			continue
 		}
 		out.id = append(out.id, r.id[i])

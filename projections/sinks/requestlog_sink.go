@@ -10,8 +10,11 @@ package sinks
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +24,7 @@ import (
 	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -86,23 +90,33 @@ type RequestLogs struct {
 	log   *slog.Logger
 	now   func() time.Time
 	topic string
+	// writer names this sink in the fence's record of who wrote each
+	// partition last.
+	writer string
 
 	// health is the reason the sink is not keeping up (ClickHouse or
 	// Kafka down, schema not created yet); nil when it is.
 	health process.Health
 
-	// held is, per partition, the highest offset ClickHouse holds; loaded
+	// held is, per partition, the highest offset each table holds (raw,
+	// minute, hour, day: LiveTables().All()); loaded
 	// once per consumer-group session (another member may have written
 	// meanwhile) and again after a replay swapped the tables (heldGen is
 	// the fence's generation it was loaded under). Only the loop's one
 	// batcher (kafka.WithSpan) touches them.
-	held        map[int32]int64
+	held        map[int32][4]int64
 	heldGen     int64
 	heldSession uint64
 
 	inserted atomic.Int64
 	skipped  atomic.Int64
 	poisoned atomic.Int64
+	refilled atomic.Int64
+	// recreated counts the times the topic was found deleted and created
+	// again; topicNotice says so through Ready until the first batch of
+	// the new topic is in.
+	recreated   atomic.Int64
+	topicNotice atomic.Pointer[topicNotice]
 
 	// afterInsert, when set (by tests), runs between a batch's insert and
 	// its offset commit; an error stops the sink there, as a crash would.
@@ -111,7 +125,13 @@ type RequestLogs struct {
 	metrics *Metrics
 }
 
-var errRequestLogsStarting = errors.New("request-log sink is starting")
+var (
+	errRequestLogsStarting = errors.New("request-log sink is starting")
+	errRequestLogSchema    = errors.New("request-log tables incomplete")
+	errTopicRecreated      = errors.New("request-log topic recreated")
+)
+
+type topicNotice struct{ err error }
 
 // New returns a sink writing to conn's database that no replay
 // coordinates with: for a database `cfgd replay` never rebuilds (tests and
@@ -127,8 +147,8 @@ func NewFencedRequestLogs(cfg RequestLogConfig, conn driver.Conn, fence RequestL
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &RequestLogs{cfg: cfg, conn: conn, fence: fence, log: log, now: time.Now, held: map[int32]int64{},
-		topic: cfg.Bus.Topic(kafka.TopicRequestLogs)}
+	s := &RequestLogs{cfg: cfg, conn: conn, fence: fence, log: log, now: time.Now, held: map[int32][4]int64{},
+		topic: cfg.Bus.Topic(kafka.TopicRequestLogs), writer: rand.Text()}
 	s.health.Set(errRequestLogsStarting)
 	return s, nil
 }
@@ -140,25 +160,34 @@ func (s *RequestLogs) Runner() process.Runner {
 
 // Ready reports whether the sink is keeping up: an error while ClickHouse
 // is down (consumption is paused then) or before the sink has started.
-func (s *RequestLogs) Ready(ctx context.Context) error { return s.health.Ready(ctx) }
+func (s *RequestLogs) Ready(ctx context.Context) error {
+	if n := s.topicNotice.Load(); n != nil {
+		return n.err
+	}
+	return s.health.Ready(ctx)
+}
 
 // RequestLogStats are the sink's counters since it started.
-type RequestLogStats struct{ Inserted, Skipped, Poisoned int64 }
+type RequestLogStats struct{ Inserted, Skipped, Poisoned, Refilled, TopicRecreated int64 }
 
-// RequestLogStats returns the counters: events inserted, events skipped because
-// ClickHouse already held them, records sent to the dead-letter topic.
+// Stats returns the counters: events inserted, events skipped because
+// ClickHouse already held them, records sent to the dead-letter topic,
+// rollups refilled from the raw table after a partial insert, times the
+// topic was found deleted and created again.
 func (s *RequestLogs) Stats() RequestLogStats {
-	return RequestLogStats{Inserted: s.inserted.Load(), Skipped: s.skipped.Load(), Poisoned: s.poisoned.Load()}
+	return RequestLogStats{Inserted: s.inserted.Load(), Skipped: s.skipped.Load(), Poisoned: s.poisoned.Load(),
+		Refilled: s.refilled.Load(), TopicRecreated: s.recreated.Load()}
 }
 
 // Run consumes until ctx ends. Dependencies that are down are waited for
 // (and reported by Ready), never a reason to return.
 func (s *RequestLogs) Run(ctx context.Context) error {
+	// The tables are the migrations' (cfgd serve and cfgd migrate run
+	// them): the sink waits for them rather than create a schema of its
+	// own beside goose's.
 	if err := s.retry(ctx, "clickhouse schema", func(ctx context.Context) error {
 		// Fenced: never in the middle of a replay's swap.
-		return s.fenced(ctx, func(int64) error {
-			return requestlogview.CreateTables(ctx, s.conn, requestlogview.LiveTables(), s.cfg.RetentionDays)
-		})
+		return s.fenced(ctx, func(int64) error { return s.checkSchema(ctx) })
 	}); err != nil {
 		return nil
 	}
@@ -176,10 +205,61 @@ func (s *RequestLogs) Run(ctx context.Context) error {
 		kafka.WithHealth(&s.health), kafka.WithDrain(10*time.Second), kafka.WithCommitEach(), kafka.WithLog(s.log), kafka.WithMetrics(s.metrics.registerer()))
 }
 
+// checkSchema tells whether the live tables and views are all there, and
+// what the operator should run if not.
+func (s *RequestLogs) checkSchema(ctx context.Context) error {
+	live := requestlogview.LiveTables()
+	want := append(live.All(), live.Views()...)
+	// The names are the package's constants, never input.
+	rs, err := s.conn.Query(ctx, "SELECT name FROM system.tables WHERE database = currentDatabase() AND name IN ('"+strings.Join(want, "', '")+"')")
+	if err != nil {
+		return fmt.Errorf("request-log tables: %w", err)
+	}
+	defer rs.Close()
+	have := map[string]bool{}
+	for rs.Next() {
+		var name string
+		if err := rs.Scan(&name); err != nil {
+			return fmt.Errorf("request-log tables: %w", err)
+		}
+		have[name] = true
+	}
+	if err := rs.Err(); err != nil {
+		return fmt.Errorf("request-log tables: %w", err)
+	}
+	var tables, views []string
+	for _, t := range live.All() {
+		if !have[t] {
+			tables = append(tables, t)
+		}
+	}
+	for _, v := range live.Views() {
+		if !have[v] {
+			views = append(views, v)
+		}
+	}
+	switch {
+	case len(tables) > 0:
+		return fmt.Errorf("%w: %s missing: run `cfgd migrate`", errRequestLogSchema, strings.Join(tables, ", "))
+	case len(views) > 0:
+		return fmt.Errorf("%w: views %s missing (a replay died inside its swap?): run `cfgd replay %s` again",
+			errRequestLogSchema, strings.Join(views, ", "), replay.RequestLogName)
+	}
+	return nil
+}
+
 // retry runs fn until it succeeds or ctx ends, reporting the failure
 // through Ready meanwhile.
 func (s *RequestLogs) retry(ctx context.Context, what string, fn func(context.Context) error) error {
 	return s.health.Retry(ctx, s.log, what, s.cfg.MaxBackoff, fn)
+}
+
+// owned runs fn inside the fence, if any, holding parts for this sink.
+func (s *RequestLogs) owned(ctx context.Context, parts []int32, fn func(gen int64, stale []int32, base map[int32]int64) error) error {
+	if s.fence == nil {
+		return fn(0, nil, nil)
+	}
+	return s.fence.Own(ctx, s.topic, parts, s.writer, fn)
 }
 
 // fenced runs fn inside the fence, if any.

@@ -18,7 +18,6 @@ import (
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/events/requestlogkafka"
-	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 type rlEnv struct {
@@ -32,7 +31,7 @@ type rlEnv struct {
 func newRLEnv(t *testing.T, partitions int) *rlEnv {
 	t.Helper()
 	c := testenv.Kafka(t, partitions)
-	opts, conn := testenv.ClickHouse(t)
+	opts, conn := testenv.ClickHouseMigrated(t)
 	pc := requestlogkafka.DefaultProducerConfig(c)
 	pc.PackEvents = 50
 	pc.Timeout = 10 * time.Second
@@ -41,9 +40,6 @@ func newRLEnv(t *testing.T, partitions int) *rlEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	if err := requestlogview.CreateTables(context.Background(), conn, requestlogview.LiveTables(), 30); err != nil {
-		t.Fatal(err)
-	}
 	return &rlEnv{t: t, bus: c, opts: opts, conn: conn, prod: p}
 }
 
@@ -132,10 +128,7 @@ func TestSinkIDsAreStableAcrossReplay(t *testing.T) {
 	e.sink(e.conn, "g1", nil)
 	testenv.ExactRequestLogs(t, e.conn, 700)
 	// Rebuild into an empty database from the topic.
-	_, other := testenv.ClickHouse(t)
-	if err := requestlogview.CreateTables(context.Background(), other, requestlogview.LiveTables(), 30); err != nil {
-		t.Fatal(err)
-	}
+	_, other := testenv.ClickHouseMigrated(t)
 	e.sink(other, "rebuild", nil)
 	testenv.ExactRequestLogs(t, other, 700)
 	ids := func(conn driver.Conn) map[uint64]string {

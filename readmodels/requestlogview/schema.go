@@ -43,6 +43,9 @@ func (t Tables) Suffixed(suffix string) Tables {
 	return Tables{Raw: t.Raw + suffix, Minute: t.Minute + suffix, Hour: t.Hour + suffix, Day: t.Day + suffix}
 }
 
+// Rollups are the three rollups, finest first.
+func (t Tables) Rollups() []string { return []string{t.Minute, t.Hour, t.Day} }
+
 // All are the four tables, raw first.
 func (t Tables) All() []string { return []string{t.Raw, t.Minute, t.Hour, t.Day} }
 
@@ -194,8 +197,8 @@ func DDL(t Tables, f Features, retentionDays int) ([]string, error) {
 	return render(func(r *renderer) {
 		r.add("create_raw", d.Raw)
 		for _, s := range d.Rollups {
-			r.add("create_rollup", s)
-			r.add("create_view", s)
+			r.add("create_rollup_offsets", s)
+			r.add("create_view_offsets", s)
 		}
 		for _, s := range d.TTL {
 			r.add("modify_ttl", s)
@@ -209,7 +212,7 @@ func TableDDL(t Tables, f Features, retentionDays int) ([]string, error) {
 	return render(func(r *renderer) {
 		r.add("create_raw", d.Raw)
 		for _, s := range d.Rollups {
-			r.add("create_rollup", s)
+			r.add("create_rollup_offsets", s)
 		}
 		for _, s := range d.TTL {
 			r.add("modify_ttl", s)
@@ -222,7 +225,7 @@ func ViewDDL(t Tables, f Features) ([]string, error) {
 	d := plan(t, f, 1)
 	return render(func(r *renderer) {
 		for _, s := range d.Rollups {
-			r.add("create_view", s)
+			r.add("create_view_offsets", s)
 		}
 	})
 }
@@ -237,10 +240,31 @@ func RollupFill(t Tables) ([]string, error) {
 	minute, hour, day := d.Rollups[0], d.Rollups[1], d.Rollups[2]
 	hour.Source, day.Source = t.Minute, t.Hour
 	return render(func(r *renderer) {
-		r.add("fill_from_raw", minute)
-		r.add("fill_from_rollup", hour)
-		r.add("fill_from_rollup", day)
+		r.add("fill_from_raw_offsets", minute)
+		r.add("fill_from_rollup_offsets", hour)
+		r.add("fill_from_rollup_offsets", day)
 	})
+}
+
+// RollupRefill returns the statement that inserts into rollup (one of
+// t.Rollups()) the aggregates of the rows of t.Raw of Kafka partition
+// partition at offsets from to to: the sink's repair of a rollup that
+// missed an insert into the raw table.
+func RollupRefill(t Tables, rollup string, partition int32, from, to int64) (string, error) {
+	d := plan(t, Features{}, 1)
+	for _, s := range d.Rollups {
+		if s.Name == rollup {
+			// A subquery: in the aggregating SELECT kafka_offset names the
+			// state the view needs under that name, not the column.
+			s.Source = fmt.Sprintf("(SELECT * FROM %s WHERE kafka_partition = %d AND kafka_offset BETWEEN %d AND %d)", t.Raw, partition, from, to)
+			out, err := render(func(r *renderer) { r.add("fill_from_raw_offsets", s) })
+			if err != nil {
+				return "", err
+			}
+			return out[0], nil
+		}
+	}
+	return "", fmt.Errorf("request-log schema: %s is not a rollup of %v", rollup, t)
 }
 
 // CreateTables creates the tables and views of set t in conn's database
@@ -297,12 +321,18 @@ func ClickHouseSchema(f Features, retentionDays int) (fs.FS, error) {
 	return out, nil
 }
 
-// DropExpired drops every day partition of the tables of set t older than
-// retentionDays before now, and returns how many it dropped. Partitions are
-// named by toYYYYMMDD, so whole days go at once.
+// DropExpired drops every partition of the tables of set t that holds
+// nothing newer than the retention cutoff (retentionDays before now, an
+// instant), and returns how many it dropped. Partitions are days by the
+// server's time zone (toYYYYMMDD); they are judged by the newest time
+// their parts hold, not by their names, so the cutoff is the same instant
+// whatever that zone, and no row or bucket inside the retention window is
+// dropped. A rollup bucket counts up to its end.
 func DropExpired(ctx context.Context, conn driver.Conn, t Tables, retentionDays int, now time.Time) (int, error) {
-	cutoff := now.UTC().AddDate(0, 0, -retentionDays).Format("20060102")
-	rows, err := conn.Query(ctx, expiredPartitions, t.Raw, t.Minute, t.Hour, t.Day, cutoff)
+	// Days of UTC: a local calendar would move the cutoff by an hour
+	// across a daylight-saving change.
+	cutoff := now.UTC().AddDate(0, 0, -retentionDays).Unix()
+	rows, err := conn.Query(ctx, expiredPartitions, t.Raw, t.Minute, t.Hour, t.Day, t.Raw, t.Minute, t.Hour, cutoff)
 	if err != nil {
 		return 0, fmt.Errorf("list request-log partitions: %w", err)
 	}
@@ -329,5 +359,9 @@ func DropExpired(ctx context.Context, conn driver.Conn, t Tables, retentionDays 
 	return len(parts), nil
 }
 
-const expiredPartitions = `SELECT DISTINCT table, partition_id FROM system.parts
-WHERE database = currentDatabase() AND active AND table IN (?, ?, ?, ?) AND partition_id < ?`
+// expiredPartitions: max_time is the newest value of the partition key's
+// time column in a part, a row's time or a bucket's start.
+const expiredPartitions = `SELECT table, partition_id FROM system.parts
+WHERE database = currentDatabase() AND active AND table IN (?, ?, ?, ?)
+GROUP BY table, partition_id
+HAVING max(toUInt32(max_time)) + multiIf(table = ?, 1, table = ?, 60, table = ?, 3600, 86400) <= ?`

@@ -2,6 +2,7 @@ package requestlogview_test
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"strings"
@@ -63,21 +64,28 @@ func TestClickHouseSchemaFollowsVersion(t *testing.T) {
 				t.Fatal(err)
 			}
 			names, _ := fs.Glob(fsys, "*.sql")
-			if strings.Join(names, " ") != "00001_requestlog.sql 00003_reported_by.sql" {
+			if strings.Join(names, " ") != "00001_requestlog.sql 00003_reported_by.sql 00004_requestlog_offsets.sql" {
 				t.Fatalf("migrations %v", names)
 			}
-			b, err := fs.ReadFile(fsys, names[0])
+			first, err := fs.ReadFile(fsys, names[0])
 			if err != nil {
 				t.Fatal(err)
 			}
-			sql := string(b)
 			// 00001 creates the raw table as it first was: 18.16 cannot add
 			// a column only if missing, so 00003 must find it missing.
-			if strings.Contains(sql, "reported_by") {
+			if strings.Contains(string(first), "reported_by") {
 				t.Error("00001 creates reported_by")
 			}
 			if b, err := fs.ReadFile(fsys, names[1]); err != nil || !strings.Contains(string(b), "ALTER TABLE requestlog_raw ADD COLUMN reported_by String DEFAULT '';") {
 				t.Errorf("00003: %s %v", b, err)
+			}
+			var sql string
+			for _, name := range names {
+				b, err := fs.ReadFile(fsys, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sql += string(b)
 			}
 			for _, s := range c.want {
 				if !strings.Contains(sql, s) {
@@ -207,8 +215,10 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Down(ctx); err != nil {
-		t.Fatal(err)
+	for range 2 {
+		if _, err := p.Down(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var cols uint64
 	if err := db.QueryRowContext(ctx, "SELECT count() FROM system.columns WHERE database = currentDatabase() AND table = 'requestlog_raw' AND name = 'reported_by'").Scan(&cols); err != nil || cols != 0 {
@@ -226,5 +236,197 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 	}
 	if err := db.QueryRowContext(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name LIKE 'requestlog%'").Scan(&left); err != nil || left != 7 {
 		t.Fatalf("%d request-log tables after up, %v", left, err)
+	}
+}
+
+// Rows written under migration 00001 keep their counts through 00004, and
+// every rollup records the raw table's highest offset per partition, so
+// the sink refills nothing after the upgrade.
+func TestOffsetsMigrationKeepsData(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	opts, conn := testenv.ClickHouse(t)
+	db := clickhouse.OpenDB(opts)
+	defer db.Close()
+	f, err := requestlogview.ServerFeatures(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema, err := requestlogview.ClickHouseSchema(f, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := migrate.NewClickHouseProvider(db, migrate.Schema{Owner: "readmodels/requestlogview", FS: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+requestlogview.RawTable+" (id, kafka_partition, kafka_offset, created_at, service_name, method_name, status, duration_ms)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 23, 12, 0, 0, 0, time.Now().Location())
+	for i := range 40 {
+		part, off := uint16(i%2), uint64(10+i/2)
+		if err := b.Append(uint64(part)<<52|off<<12, part, off, at.Add(time.Duration(i)*time.Minute), "s", fmt.Sprint("m", i%3), "success", uint32(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, rollup := range requestlogview.LiveTables().Rollups() {
+		var n, sum uint64
+		var services uint64
+		if err := conn.QueryRow(ctx, "SELECT countMerge(requests), sumMerge(duration_sum), uniqExact(method_name) FROM "+rollup).Scan(&n, &sum, &services); err != nil {
+			t.Fatal(err)
+		}
+		if n != 40 || sum != 780 || services != 3 {
+			t.Errorf("%s: %d requests, duration sum %d, %d methods; want 40, 780, 3", rollup, n, sum, services)
+		}
+		var got []string
+		rs, err := conn.Query(ctx, "SELECT kafka_partition, maxMerge(kafka_offset) FROM "+rollup+" GROUP BY kafka_partition ORDER BY kafka_partition")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rs.Next() {
+			var part uint16
+			var off uint64
+			if err := rs.Scan(&part, &off); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, fmt.Sprint(part, ":", off))
+		}
+		rs.Close()
+		if strings.Join(got, " ") != "0:29 1:29" {
+			t.Errorf("%s records offsets %v, want 0:29 1:29", rollup, got)
+		}
+	}
+}
+
+// The retention cutoff is an instant, whatever time zone the partitions
+// are days of (the server's, or a column's own, as here): nothing newer
+// than it is dropped, and whole days older than it are.
+func TestDropExpiredWhateverTheZone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, conn := testenv.ClickHouse(t)
+	f, err := requestlogview.ServerFeatures(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 23, 3, 0, 0, 0, time.UTC).In(time.FixedZone("UTC+5", 5*3600))
+	cutoff := now.AddDate(0, 0, -30).UTC()
+	rows := []time.Time{
+		cutoff.Add(2 * time.Hour),       // inside the window, late on a day west of UTC
+		cutoff.Add(-time.Hour),          // outside, in the same partition west of UTC
+		cutoff.Add(-4 * 24 * time.Hour), // outside, days before
+		now.UTC(),
+	}
+	for i, zone := range []string{"UTC", "America/Los_Angeles", "Asia/Tokyo"} {
+		t.Run(zone, func(t *testing.T) {
+			set := requestlogview.LiveTables().Suffixed(fmt.Sprint("_z", i))
+			stmts, err := requestlogview.DDL(set, f, 30)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range stmts {
+				s = strings.ReplaceAll(s, "created_at DateTime,", "created_at DateTime('"+zone+"'),")
+				s = strings.ReplaceAll(s, "bucket DateTime,", "bucket DateTime('"+zone+"'),")
+				if err := conn.Exec(ctx, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b, err := conn.PrepareBatch(ctx, "INSERT INTO "+set.Raw+" (id, created_at, service_name, method_name, status, duration_ms)")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, at := range rows {
+				if err := b.Append(uint64(k), at, "s", "m", "success", uint32(1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := b.Send(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := requestlogview.DropExpired(ctx, conn, set, 30, now); err != nil {
+				t.Fatal(err)
+			}
+			var inside, oldest uint64
+			if err := conn.QueryRow(ctx, "SELECT countIf(created_at >= ?), countIf(created_at < ?) FROM "+set.Raw,
+				cutoff, cutoff.Add(-3*24*time.Hour)).Scan(&inside, &oldest); err != nil {
+				t.Fatal(err)
+			}
+			if inside != 2 || oldest != 0 {
+				t.Errorf("raw: %d rows inside the window (want 2), %d days old (want 0)", inside, oldest)
+			}
+			for _, rollup := range set.Rollups() {
+				var n uint64
+				if err := conn.QueryRow(ctx, "SELECT countMerge(requests) FROM "+rollup+" WHERE bucket >= ?",
+					cutoff.Truncate(24*time.Hour)).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				if n < 2 {
+					t.Errorf("%s lost requests inside the window: %d left", rollup, n)
+				}
+			}
+		})
+	}
+}
+
+// The cutoff is retention days of 24 hours before now, whatever zone now
+// is given in: across a daylight-saving change a local calendar would
+// move it by an hour, here dropping a row inside the window.
+func TestDropExpiredCountsUTCDays(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, conn := testenv.ClickHouse(t)
+	la, err := time.LoadLocation("America/Los_Angeles")
+	if err != nil {
+		t.Skip(err)
+	}
+	f, err := requestlogview.ServerFeatures(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := requestlogview.LiveTables()
+	stmts, err := requestlogview.DDL(set, f, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stmts {
+		if err := conn.Exec(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Date(2026, 3, 20, 3, 0, 0, 0, time.UTC)
+	inside := now.Add(-30*24*time.Hour + 30*time.Minute) // alone in its day
+	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+set.Raw+" (id, created_at, service_name, method_name, status, duration_ms)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, at := range []time.Time{inside, now} {
+		if err := b.Append(uint64(k), at, "s", "m", "success", uint32(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := requestlogview.DropExpired(ctx, conn, set, 30, now.In(la)); err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM "+set.Raw).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("%d rows left, want both (one is inside the window by half an hour)", n)
 	}
 }

@@ -51,7 +51,7 @@ func stack(t *testing.T, brokers *kafka.Config) *httptest.Server {
 // brokers nil, a private broker and a running requestlog.
 func backend(t *testing.T, brokers *kafka.Config) (*requestlogkafka.Producer, *requestlogview.Store) {
 	t.Helper()
-	_, conn := testenv.ClickHouse(t)
+	_, conn := testenv.ClickHouseMigrated(t)
 	var c kafka.Config
 	if brokers != nil {
 		c = *brokers

@@ -195,7 +195,7 @@ func (e *Env) NewKey(t testing.TB, name, typ, email string, expires *time.Time) 
 // into a fresh database and a producer (on a dead broker when down).
 func requestLog(t testing.TB, c kafka.Config, down bool) (*requestlogkafka.Producer, *requestlogview.Store) {
 	t.Helper()
-	_, conn := testenv.ClickHouse(t)
+	_, conn := testenv.ClickHouseMigrated(t)
 	sc := sinks.DefaultRequestLogConfig(c)
 	sc.BatchWait = 20 * time.Millisecond
 	s, err := sinks.NewRequestLogs(sc, conn, testenv.Quiet())

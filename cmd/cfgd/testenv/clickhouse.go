@@ -3,11 +3,14 @@ package testenv
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/cfgd/cfgd/cmd/cfgd/schemas"
 )
 
 // ClickHouseAdminURL is the server tests create their databases on
@@ -58,4 +61,26 @@ func ClickHouse(t testing.TB) (*clickhouse.Options, driver.Conn) {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return dbOpts, conn
+}
+
+// ClickHouseMigrated is ClickHouse with the database brought up by the
+// ClickHouse migrations, as `cfgd migrate` does (the sinks create no
+// tables of their own).
+func ClickHouseMigrated(t testing.TB) (*clickhouse.Options, driver.Conn) {
+	t.Helper()
+	opts, conn := ClickHouse(t)
+	MigrateClickHouse(t, opts.Auth.Database)
+	return opts, conn
+}
+
+// MigrateClickHouse applies the ClickHouse migrations to database db of
+// the test server.
+func MigrateClickHouse(t testing.TB, db string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dsn := strings.Replace(ClickHouseAdminURL(), "/default", "/"+db, 1)
+	if err := schemas.UpClickHouse(ctx, dsn, 30, Quiet()); err != nil {
+		t.Fatalf("testenv: clickhouse migrations: %v", err)
+	}
 }
