@@ -133,6 +133,9 @@ func (a *App) ManageTasks(ctx context.Context, action, queue, state string, md e
 // wait waits up to ApplyWait for the command at ap to be carried out;
 // ErrNotYetApplied when that takes longer.
 func (a *App) wait(ctx context.Context, ap Appended) error {
+	if a.Stored != nil {
+		a.Stored(ctx)
+	}
 	wctx, cancel := context.WithTimeout(ctx, a.Config.ApplyWait)
 	defer cancel()
 	if err := a.waitApplied(wctx, ap); err != nil {
