@@ -1,13 +1,18 @@
 package taskadmin_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/cfgd/cfgd/api/rest/taskadmin"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/commands/app/taskqueues"
+	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/tasks"
+	"github.com/cfgd/cfgd/projections"
+	"github.com/cfgd/cfgd/projections/reactors"
 )
 
 func (s *stack) tasksIn(t *testing.T, queue, state string) []map[string]any {
@@ -129,4 +134,97 @@ func TestTaskActionsAreEventsAndKeepTheStatisticsRight(t *testing.T) {
 	if hist.Status != 200 || len(pts) == 0 {
 		t.Fatalf("history: %d %s", hist.Status, hist.Raw)
 	}
+}
+
+// A task action or a bulk action delivered to the reactor again (its
+// checkpoint lost) changes nothing new: the archived task stays archived
+// with one record, and the bulk delete neither deletes the task enqueued
+// since nor records a second outcome.
+func TestRedeliveredTaskActionsChangeNothingNew(t *testing.T) {
+	t.Parallel()
+	s := startStackWith(t, stackOpts{noControl: true})
+	q := s.Q["low"]
+	ids := make([]string, 3)
+	for i := range ids {
+		ids[i] = s.enqueue(t, q, taskqueues.TypeEcho, `{}`)
+	}
+	ctx := context.Background()
+	reg, err := events.NewRegistry(tasks.Events()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := tasks.NewProducer(s.Bus, testenv.Signer(t), testenv.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	ctl := reactors.Control(s.App.Inspector, s.App.Registry, pub, s.Pool)
+	load := func(ap taskqueues.Appended) events.Envelope {
+		t.Helper()
+		var env events.Envelope
+		if err := s.Pool.QueryRow(ctx, `SELECT event_id, stream_id, stream_version, position, type, occurred_at, metadata, data
+			FROM events WHERE stream_id = $1 AND stream_version = $2`, ap.Stream, ap.Version).
+			Scan(&env.ID, &env.Stream, &env.Version, &env.Position, &env.Type, &env.OccurredAt, &env.Metadata, &env.Data); err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	twice := func(env events.Envelope) {
+		t.Helper()
+		for i := range 2 {
+			if i > 0 {
+				// The reactor forgets it handled it.
+				if _, err := s.Pool.Exec(ctx, `UPDATE projection_checkpoints SET version = $3 WHERE projection = $1 AND stream_id = $2`,
+					reactors.ControlName, env.Stream, env.Version-1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if out, err := projections.Apply(ctx, s.Pool, reg, ctl, env); err != nil || out != projections.Applied {
+				t.Fatalf("delivery %d of %s: %v %v", i+1, env.Type, out, err)
+			}
+		}
+	}
+	info, err := s.App.Reader.Task(ctx, q, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap, err := s.App.Manager.ManageTask(ctx, tasks.ActionArchive, info, events.Metadata{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	twice(load(ap))
+	if got, err := s.App.Reader.Task(ctx, q, ids[0]); err != nil || got.State != tasks.StateArchived {
+		t.Fatalf("after the archive: %v %v", got, err)
+	}
+
+	ap, err = s.App.Manager.ManageTasks(ctx, tasks.ActionDelete, q, tasks.StatePending, false, events.Metadata{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := load(ap)
+	if out, err := projections.Apply(ctx, s.Pool, reg, ctl, env); err != nil || out != projections.Applied {
+		t.Fatalf("bulk delete: %v %v", out, err)
+	}
+	later := s.enqueue(t, q, taskqueues.TypeEcho, `{"later": true}`)
+	if _, err := s.Pool.Exec(ctx, `UPDATE projection_checkpoints SET version = $3 WHERE projection = $1 AND stream_id = $2`,
+		reactors.ControlName, env.Stream, env.Version-1); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := projections.Apply(ctx, s.Pool, reg, ctl, env); err != nil || out != projections.Applied {
+		t.Fatalf("bulk delete again: %v %v", out, err)
+	}
+	if n := s.EventCount(t, tasks.QueueStream(q), tasks.TasksBulkApplied{}.EventType()); n != 1 {
+		t.Fatalf("%d bulk outcomes recorded", n)
+	}
+	if _, err := s.App.Reader.Task(ctx, q, later); err != nil {
+		t.Fatalf("the task enqueued after the bulk delete: %v", err)
+	}
+	var affected int
+	if err := s.Pool.QueryRow(ctx, `SELECT (data->>'affected')::int FROM events WHERE event_id = $1`, tasks.BulkAppliedID(env.ID)).Scan(&affected); err != nil || affected != 2 {
+		t.Fatalf("bulk outcome: %d %v", affected, err)
+	}
+	s.eventually(t, 10*time.Second, "2 deleted, 1 archived, 1 pending", func() bool {
+		st := s.stats(t)
+		return num(st["deleted_tasks"]) == 2 && num(st["archived_tasks"]) == 1 && num(st["pending_tasks"]) == 1 && num(st["total_tasks"]) == 4
+	})
 }
