@@ -98,6 +98,14 @@ func (r *Reader) Live(ctx context.Context) (*Snapshot, error) {
 		}
 		info, err := r.insp.GetQueueInfo(q)
 		if err != nil {
+			// asynq's "queue not found" is an internal type: a queue
+			// asynq no longer lists was deleted since, and nothing waits
+			// there.
+			now, lerr := r.insp.Queues()
+			if lerr == nil && !slices.Contains(now, q) {
+				s.Queues[q] = Sizes{}
+				continue
+			}
 			return nil, fmt.Errorf("queue %s: %w", q, err)
 		}
 		s.Queues[q] = Sizes{Pending: info.Pending, Scheduled: info.Scheduled, Retry: info.Retry, Active: info.Active,

@@ -169,3 +169,31 @@ func TestDeletedAndArchivedTasksLeavePending(t *testing.T) {
 		t.Fatalf("statistics %+v, want %+v", st, want)
 	}
 }
+
+// phantom lists a queue that is deleted before it is asked about, as
+// happens when a queue goes between the two Redis rounds.
+type phantom struct {
+	*asynq.Inspector
+	calls atomic.Int64
+}
+
+func (p *phantom) Queues() ([]string, error) {
+	qs, err := p.Inspector.Queues()
+	if p.calls.Add(1) == 1 {
+		qs = append(qs, "gone-meanwhile")
+	}
+	return qs, err
+}
+
+// A queue deleted between the listing and its sizes is shown empty; the
+// snapshot (and every poll sharing it) does not fail.
+func TestQueueDeletedMeanwhileIsEmpty(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	rdb, _ := testenv.RedisDB(t, authtest.RedisURL())
+	r := taskview.NewReader(pool, &phantom{Inspector: asynq.NewInspectorFromRedisClient(rdb)}, noWorkers{}, []string{"configured"}, time.Millisecond)
+	qs, err := r.QueueStatusAll(context.Background())
+	if err != nil || len(qs) != 2 || qs[1].Name != "gone-meanwhile" || qs[1].Size != 0 || qs[1].Configured {
+		t.Fatalf("queue-status: %+v %v", qs, err)
+	}
+}
