@@ -80,7 +80,12 @@ type Publisher interface {
 // go too), so it records its outcome as a QueueClearApplied event with an
 // id derived from the clear's: a redelivered clear finds it and stops.
 // The cleared tasks' lifecycle records go to the lifecycle topic first, so
-// task statistics are a function of that topic alone.
+// task statistics are a function of that topic alone. Task actions follow
+// the same rules: one task's run, archive or delete finds the task
+// already changed on a redelivery; a bulk one records its outcome
+// (TasksBulkApplied, id derived from the request's) as a clear does, and
+// notes the tasks it deletes or archives first; deleted and archived
+// tasks get their lifecycle record.
 func Control(q Queues, w Registry, pub Publisher, db store.DB) *projections.Projection {
 	p := projections.NewReactor(ControlName)
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.QueuePaused) error {
