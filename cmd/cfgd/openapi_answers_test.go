@@ -564,6 +564,36 @@ func TestServedAnswersMatchTheOpenAPIDocument(t *testing.T) {
 		{name: "no such worker", op: "manageWorker", method: "POST", path: "/api/tasks/worker-manage/", ctype: js,
 			body: []byte(`{"action":"stop","worker_id":"nobody-1"}`), auth: staff, want: 404},
 		{name: "worker, no credentials", op: "manageWorker", method: "POST", path: "/api/tasks/worker-manage/", ctype: js, body: []byte(`{}`), want: 401},
+		{name: "queues, all", op: "getQueueStatus", method: "GET", path: "/api/tasks/queue-status/?all=true", auth: staff, want: 200,
+			before: func() {
+				// A task that waits an hour: archived, listed and deleted below.
+				o, _ := redis.ParseURL(authtest.RedisURL())
+				rdb := redis.NewClient(o)
+				defer rdb.Close()
+				c := asynq.NewClientFromRedisClient(rdb)
+				if _, err := c.Enqueue(asynq.NewTask("demo:echo", []byte(`{"n": 1}`)), asynq.Queue(prefix+"default"), asynq.TaskID(prefix+"task"), asynq.ProcessIn(time.Hour)); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "queues, bad all", op: "getQueueStatus", method: "GET", path: "/api/tasks/queue-status/?all=maybe", auth: staff, want: 400},
+		{name: "scheduled tasks", op: "listQueueTasks", method: "GET", path: "/api/tasks/tasks/?state=scheduled&queue=" + prefix + "default", auth: staff, want: 200},
+		{name: "tasks, bad state", op: "listQueueTasks", method: "GET", path: "/api/tasks/tasks/?state=lost&queue=" + prefix + "default", auth: staff, want: 400},
+		{name: "task", op: "getQueueTask", method: "GET", path: "/api/tasks/task/?id=" + prefix + "task", auth: staff, want: 200},
+		{name: "no such task", op: "getQueueTask", method: "GET", path: "/api/tasks/task/?id=nosuchtask", auth: staff, want: 404},
+		{name: "task history", op: "getTaskHistory", method: "GET", path: "/api/tasks/history/?minutes=30", auth: staff, want: 200},
+		{name: "task history, bad minutes", op: "getTaskHistory", method: "GET", path: "/api/tasks/history/?minutes=0", auth: staff, want: 400},
+		{name: "archive task", op: "manageQueueTask", method: "POST", path: "/api/tasks/task-manage/", ctype: js,
+			body: []byte(fmt.Sprintf(`{"action":"archive","task_id":%q}`, prefix+"task")), auth: sessionCSRF, want: 200, orWant: 202},
+		{name: "task, bad action", op: "manageQueueTask", method: "POST", path: "/api/tasks/task-manage/", ctype: js,
+			body: []byte(fmt.Sprintf(`{"action":"explode","task_id":%q}`, prefix+"task")), auth: staff, want: 400},
+		{name: "task action, no such task", op: "manageQueueTask", method: "POST", path: "/api/tasks/task-manage/", ctype: js,
+			body: []byte(`{"action":"delete","task_id":"nosuchtask"}`), auth: staff, want: 404},
+		{name: "delete archived tasks", op: "manageQueueTasks", method: "POST", path: "/api/tasks/bulk-manage/", ctype: js,
+			body: []byte(fmt.Sprintf(`{"action":"delete","queue_name":%q,"state":"archived"}`, prefix+"default")), auth: staff, want: 200, orWant: 202},
+		{name: "bulk, not applicable", op: "manageQueueTasks", method: "POST", path: "/api/tasks/bulk-manage/", ctype: js,
+			body: []byte(fmt.Sprintf(`{"action":"run","queue_name":%q,"state":"pending"}`, prefix+"default")), auth: staff, want: 400},
+		{name: "bulk, no such queue", op: "manageQueueTasks", method: "POST", path: "/api/tasks/bulk-manage/", ctype: js,
+			body: []byte(`{"action":"delete","queue_name":"nosuchqueue","state":"pending"}`), auth: staff, want: 404},
 		{name: "task page", op: "getTaskDashboard", method: "GET", path: "/admin/tasks/dashboard/", auth: session, want: 200},
 		{name: "task page, sign-in form", op: "getTaskDashboard", method: "GET", path: "/admin/tasks/dashboard/", want: 401},
 

@@ -13,7 +13,7 @@ import (
 	"github.com/cfgd/cfgd/commands/app/taskqueues"
 )
 
-// taskCommand is `cfgd task enqueue`.
+// taskCommand is `cfgd task enqueue|list|inspect|retry|delete|archive`.
 func taskCommand() *cobra.Command {
 	var queue, typ, payload string
 	enqueue := &cobra.Command{
@@ -36,7 +36,7 @@ types: demo:sleep ({"ms": N}), demo:echo (any JSON), demo:fail ({"message": "...
 	enqueue.Flags().StringVar(&queue, "queue", "default", "the queue (one of TASKS__QUEUES)")
 	enqueue.Flags().StringVar(&typ, "type", "", "the task type (required)")
 	enqueue.Flags().StringVar(&payload, "payload", "", "the task's JSON payload")
-	return parentCommand("task", "put tasks on the queues", enqueue)
+	return parentCommand("task", "put tasks on the queues, list, inspect and act on them", append([]*cobra.Command{enqueue}, taskAdminCommands()...)...)
 }
 
 func enqueueTask(ctx context.Context, log *slog.Logger, app appSettings, queue, typ string, payload []byte, stdout io.Writer) error {

@@ -142,3 +142,89 @@ func staffGet(t *testing.T, url string) map[string]any {
 	}
 	return m
 }
+
+// task list, inspect and the actions at a prompt: tables and --json, the
+// actions carried out by the running serve, refusals named, and a Redis
+// that does not answer named within the 3 s.
+func TestTaskAdminCommands(t *testing.T) {
+	baseEnv(t, testenv.PostgresURL(t))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KAFKA__EMBEDDED_ADDR", l.Addr().String())
+	_ = l.Close()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	prefix := "t" + hex.EncodeToString(b) + "-"
+	q := prefix + "default"
+	t.Setenv("TASKS__QUEUES", q)
+	t.Setenv("TASKS__KEY_PREFIX", "cfgd-test:"+prefix)
+	t.Cleanup(func() {
+		o, _ := redis.ParseURL("redis://127.0.0.1:6379/0")
+		rdb := redis.NewClient(o)
+		defer rdb.Close()
+		_ = asynq.NewInspectorFromRedisClient(rdb).DeleteQueue(q, true)
+	})
+	start(t)
+	ids := make([]string, 2)
+	for i := range ids {
+		code, out, msg := runCLI("task", "enqueue", "--queue", q, "--type", "demo:echo", "--payload", `{"hello": "cli"}`)
+		if code != 0 {
+			t.Fatalf("enqueue: %d %s", code, msg)
+		}
+		ids[i] = out[strings.LastIndex(out, " ")+1 : len(out)-1]
+	}
+	code, out, msg := runCLI("task", "list", "--queue", q, "--json")
+	var listed []map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &listed) != nil || len(listed) != 2 || listed[0]["state"] != "pending" || listed[0]["payload"] != `{"hello": "cli"}` {
+		t.Fatalf("list --json: %d %q %s", code, out, msg)
+	}
+	code, out, msg = runCLI("task", "list", "--state", "pending")
+	if code != 0 || !strings.HasPrefix(out, "QUEUE") || !strings.Contains(out, ids[0]) || !strings.Contains(out, `{"hello": "cli"}`) {
+		t.Fatalf("list: %d %q %s", code, out, msg)
+	}
+	code, out, msg = runCLI("task", "inspect", ids[0])
+	if code != 0 || !strings.Contains(strings.Join(strings.Fields(out), " "), "STATE pending PAYLOAD {\"hello\": \"cli\"}") || !strings.Contains(out, "archive, delete") {
+		t.Fatalf("inspect: %d %q %s", code, out, msg)
+	}
+	if code, out, msg = runCLI("task", "archive", ids[0]); code != 0 || !strings.Contains(out, "archive done; now archived") {
+		t.Fatalf("archive: %d %q %s", code, out, msg)
+	}
+	if code, _, msg = runCLI("task", "archive", ids[0]); code != 1 || !strings.Contains(msg, "cannot archive a task that is archived") {
+		t.Fatalf("archive again: %d %s", code, msg)
+	}
+	if code, out, msg = runCLI("task", "retry", ids[0], "--json"); code != 0 || !strings.Contains(out, `"state": "pending"`) {
+		t.Fatalf("retry: %d %q %s", code, out, msg)
+	}
+	if code, out, msg = runCLI("task", "delete", ids[1], "--queue", q); code != 0 || !strings.Contains(out, "delete done; it is gone") {
+		t.Fatalf("delete: %d %q %s", code, out, msg)
+	}
+	if code, _, msg = runCLI("task", "inspect", "no-such-task"); code != 1 || !strings.Contains(msg, "not found") {
+		t.Fatalf("inspect of nothing: %d %s", code, msg)
+	}
+	usage := []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"task", "inspect"}, "task inspect takes one task id"},
+		{[]string{"task", "delete", "a", "b"}, "task delete takes one task id"},
+		{[]string{"task", "list", "--state", "gone"}, "--state: one of pending"},
+		{[]string{"task", "list", "--limit", "0"}, "--limit: from 1 to 100"},
+	}
+	for _, u := range usage {
+		if code, _, msg := runCLI(u.args...); code != 2 || !strings.Contains(msg, u.msg) {
+			t.Errorf("%q: exit %d, %q; want 2, %q", u.args, code, msg, u.msg)
+		}
+	}
+	// Nothing listens there: named within the 3 s, with the next step.
+	t.Setenv("TASKS__REDIS_URL", "redis://127.0.0.1:1/0")
+	began := time.Now()
+	code, _, msg = runCLI("task", "list")
+	if code != 1 || !strings.Contains(msg, "redis at redis://127.0.0.1:1/0 (TASKS__REDIS_URL) is not reachable") || !strings.Contains(msg, "make stack-up") {
+		t.Fatalf("list without Redis: %d %s", code, msg)
+	}
+	if took := time.Since(began); took > 4*time.Second {
+		t.Fatalf("list without Redis took %s", took)
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
@@ -62,6 +63,7 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (modules.Module, erro
 		appends = w.deps.events.Bind(w.deps.pg)
 	}
 	staff := a.Staff()
+	var monitor io.Closer // asynqmon's Redis connections, once mounted
 	var checks []process.Check
 	if rdb != w.deps.redis {
 		checks = append(checks, process.Check{Name: "tasks-redis", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
@@ -70,6 +72,11 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (modules.Module, erro
 		Name: "tasks",
 		Routes: func(r *mux.Router) error {
 			taskadmin.Mount(r, staff, app)
+			m, err := taskadmin.MountAsynqmon(r, staff, cfg.RedisURL)
+			if err != nil {
+				return err
+			}
+			monitor = m
 			return pages.MountTaskDashboard(r, staff, w.assets)
 		},
 		Projections: []*projections.Projection{reactors.Control(app.Inspector, app.Registry, pub, appends), sinks.ViewsWithLifecycle(w.bus, signer, w.log)},
@@ -80,6 +87,9 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (modules.Module, erro
 				<-ctx.Done()
 				_ = app.Close()
 				_ = pub.Close()
+				if monitor != nil {
+					_ = monitor.Close()
+				}
 				closeRedis()
 				return nil
 			}},

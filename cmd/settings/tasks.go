@@ -41,6 +41,7 @@ func (t *tasksTarget) fields() []field {
 		positive(&c.ShutdownTimeout, "TASKS__SHUTDOWN_TIMEOUT", "how long a stopping worker lets tasks in flight finish before pushing them back"),
 		positive(&c.SnapshotTTL, "TASKS__SNAPSHOT_TTL", "how long the live queue snapshot is shared by all callers"),
 		positive(&c.ApplyWait, "TASKS__APPLY_WAIT", "how long a queue or worker command waits for its effect before answering 202"),
+		duration(&c.Retention, "TASKS__RETENTION", "how long asynq keeps a completed task, listed as completed on the dashboard; `0`: not kept"),
 	}
 }
 

@@ -5,6 +5,7 @@
 // topic) are the staff's commands on queues and workers:
 //
 //	queue-<name>   QueuePaused, QueueResumed, QueueCleared, QueueClearApplied
+//	               TaskActionRequested, TasksBulkRequested, TasksBulkApplied
 //	worker-<id>    WorkerStartRequested, WorkerStopRequested, WorkerRestartRequested
 //
 // Lifecycle records (enqueued, started, succeeded, failed, retried) are
@@ -107,12 +108,101 @@ type WorkerRestartRequested struct {
 
 func (WorkerRestartRequested) EventType() string { return "worker.restart_requested" }
 
+// Task actions, as the API names them: run puts a scheduled, retry or
+// archived task back to pending ("retry" is its name for a failed one);
+// archive parks a waiting task; delete removes a task that is not running.
+const (
+	ActionRun     = "run"
+	ActionRetry   = "retry"
+	ActionArchive = "archive"
+	ActionDelete  = "delete"
+)
+
+// Task states as asynq names them, the ones a task action or a listing
+// names.
+const (
+	StatePending   = "pending"
+	StateActive    = "active"
+	StateScheduled = "scheduled"
+	StateRetry     = "retry"
+	StateArchived  = "archived"
+	StateCompleted = "completed"
+)
+
+// TaskStates lists every state a queue's tasks are listed by.
+func TaskStates() []string {
+	return []string{StatePending, StateActive, StateScheduled, StateRetry, StateArchived, StateCompleted}
+}
+
+// ActionFrom lists the states from which each task action applies; any
+// other pairing makes no sense (a running task is not deleted, a pending
+// one not run).
+func ActionFrom(action string) []string {
+	switch action {
+	case ActionRun, ActionRetry:
+		return []string{StateScheduled, StateRetry, StateArchived}
+	case ActionArchive:
+		return []string{StatePending, StateScheduled, StateRetry}
+	case ActionDelete:
+		return []string{StatePending, StateScheduled, StateRetry, StateArchived, StateCompleted}
+	}
+	return nil
+}
+
+// TaskActionRequested: staff asked that Action be done to task TaskID of
+// Queue, which was in State (with Retried failed attempts) when asked. It
+// lives on the queue's stream, in order with pauses and clears.
+type TaskActionRequested struct {
+	Queue   string    `json:"queue"`
+	TaskID  string    `json:"task_id"`
+	Type    string    `json:"type"`
+	State   string    `json:"state"`
+	Retried int       `json:"retried"`
+	Action  string    `json:"action"`
+	At      time.Time `json:"at"`
+}
+
+func (TaskActionRequested) EventType() string { return "queue.task_action_requested" }
+
+// TasksBulkRequested: staff asked that Action be done to every task of
+// Queue in State.
+type TasksBulkRequested struct {
+	Queue  string    `json:"queue"`
+	State  string    `json:"state"`
+	Action string    `json:"action"`
+	At     time.Time `json:"at"`
+}
+
+func (TasksBulkRequested) EventType() string { return "queue.tasks_bulk_requested" }
+
+// TasksBulkApplied: the tasks.control reactor carried out a bulk action
+// on Affected tasks. Like QueueClearApplied, its id derives from the
+// request's (BulkAppliedID), so a redelivered request finds it and does
+// not act on tasks that arrived since.
+type TasksBulkApplied struct {
+	Queue    string    `json:"queue"`
+	State    string    `json:"state"`
+	Action   string    `json:"action"`
+	Affected int       `json:"affected"`
+	At       time.Time `json:"at"`
+}
+
+func (TasksBulkApplied) EventType() string { return "queue.tasks_bulk_applied" }
+
+// bulkAppliedSpace is the UUID namespace of BulkAppliedID.
+var bulkAppliedSpace = uuid.MustParse("0b7e4c1a-93d2-5f6e-8a41-2d5c7e9f1b3a")
+
+// BulkAppliedID is the event id of the TasksBulkApplied that answers the
+// TasksBulkRequested event req.
+func BulkAppliedID(req uuid.UUID) uuid.UUID { return uuid.NewSHA1(bulkAppliedSpace, req[:]) }
+
 // Events returns one prototype of every task-management event, for the
 // registry.
 func Events() []events.Event {
 	return []events.Event{
 		QueuePaused{}, QueueResumed{}, QueueCleared{}, QueueClearApplied{},
 		WorkerStartRequested{}, WorkerStopRequested{}, WorkerRestartRequested{},
+		TaskActionRequested{}, TasksBulkRequested{}, TasksBulkApplied{},
 	}
 }
 
@@ -179,6 +269,14 @@ type WorkerState struct {
 
 // StepCleared closes a task that a clear removed before it ran.
 const StepCleared = "cleared"
+
+// StepDeleted closes a task that staff deleted; StepArchived parks one
+// that staff archived (its Attempt is the failed attempts so far, so a
+// later run of it ranks above).
+const (
+	StepDeleted  = "deleted"
+	StepArchived = "archived"
+)
 
 // ControlReactor is the name of the reactor that carries out queue and
 // worker commands (projections/reactors); a command's caller waits for its

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,7 +30,14 @@ type Queues interface {
 	ListPendingTasks(queue string, opts ...asynq.ListOption) ([]*asynq.TaskInfo, error)
 	ListScheduledTasks(queue string, opts ...asynq.ListOption) ([]*asynq.TaskInfo, error)
 	ListRetryTasks(queue string, opts ...asynq.ListOption) ([]*asynq.TaskInfo, error)
+	ListArchivedTasks(queue string, opts ...asynq.ListOption) ([]*asynq.TaskInfo, error)
+	ListCompletedTasks(queue string, opts ...asynq.ListOption) ([]*asynq.TaskInfo, error)
 	DeleteTask(queue, id string) error
+	ArchiveTask(queue, id string) error
+	RunTask(queue, id string) error
+	RunAllScheduledTasks(queue string) (int, error)
+	RunAllRetryTasks(queue string) (int, error)
+	RunAllArchivedTasks(queue string) (int, error)
 	GetTaskInfo(queue, id string) (*asynq.TaskInfo, error)
 }
 
@@ -72,7 +80,12 @@ type Publisher interface {
 // go too), so it records its outcome as a QueueClearApplied event with an
 // id derived from the clear's: a redelivered clear finds it and stops.
 // The cleared tasks' lifecycle records go to the lifecycle topic first, so
-// task statistics are a function of that topic alone.
+// task statistics are a function of that topic alone. Task actions follow
+// the same rules: one task's run, archive or delete finds the task
+// already changed on a redelivery; a bulk one records its outcome
+// (TasksBulkApplied, id derived from the request's) as a clear does, and
+// notes the tasks it deletes or archives first; deleted and archived
+// tasks get their lifecycle record.
 func Control(q Queues, w Registry, pub Publisher, db store.DB) *projections.Projection {
 	p := projections.NewReactor(ControlName)
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.QueuePaused) error {
@@ -133,6 +146,68 @@ func Control(q Queues, w Registry, pub Publisher, db store.DB) *projections.Proj
 		_ = w.ForgetClear(ctx, key)
 		return nil
 	})
+	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.TaskActionRequested) error {
+		var applied bool
+		if err := redisRetrying(ctx, func() error {
+			var err error
+			applied, err = actOnTask(q, e.Action, e.Queue, e.TaskID)
+			return err
+		}); err != nil {
+			return err
+		}
+		rec, ok := taskRecord(e.Action, e.Queue, e.TaskID, e.Type, e.Retried, e.At)
+		if !applied || !ok {
+			return nil
+		}
+		if err := publishRetrying(ctx, pub, []tasks.Lifecycle{rec}); err != nil {
+			return fmt.Errorf("%s %s: lifecycle: %w", e.Action, e.TaskID, err)
+		}
+		return nil
+	})
+	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.TasksBulkRequested) error {
+		id := tasks.BulkAppliedID(env.ID)
+		done, err := recorded(ctx, tx, id)
+		if err != nil || done {
+			return err
+		}
+		key := id.String()
+		var n int
+		var changed map[string]string
+		if err := redisRetrying(ctx, func() error {
+			var err error
+			n, changed, err = bulk(ctx, q, w, key, e.Action, e.Queue, e.State)
+			return err
+		}); err != nil {
+			return err
+		}
+		recs := make([]tasks.Lifecycle, 0, len(changed))
+		for tid, note := range changed {
+			retried, typ, _ := strings.Cut(note, ":")
+			r, _ := strconv.Atoi(retried)
+			if rec, ok := taskRecord(e.Action, e.Queue, tid, typ, r, e.At); ok {
+				recs = append(recs, rec)
+			}
+		}
+		slices.SortFunc(recs, func(a, b tasks.Lifecycle) int { return strings.Compare(a.TaskID, b.TaskID) })
+		if err := publishRetrying(ctx, pub, recs); err != nil {
+			return fmt.Errorf("%s %s tasks of %s: lifecycle: %w", e.Action, e.State, e.Queue, err)
+		}
+		out, err := events.New(env.Stream, tasks.TasksBulkApplied{Queue: e.Queue, State: e.State, Action: e.Action, Affected: n, At: e.At},
+			events.Metadata{CorrelationID: env.Metadata.CorrelationID, CausationID: env.ID.String(), Actor: ControlName}, env.OccurredAt)
+		if err != nil {
+			return err
+		}
+		out.ID = id
+		// Committed on its own, before the checkpoint, as a clear's.
+		if _, err := store.Append(ctx, db, env.Stream, events.AnyVersion, out); err != nil {
+			if done, rerr := recorded(ctx, tx, id); rerr == nil && done {
+				return nil
+			}
+			return fmt.Errorf("%s %s tasks of %s: record: %w", e.Action, e.State, e.Queue, err)
+		}
+		_ = w.ForgetClear(ctx, key)
+		return nil
+	})
 	worker := func(ctx context.Context, env events.Envelope, id, action string) error {
 		return redisRetrying(ctx, func() error { return w.SetCommand(ctx, id, env.Version, action) })
 	}
@@ -146,6 +221,101 @@ func Control(q Queues, w Registry, pub Publisher, db store.DB) *projections.Proj
 		return worker(ctx, env, e.WorkerID, tasks.ActionRestart)
 	})
 	return p
+}
+
+// actOnTask carries out action on one task and tells whether the task is
+// now as the action leaves it. A task gone or already changed (a
+// redelivery) counts as done; a task that moved on by itself (a worker
+// took it) is left alone, and no record is written for it.
+func actOnTask(q Queues, action, queue, id string) (bool, error) {
+	var err error
+	var done string
+	switch action {
+	case tasks.ActionRun, tasks.ActionRetry:
+		err, done = q.RunTask(queue, id), tasks.StatePending
+	case tasks.ActionArchive:
+		err, done = q.ArchiveTask(queue, id), tasks.StateArchived
+	case tasks.ActionDelete:
+		err = q.DeleteTask(queue, id)
+	default:
+		return false, nil // the command refuses any other; nothing to do
+	}
+	switch {
+	case err == nil:
+		return true, nil
+	case gone(err):
+		return action == tasks.ActionDelete, nil
+	}
+	info, ierr := q.GetTaskInfo(queue, id)
+	switch {
+	case gone(ierr):
+		return action == tasks.ActionDelete, nil
+	case ierr != nil:
+		return false, fmt.Errorf("%s %s: %w", action, id, errors.Join(err, ierr))
+	case slices.Contains(tasks.ActionFrom(action), info.State.String()):
+		return false, fmt.Errorf("%s %s: %w", action, id, err) // still there: Redis failed it
+	}
+	return info.State.String() == done, nil
+}
+
+// taskRecord is the lifecycle record of a task action, so the statistics
+// see a deleted task end and an archived one wait; running a task needs
+// none (its run records follow).
+func taskRecord(action, queue, id, typ string, retried int, at time.Time) (tasks.Lifecycle, bool) {
+	switch action {
+	case tasks.ActionDelete:
+		return tasks.Lifecycle{TaskID: id, Queue: queue, Type: typ, Step: tasks.StepDeleted, At: at}, true
+	case tasks.ActionArchive:
+		return tasks.Lifecycle{TaskID: id, Queue: queue, Type: typ, Step: tasks.StepArchived, Attempt: retried, At: at}, true
+	}
+	return tasks.Lifecycle{}, false
+}
+
+// bulk carries out action on every task of queue in state and returns
+// how many it changed and, for a delete or archive, the changed tasks
+// (id → "retried:type").
+func bulk(ctx context.Context, q Queues, notes Clears, key, action, queue, state string) (int, map[string]string, error) {
+	if action == tasks.ActionRun || action == tasks.ActionRetry {
+		runs := map[string]func(string) (int, error){
+			tasks.StateScheduled: q.RunAllScheduledTasks, tasks.StateRetry: q.RunAllRetryTasks, tasks.StateArchived: q.RunAllArchivedTasks,
+		}
+		run, ok := runs[state]
+		if !ok {
+			return 0, nil, nil // the command refuses any other state
+		}
+		known, err := q.Queues()
+		if err != nil || !slices.Contains(known, queue) {
+			return 0, nil, err
+		}
+		n, err := run(queue)
+		if err != nil {
+			return 0, nil, fmt.Errorf("%s %s tasks of %s: %w", action, state, queue, err)
+		}
+		return n, nil, nil
+	}
+	lists := map[string]lister{
+		tasks.StatePending: q.ListPendingTasks, tasks.StateScheduled: q.ListScheduledTasks, tasks.StateRetry: q.ListRetryTasks,
+		tasks.StateArchived: q.ListArchivedTasks, tasks.StateCompleted: q.ListCompletedTasks,
+	}
+	list, ok := lists[state]
+	if !ok || !slices.Contains(tasks.ActionFrom(action), state) {
+		return 0, nil, nil
+	}
+	sw := sweep{lists: []lister{list}, from: []string{state},
+		note: func(t *asynq.TaskInfo) string { return strconv.Itoa(t.Retried) + ":" + t.Type }}
+	switch action {
+	case tasks.ActionDelete:
+		sw.act = q.DeleteTask
+	case tasks.ActionArchive:
+		sw.act, sw.done = q.ArchiveTask, tasks.StateArchived
+	default:
+		return 0, nil, nil
+	}
+	changed, err := sweepQueue(ctx, q, notes, key, queue, sw)
+	if err != nil {
+		return 0, nil, err
+	}
+	return len(changed), changed, nil
 }
 
 // publishRetrying publishes recs until the broker takes them or ctx ends.
@@ -197,55 +367,80 @@ func redisRetrying(ctx context.Context, op func() error) error {
 // clearPage bounds one listing; clear loops until nothing waits.
 const clearPage = 500
 
+// lister lists one state's tasks of a queue.
+type lister func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error)
+
+// sweep is what a clear or a bulk delete or archive does to each task:
+// lists are the states it takes tasks from (from: their names), act the
+// change, note what is kept of a task to write its lifecycle record.
+type sweep struct {
+	lists []lister
+	from  []string
+	act   func(queue, id string) error
+	// done is the state act leaves a task in ("" when it is gone).
+	done string
+	note func(t *asynq.TaskInfo) string
+}
+
 // clear deletes every waiting task (pending, scheduled, retry) of queue
 // one by one and returns the tasks it removed (id → type); running,
-// completed and archived tasks stay. Each page is noted under key before
-// its tasks are deleted, and a task a worker took first is unnoted, so a
-// clear cut off halfway (a crash, Redis gone) and run again finds the
-// tasks it deleted the first time in the notes: they are closed in the
-// statistics all the same.
+// completed and archived tasks stay.
 func clear(ctx context.Context, q Queues, notes Clears, key, queue string) (map[string]string, error) {
+	return sweepQueue(ctx, q, notes, key, queue, sweep{
+		lists: []lister{q.ListPendingTasks, q.ListScheduledTasks, q.ListRetryTasks},
+		from:  []string{tasks.StatePending, tasks.StateScheduled, tasks.StateRetry},
+		act:   q.DeleteTask,
+		note:  func(t *asynq.TaskInfo) string { return t.Type },
+	})
+}
+
+// sweepQueue acts on every task of queue that sw lists, one by one, and
+// returns the tasks it changed (id → note). Each page is noted under key
+// before its tasks are changed, and a task a worker took first is
+// unnoted, so a sweep cut off halfway (a crash, Redis gone) and run again
+// finds the tasks it changed the first time in the notes: they are
+// closed in the statistics all the same.
+func sweepQueue(ctx context.Context, q Queues, notes Clears, key, queue string, sw sweep) (map[string]string, error) {
 	// What an earlier, interrupted run noted: still there (noted, not yet
-	// deleted), taken by a worker meanwhile, or deleted by that run.
+	// changed), taken by a worker meanwhile, or changed by that run.
 	prior, err := notes.Noted(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	for id := range prior {
-		if err := remove(ctx, q, notes, key, queue, id, true); err != nil {
+		if err := remove(ctx, q, notes, key, queue, id, true, sw); err != nil {
 			return nil, err
 		}
 	}
 	known, err := q.Queues()
 	if err != nil {
-		return nil, fmt.Errorf("clear %s: %w", queue, err)
+		return nil, fmt.Errorf("%s: %w", queue, err)
 	}
 	if slices.Contains(known, queue) {
-		lists := []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){q.ListPendingTasks, q.ListScheduledTasks, q.ListRetryTasks}
-		for _, list := range lists {
-			for range 10_000 { // bounded: a producer faster than the clear cannot keep it here forever
+		for _, list := range sw.lists {
+			for range 10_000 { // bounded: a producer faster than the sweep cannot keep it here forever
 				page, err := list(queue, asynq.PageSize(clearPage))
 				if err != nil {
-					return nil, fmt.Errorf("clear %s: %w", queue, err)
+					return nil, fmt.Errorf("%s: %w", queue, err)
 				}
 				ts := make(map[string]string, len(page))
 				for _, t := range page {
-					ts[t.ID] = t.Type
+					ts[t.ID] = sw.note(t)
 				}
 				if err := notes.NoteClearing(ctx, key, ts); err != nil {
 					return nil, err
 				}
 				before := len(page)
 				for _, t := range page {
-					if err := remove(ctx, q, notes, key, queue, t.ID, false); err != nil {
+					if err := remove(ctx, q, notes, key, queue, t.ID, false, sw); err != nil {
 						return nil, err
 					}
 				}
 				if before < clearPage {
 					break
 				}
-				// A page that a worker emptied before the clear could is
-				// nothing left to clear.
+				// A page that a worker emptied before the sweep could is
+				// nothing left to do.
 				left, err := notes.Noted(ctx, key)
 				if err != nil {
 					return nil, err
@@ -259,15 +454,17 @@ func clear(ctx context.Context, q Queues, notes Clears, key, queue string) (map[
 	return notes.Noted(ctx, key)
 }
 
-// remove deletes the noted task id; when it is not waiting any more, a
-// worker took it and it is unnoted. A task that is gone was either
-// finished by a worker (listed by this run: unnoted) or deleted by the
-// run that noted it before it was cut off (prior: stays noted).
-func remove(ctx context.Context, q Queues, notes Clears, key, queue, id string, prior bool) error {
-	gone := func(err error) bool {
-		return errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound)
-	}
-	err := q.DeleteTask(queue, id)
+func gone(err error) bool {
+	return errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound)
+}
+
+// remove changes the noted task id; when it is not in a state the sweep
+// takes tasks from any more, a worker took it and it is unnoted. A task
+// that is gone was either finished by a worker (listed by this run:
+// unnoted) or changed by the run that noted it before it was cut off
+// (prior: stays noted).
+func remove(ctx context.Context, q Queues, notes Clears, key, queue, id string, prior bool, sw sweep) error {
+	err := sw.act(queue, id)
 	switch {
 	case err == nil:
 		return nil
@@ -283,9 +480,11 @@ func remove(ctx context.Context, q Queues, notes Clears, key, queue, id string, 
 	case gone(ierr):
 		return notes.Unnote(ctx, key, id)
 	case ierr != nil:
-		return fmt.Errorf("clear %s: task %s: %w", queue, id, errors.Join(err, ierr))
-	case info.State == asynq.TaskStatePending || info.State == asynq.TaskStateScheduled || info.State == asynq.TaskStateRetry:
-		return fmt.Errorf("clear %s: delete %s: %w", queue, id, err) // still waiting: Redis failed the delete
+		return fmt.Errorf("%s: task %s: %w", queue, id, errors.Join(err, ierr))
+	case slices.Contains(sw.from, info.State.String()):
+		return fmt.Errorf("%s: task %s: %w", queue, id, err) // still there: Redis failed the change
+	case prior && sw.done != "" && info.State.String() == sw.done:
+		return nil // the earlier run changed it
 	}
 	return notes.Unnote(ctx, key, id)
 }

@@ -11,12 +11,18 @@ import (
 )
 
 // rank orders steps: later attempts after earlier ones, an attempt's
-// outcome after its start, and an end (succeeded, failed, cleared) after
-// everything.
+// outcome after its start, an archive after the attempts it follows (and
+// before a later run of the task), and an end (succeeded, failed,
+// cleared) after everything. A delete ends a task too, but never
+// overwrites its finish: deleting a completed task keeps it succeeded.
 func rank(step string, attempt int) int64 {
 	switch step {
 	case tasks.StepSucceeded, tasks.StepFailed, tasks.StepCleared:
 		return 1 << 40
+	case tasks.StepDeleted:
+		return 1<<40 - 1
+	case tasks.StepArchived:
+		return int64(attempt)*10 + 3
 	case tasks.StepStarted:
 		return int64(attempt)*10 + 1
 	case tasks.StepRetried:
@@ -56,7 +62,7 @@ func lifecycleArgs(r tasks.Lifecycle) []any {
 	if r.Step == tasks.StepEnqueued {
 		enq = &at
 	}
-	if tasks.Terminal(r.Step) || r.Step == tasks.StepCleared {
+	if tasks.Terminal(r.Step) || r.Step == tasks.StepCleared || r.Step == tasks.StepDeleted {
 		fin = &at
 	}
 	return []any{r.TaskID, r.Step, r.Attempt, r.Queue, r.Type, r.WorkerID, r.Error, at, rank(r.Step, r.Attempt), enq, fin}

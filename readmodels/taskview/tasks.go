@@ -20,9 +20,10 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Inspector is what the live snapshot needs of asynq.
+// Inspector is what the live snapshot and the task listings need of
+// asynq.
 type Inspector interface {
-	Queues() ([]string, error)
+	Browser
 	GetQueueInfo(queue string) (*asynq.QueueInfo, error)
 }
 
@@ -42,12 +43,14 @@ type Reader struct {
 
 	mu     sync.Mutex
 	cached *Snapshot
+	// browser is insp, named for the listings.
+	browser Browser
 }
 
 // NewReader returns the queries over the configured queues; the live
 // snapshot is reused for ttl.
 func NewReader(db DB, insp Inspector, workers Workers, queues []string, ttl time.Duration) *Reader {
-	return &Reader{db: db, insp: insp, workers: workers, queues: queues, ttl: ttl, now: time.Now}
+	return &Reader{db: db, insp: insp, browser: insp, workers: workers, queues: queues, ttl: ttl, now: time.Now}
 }
 
 // Sizes of one queue in Redis.
@@ -59,8 +62,11 @@ type Sizes struct {
 
 // Snapshot is the live state in Redis at one moment.
 type Snapshot struct {
-	At      time.Time
-	Queues  map[string]Sizes
+	At     time.Time
+	Queues map[string]Sizes
+	// Seen are the queues asynq knows that are not configured (tasks
+	// left from an earlier configuration, or another producer's), sorted.
+	Seen    []string
 	Workers []tasks.WorkerState
 }
 
@@ -79,13 +85,27 @@ func (r *Reader) Live(ctx context.Context) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queues: %w", err)
 	}
-	for _, q := range r.queues {
+	for _, q := range known {
+		if !slices.Contains(r.queues, q) {
+			s.Seen = append(s.Seen, q)
+		}
+	}
+	slices.Sort(s.Seen)
+	for _, q := range append(slices.Clone(r.queues), s.Seen...) {
 		if !slices.Contains(known, q) {
 			s.Queues[q] = Sizes{}
 			continue
 		}
 		info, err := r.insp.GetQueueInfo(q)
 		if err != nil {
+			// asynq's "queue not found" is an internal type: a queue
+			// asynq no longer lists was deleted since, and nothing waits
+			// there.
+			now, lerr := r.insp.Queues()
+			if lerr == nil && !slices.Contains(now, q) {
+				s.Queues[q] = Sizes{}
+				continue
+			}
 			return nil, fmt.Errorf("queue %s: %w", q, err)
 		}
 		s.Queues[q] = Sizes{Pending: info.Pending, Scheduled: info.Scheduled, Retry: info.Retry, Active: info.Active,
@@ -117,10 +137,26 @@ type Queue struct {
 	Scheduled int    `json:"scheduled"`
 	Retry     int    `json:"retry"`
 	Active    int    `json:"active"`
+	Archived  int    `json:"archived"`
+	Completed int    `json:"completed"`
+	// Configured is false for a queue asynq knows that TASKS__QUEUES does
+	// not name (listed only on request): its tasks can be acted on, the
+	// queue itself not paused or cleared.
+	Configured bool `json:"configured"`
 }
 
 // QueueStatus lists every configured queue, in configuration order.
 func (r *Reader) QueueStatus(ctx context.Context) ([]Queue, error) {
+	return r.queueStatus(ctx, false)
+}
+
+// QueueStatusAll lists every configured queue, then every other queue
+// asynq knows.
+func (r *Reader) QueueStatusAll(ctx context.Context) ([]Queue, error) {
+	return r.queueStatus(ctx, true)
+}
+
+func (r *Reader) queueStatus(ctx context.Context, seen bool) ([]Queue, error) {
 	s, err := r.Live(ctx)
 	if err != nil {
 		return nil, err
@@ -129,11 +165,19 @@ func (r *Reader) QueueStatus(ctx context.Context) ([]Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Queue, 0, len(r.queues))
-	for _, name := range r.queues {
+	names := r.queues
+	if seen {
+		names = append(slices.Clone(r.queues), s.Seen...)
+	}
+	out := make([]Queue, 0, len(names))
+	for i, name := range names {
 		sz := s.Queues[name]
 		q := Queue{Name: name, Size: sz.Pending + sz.Scheduled + sz.Retry, IsPaused: paused[name],
-			Pending: sz.Pending, Scheduled: sz.Scheduled, Retry: sz.Retry, Active: sz.Active}
+			Pending: sz.Pending, Scheduled: sz.Scheduled, Retry: sz.Retry, Active: sz.Active,
+			Archived: sz.Archived, Completed: sz.Completed, Configured: i < len(r.queues)}
+		if !q.Configured {
+			q.IsPaused = sz.Paused
+		}
 		for _, w := range s.Workers {
 			if w.State == tasks.WorkerRunning && slices.Contains(w.Queues, name) {
 				q.Workers++
@@ -185,19 +229,22 @@ type Statistics struct {
 	FailedTasks    int64   `json:"failed_tasks"`
 	PendingTasks   int64   `json:"pending_tasks"`
 	ClearedTasks   int64   `json:"cleared_tasks"`
+	DeletedTasks   int64   `json:"deleted_tasks"`
+	ArchivedTasks  int64   `json:"archived_tasks"`
 	SuccessRate    float64 `json:"success_rate"`
 }
 
 // Stats counts every task ever seen: completed and failed are final;
 // pending is every task not finished yet (waiting, running or waiting for
-// a retry); cleared tasks were removed by a queue clear before they ran.
+// a retry); cleared tasks were removed by a queue clear before they ran,
+// deleted ones by staff; archived ones wait for staff to run them again.
 func (r *Reader) Stats(ctx context.Context) (Statistics, error) {
 	var s Statistics
-	err := r.db.QueryRow(ctx, taskStats).Scan(&s.TotalTasks, &s.CompletedTasks, &s.FailedTasks, &s.ClearedTasks)
+	err := r.db.QueryRow(ctx, taskStats).Scan(&s.TotalTasks, &s.CompletedTasks, &s.FailedTasks, &s.ClearedTasks, &s.DeletedTasks, &s.ArchivedTasks)
 	if err != nil {
 		return s, fmt.Errorf("task statistics: %w", err)
 	}
-	s.PendingTasks = s.TotalTasks - s.CompletedTasks - s.FailedTasks - s.ClearedTasks
+	s.PendingTasks = s.TotalTasks - s.CompletedTasks - s.FailedTasks - s.ClearedTasks - s.DeletedTasks - s.ArchivedTasks
 	if s.TotalTasks > 0 {
 		s.SuccessRate = float64(s.CompletedTasks) / float64(s.TotalTasks) * 100
 	}
@@ -209,7 +256,9 @@ const taskStats = `
 	SELECT count(*),
 	count(*) FILTER (WHERE state = 'succeeded'),
 	count(*) FILTER (WHERE state = 'failed'),
-	count(*) FILTER (WHERE state = 'cleared')
+	count(*) FILTER (WHERE state = 'cleared'),
+	count(*) FILTER (WHERE state = 'deleted'),
+	count(*) FILTER (WHERE state = 'archived')
 	FROM task_runs`
 
 // Task is one row of the recent-tasks list.
@@ -252,6 +301,8 @@ const recentTasks = `
 type Worker struct {
 	tasks.WorkerState
 	LastCommand string `json:"last_command"`
+	// Current are the tasks it runs now.
+	Current []Current `json:"current"`
 }
 
 // Workers lists the live workers (from the snapshot) with the last
@@ -276,8 +327,16 @@ func (r *Reader) Workers(ctx context.Context) ([]Worker, error) {
 	if _, err := pgx.ForEachRow(rows, []any{&id, &action}, func() error { last[id] = action; return nil }); err != nil {
 		return nil, fmt.Errorf("worker commands: %w", err)
 	}
+	cur, err := r.current(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
 	for i := range out {
 		out[i].LastCommand = last[out[i].WorkerID]
+		out[i].Current = cur[out[i].WorkerID]
+		if out[i].Current == nil {
+			out[i].Current = []Current{}
+		}
 	}
 	return out, nil
 }

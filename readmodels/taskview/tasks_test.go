@@ -110,3 +110,90 @@ func TestSuccessRateCountsPendingAndClearedTasks(t *testing.T) {
 		t.Fatalf("statistics %+v rate %v, want %+v rate 33.33", st, rate, want)
 	}
 }
+
+// Staff's deletes end a task and archives park it, whatever order the
+// records arrive in; a delete never undoes a finish, and a run after an
+// archive counts again.
+func TestDeletedAndArchivedTasksLeavePending(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	ctx := context.Background()
+	at := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	rec := func(id, step string, attempt int) tasks.Lifecycle {
+		return tasks.Lifecycle{TaskID: id, Queue: "q", Type: "demo:echo", Step: step, Attempt: attempt, At: at}
+	}
+	cases := []struct {
+		id, state string
+		recs      []tasks.Lifecycle
+	}{
+		{"deleted", tasks.StepDeleted, []tasks.Lifecycle{rec("deleted", tasks.StepEnqueued, 0), rec("deleted", tasks.StepDeleted, 0)}},
+		{"deleted-first", tasks.StepDeleted, []tasks.Lifecycle{rec("deleted-first", tasks.StepDeleted, 0), rec("deleted-first", tasks.StepEnqueued, 0)}},
+		{"deleted-after-retry", tasks.StepDeleted, []tasks.Lifecycle{rec("deleted-after-retry", tasks.StepEnqueued, 0),
+			rec("deleted-after-retry", tasks.StepStarted, 1), rec("deleted-after-retry", tasks.StepRetried, 1), rec("deleted-after-retry", tasks.StepDeleted, 0)}},
+		{"archived", tasks.StepArchived, []tasks.Lifecycle{rec("archived", tasks.StepEnqueued, 0), rec("archived", tasks.StepArchived, 0)}},
+		{"archived-after-retry", tasks.StepArchived, []tasks.Lifecycle{rec("archived-after-retry", tasks.StepEnqueued, 0),
+			rec("archived-after-retry", tasks.StepStarted, 1), rec("archived-after-retry", tasks.StepRetried, 1), rec("archived-after-retry", tasks.StepArchived, 1)}},
+		{"archived-then-run", tasks.StepStarted, []tasks.Lifecycle{rec("archived-then-run", tasks.StepEnqueued, 0),
+			rec("archived-then-run", tasks.StepArchived, 0), rec("archived-then-run", tasks.StepStarted, 1)}},
+		{"completed-then-deleted", tasks.StepSucceeded, []tasks.Lifecycle{rec("completed-then-deleted", tasks.StepEnqueued, 0),
+			rec("completed-then-deleted", tasks.StepSucceeded, 1), rec("completed-then-deleted", tasks.StepDeleted, 0)}},
+		{"failed-then-deleted", tasks.StepFailed, []tasks.Lifecycle{rec("failed-then-deleted", tasks.StepEnqueued, 0),
+			rec("failed-then-deleted", tasks.StepFailed, 1), rec("failed-then-deleted", tasks.StepDeleted, 0)}},
+	}
+	for _, c := range cases {
+		// One batch per record: the order is the arrival order.
+		for _, r := range c.recs {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := taskview.ApplyLifecycle(ctx, tx, []tasks.Lifecycle{r}); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var state string
+		if err := pool.QueryRow(ctx, `SELECT state FROM task_runs WHERE task_id = $1`, c.id).Scan(&state); err != nil || state != c.state {
+			t.Errorf("%s: state %q (%v), want %q", c.id, state, err, c.state)
+		}
+	}
+	st, err := taskview.NewReader(pool, nil, noWorkers{}, nil, time.Second).Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := taskview.Statistics{TotalTasks: 8, CompletedTasks: 1, FailedTasks: 1, PendingTasks: 1, DeletedTasks: 3, ArchivedTasks: 2}
+	st.SuccessRate = 0
+	if st != want {
+		t.Fatalf("statistics %+v, want %+v", st, want)
+	}
+}
+
+// phantom lists a queue that is deleted before it is asked about, as
+// happens when a queue goes between the two Redis rounds.
+type phantom struct {
+	*asynq.Inspector
+	calls atomic.Int64
+}
+
+func (p *phantom) Queues() ([]string, error) {
+	qs, err := p.Inspector.Queues()
+	if p.calls.Add(1) == 1 {
+		qs = append(qs, "gone-meanwhile")
+	}
+	return qs, err
+}
+
+// A queue deleted between the listing and its sizes is shown empty; the
+// snapshot (and every poll sharing it) does not fail.
+func TestQueueDeletedMeanwhileIsEmpty(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	rdb, _ := testenv.RedisDB(t, authtest.RedisURL())
+	r := taskview.NewReader(pool, &phantom{Inspector: asynq.NewInspectorFromRedisClient(rdb)}, noWorkers{}, []string{"configured"}, time.Millisecond)
+	qs, err := r.QueueStatusAll(context.Background())
+	if err != nil || len(qs) != 2 || qs[1].Name != "gone-meanwhile" || qs[1].Size != 0 || qs[1].Configured {
+		t.Fatalf("queue-status: %+v %v", qs, err)
+	}
+}

@@ -141,6 +141,11 @@ func startStackWith(t *testing.T, o stackOpts) *stack {
 	}
 	served := env.WithRoutes(t, func(r *mux.Router) {
 		taskadmin.Mount(r, staff, app)
+		mon, err := taskadmin.MountAsynqmon(r, staff, cfg.RedisURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = mon.Close() })
 		if err := pages.MountTaskDashboard(r, staff, assets); err != nil {
 			t.Fatal(err)
 		}

@@ -24,6 +24,11 @@ const (
 	PathRecent         = "/api/tasks/recent/"
 	PathQueueManage    = "/api/tasks/queue-manage/"
 	PathWorkerManage   = "/api/tasks/worker-manage/"
+	PathTasks          = "/api/tasks/tasks/"
+	PathTask           = "/api/tasks/task/"
+	PathTaskManage     = "/api/tasks/task-manage/"
+	PathBulkManage     = "/api/tasks/bulk-manage/"
+	PathHistory        = "/api/tasks/history/"
 )
 
 // RecentLimit bounds the recent-tasks list (?limit=, default 50).
@@ -39,6 +44,11 @@ func Mount(r *mux.Router, staff mux.MiddlewareFunc, app *taskqueues.App) {
 	r.Handle(PathRecent, staff(http.HandlerFunc(h.recent))).Methods(get...).Name("tasks:recent")
 	r.Handle(PathQueueManage, staff(http.HandlerFunc(h.queueManage))).Methods(http.MethodPost).Name("tasks:queue-manage")
 	r.Handle(PathWorkerManage, staff(http.HandlerFunc(h.workerManage))).Methods(http.MethodPost).Name("tasks:worker-manage")
+	r.Handle(PathTasks, staff(http.HandlerFunc(h.tasks))).Methods(get...).Name("tasks:tasks")
+	r.Handle(PathTask, staff(http.HandlerFunc(h.task))).Methods(get...).Name("tasks:task")
+	r.Handle(PathHistory, staff(http.HandlerFunc(h.history))).Methods(get...).Name("tasks:history")
+	r.Handle(PathTaskManage, staff(http.HandlerFunc(h.taskManage))).Methods(http.MethodPost).Name("tasks:task-manage")
+	r.Handle(PathBulkManage, staff(http.HandlerFunc(h.bulkManage))).Methods(http.MethodPost).Name("tasks:bulk-manage")
 }
 
 type handler struct {
@@ -52,7 +62,16 @@ type QueueStatusResponse struct {
 }
 
 func (h *handler) queueStatus(w http.ResponseWriter, r *http.Request) {
-	qs, err := h.app.Reader.QueueStatus(r.Context())
+	read := h.app.Reader.QueueStatus
+	switch r.URL.Query().Get("all") {
+	case "", "false":
+	case "true":
+		read = h.app.Reader.QueueStatusAll
+	default:
+		rest.WriteError(w, errcode.Fields(map[string]string{"all": "must be true or false"}))
+		return
+	}
+	qs, err := read(r.Context())
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
@@ -154,7 +173,7 @@ type AcceptedResponse struct {
 func required(w http.ResponseWriter, fields map[string]*string) bool {
 	missing := map[string]string{}
 	first := ""
-	for _, name := range []string{"action", "queue_name", "worker_id"} {
+	for _, name := range []string{"action", "queue_name", "worker_id", "task_id", "state"} {
 		v, ok := fields[name]
 		if !ok {
 			continue

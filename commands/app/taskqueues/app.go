@@ -40,8 +40,12 @@ type App struct {
 	Inspector *asynq.Inspector
 	Reader    *taskview.Reader
 	Enqueuer  *Enqueuer
-	pool      *pgxpool.Pool
-	log       *slog.Logger
+	// Stored, when set, runs once a task command's event is stored and
+	// before the wait for its effect: the CLI wakes the running server's
+	// relay with it.
+	Stored func(ctx context.Context)
+	pool   *pgxpool.Pool
+	log    *slog.Logger
 }
 
 // New builds the core.

@@ -92,6 +92,9 @@ type Config struct {
 	// ApplyWait bounds how long a command waits for its effect before
 	// answering 202.
 	ApplyWait time.Duration
+	// Retention is how long asynq keeps a completed task (to list it);
+	// 0: it is dropped once done.
+	Retention time.Duration
 }
 
 // DefaultConfig is the documented defaults (RedisURL left to the caller).
@@ -107,6 +110,7 @@ func DefaultConfig() Config {
 		ShutdownTimeout: 8 * time.Second,
 		SnapshotTTL:     5 * time.Second,
 		ApplyWait:       10 * time.Second,
+		Retention:       time.Hour,
 	}
 }
 
@@ -140,6 +144,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRetries < 0 {
 		errs = append(errs, errors.New("tasks: max retries must not be negative"))
+	}
+	if c.Retention < 0 {
+		errs = append(errs, errors.New("tasks: retention must not be negative"))
 	}
 	if c.RetryDelay < 0 {
 		errs = append(errs, errors.New("tasks: retry delay must not be negative"))

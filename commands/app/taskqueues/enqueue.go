@@ -43,7 +43,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, queue, typ string, payload []byt
 	if err := ValidatePayload(typ, payload); err != nil {
 		return "", err
 	}
-	info, err := e.client.EnqueueContext(ctx, asynq.NewTask(typ, payload), asynq.Queue(queue), asynq.MaxRetry(e.cfg.MaxRetries))
+	info, err := e.client.EnqueueContext(ctx, asynq.NewTask(typ, payload), asynq.Queue(queue), asynq.MaxRetry(e.cfg.MaxRetries), asynq.Retention(e.cfg.Retention))
 	if err != nil {
 		return "", fmt.Errorf("enqueue %s on %s: %w", typ, queue, err)
 	}

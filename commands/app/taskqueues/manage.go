@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/cfgd/cfgd/commands"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/store"
@@ -36,6 +38,8 @@ func NewManager(db store.DB, cfg Config, reg *Registry, now func() time.Time) *M
 type Appended struct {
 	Stream  string
 	Version int64
+	// EventID is the appended event's id.
+	EventID uuid.UUID
 }
 
 // ManageQueue appends the event of action (pause, resume, clear) on queue.
@@ -99,7 +103,7 @@ func (m *Manager) append(ctx context.Context, stream string, ev events.Event, md
 			}
 			return commands.Decision[Appended]{
 				Writes: []store.Write{{Stream: stream, Expected: v, Events: []events.Envelope{env}}},
-				Result: Appended{Stream: stream, Version: v + 1},
+				Result: Appended{Stream: stream, Version: v + 1, EventID: env.ID},
 			}, nil
 		})
 }
