@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/xml"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,10 +23,9 @@ import (
 // up` (or, worse, run with a default: a misspelled setting is ignored by
 // cfgd with a warning) fails here.
 
-const (
-	composePath    = "../../deploy/docker-compose.yml"
-	dockerfilePath = "../../deploy/Dockerfile"
-)
+// deployDir holds the compose file, the Dockerfile and the files the
+// compose file mounts (paths in it are relative to it).
+const deployDir = "../../deploy"
 
 // composeFile is the part of a compose file the checks read.
 type composeFile struct {
@@ -192,10 +192,11 @@ func splitJoined(err error) []error {
 	return []error{err}
 }
 
-// checkCompose returns every problem of a compose file (and the Dockerfile
-// its cfgd services are built from); none means it is fit to start.
-// baseDir is the compose file's directory: bind-mounted files must exist.
-func checkCompose(doc, dockerfile []byte, baseDir string) []string {
+// checkCompose returns every problem of a compose file, of the Dockerfile
+// its cfgd services are built from and of the configuration files it
+// mounts; none means it is fit to start. read returns a file by its path
+// relative to the compose file's directory.
+func checkCompose(doc []byte, read func(rel string) ([]byte, error)) []string {
 	var f composeFile
 	if err := yaml.Unmarshal(doc, &f); err != nil {
 		return []string{fmt.Sprintf("does not parse: %v", err)}
@@ -214,7 +215,9 @@ func checkCompose(doc, dockerfile []byte, baseDir string) []string {
 
 	var serve, migrate, published []string
 	var brokers []string
-	images := map[string][]string{} // repository -> services
+	mounted := map[string][]byte{}    // bind-mounted file -> content
+	listens := map[string][2]string{} // serve replica -> HTTP and gRPC port
+	images := map[string][]string{}   // repository -> services
 	for _, name := range names {
 		s := f.Services[name]
 		env, err := environment(s.Environment)
@@ -234,9 +237,12 @@ func checkCompose(doc, dockerfile []byte, baseDir string) []string {
 			}
 			mounts[dst] = src
 			if strings.HasPrefix(src, "./") || strings.HasPrefix(src, "../") {
-				if _, err := os.Stat(filepath.Join(baseDir, src)); err != nil {
+				b, err := read(src)
+				if err != nil {
 					problem("service %s mounts %s, which does not exist", name, src)
+					continue
 				}
+				mounted[src] = b
 			}
 		}
 		namedVolumeAt := func(dir string) bool {
@@ -253,6 +259,9 @@ func checkCompose(doc, dockerfile []byte, baseDir string) []string {
 				switch s.Command[0] {
 				case "serve":
 					serve = append(serve, name)
+					_, httpPort, _ := strings.Cut(env["HTTP__ADDR"], ":")
+					_, grpcPort, _ := strings.Cut(env["GRPC__ADDR"], ":")
+					listens[name] = [2]string{httpPort, grpcPort}
 				case "migrate":
 					migrate = append(migrate, name)
 				}
@@ -317,6 +326,12 @@ func checkCompose(doc, dockerfile []byte, baseDir string) []string {
 		problem("want two ClickHouse replicas, have %d", n)
 	}
 
+	out = append(out, checkMounted(mounted, names, images["clickhouse/clickhouse-server"], listens)...)
+
+	dockerfile, err := read("Dockerfile")
+	if err != nil {
+		problem("Dockerfile: %v", err)
+	}
 	sc := bufio.NewScanner(bytes.NewReader(dockerfile))
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
@@ -329,65 +344,174 @@ func checkCompose(doc, dockerfile []byte, baseDir string) []string {
 	return out
 }
 
-func readComposeFiles(t *testing.T) (doc, dockerfile []byte) {
-	t.Helper()
-	doc, err := os.ReadFile(composePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dockerfile, err = os.ReadFile(dockerfilePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return doc, dockerfile
+// clickHouseConfig is the part of a ClickHouse or Keeper configuration file
+// the checks read: the cluster's replicas, the keeper nodes the servers use
+// and the keepers' raft members.
+type clickHouseConfig struct {
+	RemoteServers struct {
+		Clusters []struct {
+			Shards []struct {
+				Replicas []struct {
+					Host string `xml:"host"`
+				} `xml:"replica"`
+			} `xml:"shard"`
+		} `xml:",any"`
+	} `xml:"remote_servers"`
+	Zookeeper struct {
+		Nodes []struct {
+			Host string `xml:"host"`
+		} `xml:"node"`
+	} `xml:"zookeeper"`
+	Keeper struct {
+		Raft struct {
+			Servers []struct {
+				ID   string `xml:"id"`
+				Host string `xml:"hostname"`
+			} `xml:"server"`
+		} `xml:"raft_configuration"`
+	} `xml:"keeper_server"`
 }
 
-// The compose file as committed has no problem; each broken variant of it
-// is caught with a message that says what to fix.
+// checkMounted checks the mounted configuration files against the compose
+// file: every XML file parses, the cluster's replicas are the ClickHouse
+// services, every keeper node is a service, all raft member lists are the
+// same, and the proxy sends HTTP and gRPC to every replica on the ports it
+// listens on. Otherwise a replica added to the compose file alone would
+// get no traffic, or a keeper renamed in one file would split the quorum.
+func checkMounted(files map[string][]byte, services, clickhouse []string, listens map[string][2]string) []string {
+	var out []string
+	problem := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+
+	var replicas, raft []string
+	raftFile := ""
+	for _, p := range paths {
+		switch {
+		case strings.HasSuffix(p, ".xml"):
+			var c clickHouseConfig
+			if err := xml.Unmarshal(files[p], &c); err != nil {
+				problem("%s does not parse: %v", p, err)
+				continue
+			}
+			for _, cl := range c.RemoteServers.Clusters {
+				for _, sh := range cl.Shards {
+					for _, r := range sh.Replicas {
+						replicas = append(replicas, r.Host)
+					}
+				}
+			}
+			for _, n := range c.Zookeeper.Nodes {
+				if !slices.Contains(services, n.Host) {
+					problem("%s: keeper node %s is not a service", p, n.Host)
+				}
+			}
+			if len(c.Keeper.Raft.Servers) > 0 {
+				var members []string
+				for _, m := range c.Keeper.Raft.Servers {
+					members = append(members, m.ID+"@"+m.Host)
+					if !slices.Contains(services, m.Host) {
+						problem("%s: raft member %s is not a service", p, m.Host)
+					}
+				}
+				if raft == nil {
+					raft, raftFile = members, p
+				} else if !slices.Equal(raft, members) {
+					problem("%s: raft members %v differ from %v in %s", p, members, raft, raftFile)
+				}
+			}
+		case filepath.Base(p) == "haproxy.cfg":
+			cfg := string(files[p])
+			for name, ports := range listens {
+				for _, port := range ports {
+					if !strings.Contains(cfg, " "+name+":"+port+" ") {
+						problem("%s sends nothing to %s:%s (replica %s)", p, name, port, name)
+					}
+				}
+			}
+		}
+	}
+	slices.Sort(replicas)
+	want := slices.Clone(clickhouse)
+	slices.Sort(want)
+	if !slices.Equal(replicas, want) {
+		problem("the ClickHouse cluster's replicas are %v, the ClickHouse services %v", replicas, want)
+	}
+	if len(raft)%2 != 1 {
+		problem("keeper has %d raft members: want an odd number, so that a quorum survives a lost node", len(raft))
+	}
+	return out
+}
+
+// deployFiles reads the files under deploy/ by their path relative to it,
+// with the given replacements made in one of them (file, old, new).
+func deployFiles(file, old, replacement string) func(rel string) ([]byte, error) {
+	return func(rel string) ([]byte, error) {
+		b, err := os.ReadFile(filepath.Join(deployDir, rel))
+		if err == nil && filepath.Clean(rel) == filepath.Clean(file) {
+			b = bytes.Replace(b, []byte(old), []byte(replacement), 1)
+		}
+		return b, err
+	}
+}
+
+// The compose file as committed has no problem; each broken variant of it,
+// or of a file it mounts, is caught with a message that says what to fix.
 func TestComposeFile(t *testing.T) {
-	doc, dockerfile := readComposeFiles(t)
-	if problems := checkCompose(doc, dockerfile, filepath.Dir(composePath)); len(problems) > 0 {
+	const composeFile = "docker-compose.yml"
+	doc, err := os.ReadFile(filepath.Join(deployDir, composeFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if problems := checkCompose(doc, deployFiles("", "", "")); len(problems) > 0 {
 		t.Fatalf("deploy/docker-compose.yml:\n%s", strings.Join(problems, "\n"))
 	}
 
 	for _, tc := range []struct {
-		name, old, new, want string
+		name, file, old, new, want string
 	}{
-		{"misspelled setting", "POSTGRES__URL:", "POSTGRES__ULR:", "POSTGRES__ULR is not a cfgd setting; did you mean POSTGRES__URL?"},
-		{"unknown section", "EMAIL__BACKEND: console", "EMAILS__BACKEND: console", "EMAILS__BACKEND is not a cfgd setting"},
-		{"bad value", `KAFKA__PARTITIONS: "12"`, `KAFKA__PARTITIONS: "0"`, "KAFKA__PARTITIONS"},
-		{"latest", "redis:7.4.1", "redis:latest", `tag "latest" is not a full version`},
-		{"bare major", "apache/kafka:3.9.1", "apache/kafka:3", `tag "3" is not a full version`},
-		{"no tag", "haproxy:3.0.5", "haproxy", "has no tag"},
-		{"state off volumes", "volumes: [redis:/data]", "", "keeps state in /data"},
-		{"two brokers", "kafka-1:9092,kafka-2:9092,kafka-3:9092", "kafka-1:9092,kafka-2:9092", "lists 2 brokers"},
-		{"replica published", "    hostname: cfgd-1\n", "    hostname: cfgd-1\n    ports: [\"8081:8080\"]\n", "want one published port"},
-		{"keys off volumes", "    - keys:/var/lib/cfgd/keys\n", "", "AUTH__KEYS_DIR must be set to a named volume"},
-		{"replica before migrate", "  migrate: {condition: service_completed_successfully}\n", "", "must start after migrate"},
-		{"missing config file", "./compose/haproxy/haproxy.cfg", "./compose/haproxy/haproxy.conf", "does not exist"},
-		{"unparsable", "services:\n", "services:\n  - [\n", "does not parse"},
+		{"misspelled setting", composeFile, "POSTGRES__URL:", "POSTGRES__ULR:", "POSTGRES__ULR is not a cfgd setting; did you mean POSTGRES__URL?"},
+		{"unknown section", composeFile, "EMAIL__BACKEND: console", "EMAILS__BACKEND: console", "EMAILS__BACKEND is not a cfgd setting"},
+		{"bad value", composeFile, `KAFKA__PARTITIONS: "12"`, `KAFKA__PARTITIONS: "0"`, "KAFKA__PARTITIONS"},
+		{"latest", composeFile, "redis:7.4.1", "redis:latest", `tag "latest" is not a full version`},
+		{"bare major", composeFile, "apache/kafka:3.9.1", "apache/kafka:3", `tag "3" is not a full version`},
+		{"no tag", composeFile, "haproxy:3.0.5", "haproxy", "has no tag"},
+		{"state off volumes", composeFile, "volumes: [redis:/data]", "", "keeps state in /data"},
+		{"two brokers", composeFile, "kafka-1:9092,kafka-2:9092,kafka-3:9092", "kafka-1:9092,kafka-2:9092", "lists 2 brokers"},
+		{"replica published", composeFile, "    hostname: cfgd-1\n", "    hostname: cfgd-1\n    ports: [\"8081:8080\"]\n", "want one published port"},
+		{"keys off volumes", composeFile, "    - keys:/var/lib/cfgd/keys\n", "", "AUTH__KEYS_DIR must be set to a named volume"},
+		{"replica before migrate", composeFile, "  migrate: {condition: service_completed_successfully}\n", "", "must start after migrate"},
+		{"missing config file", composeFile, "./compose/haproxy/haproxy.cfg", "./compose/haproxy/haproxy.conf", "does not exist"},
+		{"unparsable", composeFile, "services:\n", "services:\n  - [\n", "does not parse"},
+		{"replica the proxy misses", "compose/haproxy/haproxy.cfg", "server cfgd-2 cfgd-2:50051", "server cfgd-2 cfgd-3:50051", "sends nothing to cfgd-2:50051"},
+		{"cluster replica renamed", "compose/clickhouse/cluster.xml", "<host>clickhouse-2</host>", "<host>clickhouse-3</host>", "the ClickHouse cluster's replicas are [clickhouse-1 clickhouse-3]"},
+		{"raft lists differ", "compose/keeper/keeper.xml", "<id>3</id><hostname>clickhouse-keeper</hostname>", "<id>4</id><hostname>clickhouse-keeper</hostname>", "raft members"},
+		{"keeper node unknown", "compose/clickhouse/cluster.xml", "<node><host>clickhouse-keeper</host>", "<node><host>keeper</host>", "keeper node keeper is not a service"},
+		{"broken xml", "compose/clickhouse/keeper.xml", "</keeper_server>", "", "compose/clickhouse/keeper.xml does not parse"},
+		{"dockerfile base not pinned", "Dockerfile", "FROM debian:12.12-slim", "FROM debian:bookworm-slim", "Dockerfile: image debian:bookworm-slim is not pinned"},
+		{"dockerfile build base not pinned", "Dockerfile", "FROM golang:1.26.8-bookworm", "FROM golang:1.26-bookworm", `tag "1.26-bookworm" is not a full version`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if !bytes.Contains(doc, []byte(tc.old)) {
-				t.Fatalf("the compose file no longer contains %q: update the test", tc.old)
+			b, err := os.ReadFile(filepath.Join(deployDir, tc.file))
+			if err != nil {
+				t.Fatal(err)
 			}
-			broken := bytes.Replace(doc, []byte(tc.old), []byte(tc.new), 1)
-			problems := checkCompose(broken, dockerfile, filepath.Dir(composePath))
+			if !bytes.Contains(b, []byte(tc.old)) {
+				t.Fatalf("deploy/%s no longer contains %q: update the test", tc.file, tc.old)
+			}
+			broken, read := doc, deployFiles(tc.file, tc.old, tc.new)
+			if tc.file == composeFile {
+				broken = bytes.Replace(doc, []byte(tc.old), []byte(tc.new), 1)
+			}
+			problems := checkCompose(broken, read)
 			if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, tc.want) }) {
 				t.Fatalf("want a problem containing %q, got:\n%s", tc.want, strings.Join(problems, "\n"))
 			}
 		})
 	}
-
-	t.Run("dockerfile base not pinned", func(t *testing.T) {
-		broken := regexp.MustCompile(`(?m)^FROM debian:\S+`).ReplaceAll(dockerfile, []byte("FROM debian:bookworm-slim"))
-		problems := checkCompose(doc, broken, filepath.Dir(composePath))
-		if !slices.ContainsFunc(problems, func(p string) bool {
-			return strings.Contains(p, "Dockerfile: image debian:bookworm-slim is not pinned")
-		}) {
-			t.Fatalf("unpinned Dockerfile base not caught:\n%s", strings.Join(problems, "\n"))
-		}
-	})
 }
 
 func TestPinned(t *testing.T) {
