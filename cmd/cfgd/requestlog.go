@@ -83,6 +83,14 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, act
 	if err != nil {
 		return modules.Module{}, err
 	}
+	if w.metrics != nil {
+		if err := w.metrics.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "cfgd_apikey_usage_topic_recreated_total",
+			Help: "Times the API-key usage consumer found its topic deleted and created again (a new topic id).",
+		}, func() float64 { return float64(usage.Stats().TopicRecreated) })); err != nil {
+			return modules.Module{}, fmt.Errorf("api-key usage metrics: %w", err)
+		}
+	}
 	if err := usage.SetMetrics(w.sinkMetrics); err != nil {
 		return modules.Module{}, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -99,6 +100,16 @@ type Usage struct {
 	afterApply func() error
 
 	metrics *Metrics
+
+	// The usage topic's id, read once per consumer-group session.
+	idMu      sync.Mutex
+	idRead    bool
+	idSession uint64
+	idValue   string
+	// recreated counts the times the topic was found created again;
+	// notice says so through Ready until a later batch is applied.
+	recreated atomic.Int64
+	notice    atomic.Pointer[error]
 }
 
 var errUsageStarting = errors.New("api-key usage consumer is starting")
@@ -117,18 +128,26 @@ func NewUsage(cfg UsageConfig, db DB, log *slog.Logger) (*Usage, error) {
 func (u *Usage) Runner() process.Runner { return process.Runner{Name: "apikey-usage", Run: u.Run} }
 
 // Ready reports whether the consumer is keeping up.
-func (u *Usage) Ready(ctx context.Context) error { return u.health.Ready(ctx) }
+func (u *Usage) Ready(ctx context.Context) error {
+	if n := u.notice.Load(); n != nil {
+		return *n
+	}
+	return u.health.Ready(ctx)
+}
 
 // UsageStats are the consumer's counters since it started.
 type UsageStats struct {
 	// Applied requests were counted; Skipped requests sat at or below
 	// the stored offset (a redelivery); Poisoned records could not be read.
 	Applied, Skipped, Poisoned int64
+	// TopicRecreated counts the times the usage topic was found deleted
+	// and created again (a new topic id).
+	TopicRecreated int64
 }
 
 // Stats returns the counters.
 func (u *Usage) Stats() UsageStats {
-	return UsageStats{Applied: u.applied.Load(), Skipped: u.skipped.Load(), Poisoned: u.poisoned.Load()}
+	return UsageStats{Applied: u.applied.Load(), Skipped: u.skipped.Load(), Poisoned: u.poisoned.Load(), TopicRecreated: u.recreated.Load()}
 }
 
 // Run consumes until ctx ends: each partition's records in batches, the

@@ -3,6 +3,7 @@ package sinks
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -18,7 +19,11 @@ import (
 // handle applies one partition's batch; the loop commits its offset
 // afterwards, and retries it while Postgres is down.
 func (u *Usage) handle(ctx context.Context, mb *kafka.Batch) error {
-	b := &usageBatch{partition: mb.Partition()}
+	id, err := u.topicID(ctx, mb.Session)
+	if err != nil {
+		return fmt.Errorf("api-key usage: %w", err)
+	}
+	b := &usageBatch{partition: mb.Partition(), topicID: id}
 	for _, m := range mb.Messages {
 		b.add(u, m)
 	}
@@ -43,6 +48,11 @@ type use struct {
 // batch is one partition's records since the last apply.
 type usageBatch struct {
 	partition int32
+	// topicID is the id of the topic the records come from ("" when the
+	// brokers give none): offsets stored for another id are not trusted.
+	topicID string
+	// restarted: this batch found the topic created again.
+	restarted bool
 	uses      []use
 	// last is the highest offset seen, stored and committed with the
 	// batch whether or not its records could be read.
@@ -65,6 +75,35 @@ func (b *usageBatch) add(u *Usage, m *sarama.ConsumerMessage) {
 	for _, x := range uses {
 		b.uses = append(b.uses, use{offset: m.Offset, Use: x})
 	}
+}
+
+// topicID is the usage topic's id, read once per consumer-group session
+// (a topic deleted and created again is noticed at the next session).
+func (u *Usage) topicID(ctx context.Context, session uint64) (string, error) {
+	u.idMu.Lock()
+	defer u.idMu.Unlock()
+	if u.idRead && u.idSession == session {
+		return u.idValue, nil
+	}
+	id, err := kafka.TopicID(ctx, u.cfg.Bus, kafka.TopicAPIKeyUsage)
+	if errors.Is(err, kafka.ErrNoTopicID) {
+		id, err = "", nil // brokers before 2.8: nothing to compare
+	}
+	if err != nil {
+		return "", err
+	}
+	u.idRead, u.idSession, u.idValue = true, session, id
+	return id, nil
+}
+
+// topicRecreated says, in the log, the metric and Ready (until the next
+// batch is applied), that the topic was created again.
+func (u *Usage) topicRecreated(ctx context.Context, partition int32, id string) {
+	u.recreated.Add(1)
+	err := fmt.Errorf("api-key usage: %s was deleted and created again (id %s): counting from its start", u.topic, id)
+	u.notice.Store(&err)
+	u.log.WarnContext(ctx, "api-key usage topic was deleted and created again: counting from its start",
+		"topic", u.topic, "topic_id", id, "partition", partition)
 }
 
 // decodeUses reads a usage record signed with v's key (nil v: no check),
@@ -99,6 +138,9 @@ func (u *Usage) apply(ctx context.Context, b *usageBatch) error {
 	}
 	u.applied.Add(total - skipped)
 	u.skipped.Add(skipped)
+	if n := u.notice.Load(); n != nil && !b.restarted {
+		u.notice.CompareAndSwap(n, nil)
+	}
 	return nil
 }
 
@@ -107,9 +149,21 @@ func (u *Usage) apply(ctx context.Context, b *usageBatch) error {
 // are unqualified, so a replay's connection applies into its shadow
 // tables.
 func (u *Usage) applyTx(ctx context.Context, tx pgx.Tx, b *usageBatch) (int64, error) {
-	stored, err := apikeyview.ClaimOffset(ctx, tx, u.cfg.Name, u.topic, b.partition)
+	stored, storedID, err := apikeyview.ClaimOffset(ctx, tx, u.cfg.Name, u.topic, b.partition)
 	if err != nil {
 		return 0, err
+	}
+	if b.topicID != "" && storedID != b.topicID {
+		// Recorded for another topic of the same name: it was deleted
+		// and created again, and its offsets started over at 0.
+		recreated := storedID != ""
+		if err := apikeyview.AdoptTopic(ctx, tx, u.cfg.Name, u.topic, b.partition, b.topicID, recreated); err != nil {
+			return 0, err
+		}
+		if recreated {
+			stored, b.restarted = -1, true
+			u.topicRecreated(ctx, b.partition, b.topicID)
+		}
 	}
 	per := map[int64]*apikeyview.Usage{}
 	var skipped int64

@@ -261,3 +261,53 @@ func TestConfigValidateJoinsProblems(t *testing.T) {
 		t.Fatalf("defaults: %v", err)
 	}
 }
+
+// Issue #20 point 4, API-key usage: after the usage topic is deleted and
+// created again its offsets start over at 0; the consumer notices the new
+// topic id, says so (log, stats, Ready), and counts the new topic's
+// records instead of skipping them as already held.
+func TestUsageContinuesOnARecreatedTopic(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.keys(7)
+	ctx := context.Background()
+	at := base.Add(time.Hour)
+	uses := func(n int, when time.Time) []apikey.Use {
+		out := make([]apikey.Use, n)
+		for i := range out {
+			out[i] = apikey.Use{KeyID: 7, Requests: 1, LastUsed: when}
+		}
+		return out
+	}
+	u, _, _ := e.start("g", nil)
+	e.produce(uses(60, at))
+	e.exact(map[int64]usage{7: {count: 60, last: &at}})
+
+	admin, err := sarama.NewClusterAdmin(e.bus.Brokers, e.bus.Sarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if err := admin.DeleteTopic(e.bus.Topic(kafka.TopicAPIKeyUsage)); err != nil {
+		t.Fatal(err)
+	}
+	if err := kafka.EnsureTopics(ctx, e.bus, testenv.Quiet(), kafka.TopicAPIKeyUsage); err != nil {
+		t.Fatal(err)
+	}
+	// A new recorder: the idempotent producer's sequence numbers belong
+	// to the deleted topic.
+	rc := apikey.DefaultUsageRecorderConfig(e.bus)
+	rc.Timeout = 10 * time.Second
+	if e.rec, err = apikey.NewUsageRecorder(rc, testenv.Quiet()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.rec.Close() })
+	later := at.Add(time.Hour)
+	// Fewer records than the old topic held: by offset alone every one
+	// would look applied already.
+	e.produce(uses(20, later))
+	e.exact(map[int64]usage{7: {count: 80, last: &later}})
+	if st := u.Stats(); st.TopicRecreated != 1 {
+		t.Fatalf("stats %+v: want the recreated topic noticed once", st)
+	}
+}

@@ -25,16 +25,30 @@ type Conn interface {
 const claimOffset = `
 	INSERT INTO consumer_offsets AS o (consumer, topic, kafka_partition, last_offset) VALUES ($1, $2, $3, -1)
 	ON CONFLICT (consumer, topic, kafka_partition) DO UPDATE SET last_offset = o.last_offset
-	RETURNING last_offset`
+	RETURNING last_offset, topic_id`
 
 // ClaimOffset locks consumer's offset row of topic's partition (creating
-// it at -1) and returns the last offset applied.
-func ClaimOffset(ctx context.Context, tx Conn, consumer, topic string, partition int32) (int64, error) {
-	var stored int64
-	if err := tx.QueryRow(ctx, claimOffset, consumer, topic, partition).Scan(&stored); err != nil {
-		return 0, fmt.Errorf("stored offset: %w", err)
+// it at -1) and returns the last offset applied and the id of the topic
+// it was read from ("" when not recorded).
+func ClaimOffset(ctx context.Context, tx Conn, consumer, topic string, partition int32) (offset int64, topicID string, err error) {
+	if err := tx.QueryRow(ctx, claimOffset, consumer, topic, partition).Scan(&offset, &topicID); err != nil {
+		return 0, "", fmt.Errorf("stored offset: %w", err)
 	}
-	return stored, nil
+	return offset, topicID, nil
+}
+
+const adoptTopic = `
+	UPDATE consumer_offsets SET topic_id = $4, last_offset = CASE WHEN $5 THEN -1 ELSE last_offset END
+	WHERE consumer = $1 AND topic = $2 AND kafka_partition = $3`
+
+// AdoptTopic records topicID as the topic the offsets of the partition
+// come from; restart also sets the offset back to -1 (a topic created
+// again starts over at 0).
+func AdoptTopic(ctx context.Context, tx Conn, consumer, topic string, partition int32, topicID string, restart bool) error {
+	if _, err := tx.Exec(ctx, adoptTopic, consumer, topic, partition, topicID, restart); err != nil {
+		return fmt.Errorf("record topic id: %w", err)
+	}
+	return nil
 }
 
 const storeOffset = `
