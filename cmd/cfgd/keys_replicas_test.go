@@ -107,6 +107,13 @@ func TestReplicasShareKeys(t *testing.T) {
 					return kidOf(t, fresh.Access) == newKid
 				})
 				for other, o := range map[string]*authtest.Env{"A": ea, "B": eb} {
+					// Within one reload interval: a rotation command slowed
+					// down between taking its time and renaming the file in
+					// can leave the other replica's last read just before
+					// the file landed (docs/scaling.md).
+					waitFor(t, 3*time.Second, other+" accepts a new-key token from "+name, func() bool {
+						return o.Do(t, http.MethodGet, "/api/profile/", nil, authtest.Bearer(fresh.Access)...).Status == http.StatusOK
+					})
 					wantStatus(t, o, fresh.Access, http.StatusOK, other+", a new-key token from "+name)
 					wantStatus(t, o, fromB.Access, http.StatusOK, other+", a token of the old key "+oldKid)
 				}
