@@ -86,6 +86,13 @@ type Request struct {
 type Filter struct {
 	Service, Method, Status string
 	Page, PageSize          int
+	// ID, when not 0, is the one request asked for.
+	ID uint64
+	// Hours, when not 0, keeps the requests of the last Hours hours, the
+	// window of the statistics (whole minutes, the current one included).
+	Hours int
+	// ExcludeInternal leaves out cfgd's own traffic (InternalServices).
+	ExcludeInternal bool
 }
 
 // Validate checks f, filling the paging defaults.
@@ -93,6 +100,9 @@ func (f *Filter) Validate() error {
 	var errs []error
 	if f.Status != "" && !requestlog.ValidStatus(f.Status) {
 		errs = append(errs, errcode.Field("status", "must be one of "+strings.Join(requestlog.Statuses(), ", ")))
+	}
+	if f.Hours < 0 || f.Hours > MaxHours {
+		errs = append(errs, errcode.Field("hours", fmt.Sprintf("must be an integer from 1 to %d", MaxHours)))
 	}
 	if f.Page == 0 {
 		f.Page = 1
@@ -126,6 +136,16 @@ func (s *Store) Requests(ctx context.Context, f Filter) ([]Request, int64, error
 			where = append(where, c.col+" = ?")
 			args = append(args, c.v)
 		}
+	}
+	if f.ID != 0 {
+		where, args = append(where, "id = ?"), append(args, f.ID)
+	}
+	if f.Hours != 0 {
+		where, args = append(where, "created_at >= toDateTime(?)"), append(args, windowStart(s.now(), f.Hours).Unix())
+	}
+	if f.ExcludeInternal {
+		c, a := notInternal()
+		where, args = append(where, c), append(args, a...)
 	}
 	cond := ""
 	if len(where) > 0 {
