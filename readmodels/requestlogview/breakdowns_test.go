@@ -149,7 +149,10 @@ func TestLatencyMatchesRawSQL(t *testing.T) {
 				if err := rows.Scan(&at, &n, &failed, &lo, &hi, &cum, &sorted); err != nil {
 					t.Fatal(err)
 				}
-				p := func(q float64) *float64 { v := requestlogview.Percentile(q, n, cum, float64(lo), float64(hi)); return &v }
+				p := func(q float64) *float64 {
+					v := requestlogview.Percentile(q, n, cum, float64(lo), float64(hi))
+					return &v
+				}
 				want[int64(at)] = requestlogview.LatencyPoint{Requests: int64(n), Failed: int64(failed), P50MS: p(0.5), P95MS: p(0.95), P99MS: p(0.99)}
 				// The nearest-rank percentiles of the raw durations.
 				for _, q := range []float64{0.5, 0.95, 0.99} {
