@@ -62,8 +62,8 @@ func seedCalls(t *testing.T, calls []call) driver.Conn {
 
 const health = "grpc.health.v1.Health"
 
-// randomCalls are n calls over the last 30 hours (and a few in the
-// future) of an outside service and cfgd's health service.
+// randomCalls are n calls over the last 30 hours, half in the last
+// hour (and a few in the future) of an outside service and cfgd's health service.
 func randomCalls(r *rand.Rand, n int) []call {
 	statuses := []struct{ status, code string }{{"success", "OK"}, {"error", "Internal"}, {"timeout", "DeadlineExceeded"}, {"cancelled", "Canceled"}, {"error", "NotFound"}}
 	out := make([]call, n)
@@ -74,6 +74,9 @@ func randomCalls(r *rand.Rand, n int) []call {
 		}
 		c := call{at: now.Add(-time.Duration(r.Int64N(int64(30*time.Hour))) + 2*time.Minute), service: "shop.Orders", status: st.status, code: st.code,
 			duration: uint32(r.ExpFloat64() * 300)}
+		if r.IntN(2) == 0 { // a busy last hour: minutes of many requests
+			c.at = now.Add(-time.Duration(r.Int64N(int64(time.Hour))) + time.Minute)
+		}
 		if r.IntN(4) == 0 {
 			c.service = health
 		}
