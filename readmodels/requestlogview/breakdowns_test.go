@@ -31,8 +31,8 @@ type call struct {
 	keyName  string
 }
 
-// seedCalls inserts calls into the raw table of a fresh database, ids 1..n
-// in order; the materialized views fill the rollups.
+// seedCalls inserts calls into the raw table of a fresh database, ids
+// 0..n-1 in order (the sink's first id is 0); the materialized views fill the rollups.
 func seedCalls(t *testing.T, calls []call) driver.Conn {
 	t.Helper()
 	ctx := context.Background()
@@ -49,7 +49,7 @@ func seedCalls(t *testing.T, calls []call) driver.Conn {
 		if c.userID != 0 || c.keyID != 0 {
 			auth = 1
 		}
-		if err := b.Append(uint64(i+1), c.at.Truncate(time.Second), uint16(c.at.Nanosecond()/1e6), fmt.Sprintf("req-%d", i+1), c.service, "M", c.status, c.code,
+		if err := b.Append(uint64(i), c.at.Truncate(time.Second), uint16(c.at.Nanosecond()/1e6), fmt.Sprintf("req-%d", i+1), c.service, "M", c.status, c.code,
 			c.duration, "10.0.0.1", c.userID, c.username, auth, c.keyID, c.keyName, ""); err != nil {
 			t.Fatal(err)
 		}
@@ -315,15 +315,17 @@ func TestRequestsWindowInternalAndDetail(t *testing.T) {
 	}
 	store := requestlogview.New(seedCalls(t, calls), clock, nil)
 	ctx := context.Background()
+	id := func(v uint64) *uint64 { return &v }
 	for _, tc := range []struct {
 		f    requestlogview.Filter
 		want []uint64
 	}{
-		{requestlogview.Filter{}, []uint64{4, 3, 2, 1}},
-		{requestlogview.Filter{Hours: 1}, []uint64{4, 3, 2}},
-		{requestlogview.Filter{Hours: 1, ExcludeInternal: true}, []uint64{2}},
-		{requestlogview.Filter{ExcludeInternal: true}, []uint64{2, 1}},
-		{requestlogview.Filter{ID: 3}, []uint64{3}},
+		{requestlogview.Filter{}, []uint64{3, 2, 1, 0}},
+		{requestlogview.Filter{Hours: 1}, []uint64{3, 2, 1}},
+		{requestlogview.Filter{Hours: 1, ExcludeInternal: true}, []uint64{1}},
+		{requestlogview.Filter{ExcludeInternal: true}, []uint64{1, 0}},
+		{requestlogview.Filter{ID: id(2)}, []uint64{2}},
+		{requestlogview.Filter{ID: id(0)}, []uint64{0}},
 	} {
 		rs, n, err := store.Requests(ctx, tc.f)
 		if err != nil {
@@ -340,9 +342,12 @@ func TestRequestsWindowInternalAndDetail(t *testing.T) {
 	if _, _, err := store.Requests(ctx, requestlogview.Filter{Hours: 8761}); err == nil {
 		t.Error("hours 8761 accepted")
 	}
-	r, err := store.Request(ctx, 2)
-	if err != nil || r.ID != 2 || r.APIKeyName != "ci" || r.GRPCStatusCode != "Internal" || r.DurationMS != 4 {
-		t.Fatalf("request 2: %+v, %v", r, err)
+	if r, err := store.Request(ctx, 0); err != nil || r.ID != 0 || r.DurationMS != 3 {
+		t.Fatalf("request 0: %+v, %v", r, err)
+	}
+	r, err := store.Request(ctx, 1)
+	if err != nil || r.ID != 1 || r.APIKeyName != "ci" || r.GRPCStatusCode != "Internal" || r.DurationMS != 4 {
+		t.Fatalf("request 1: %+v, %v", r, err)
 	}
 	var nf *errcode.Error
 	if _, err := store.Request(ctx, 99); !errors.As(err, &nf) || nf.Code != errcode.NotFound {

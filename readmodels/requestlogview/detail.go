@@ -9,10 +9,7 @@ import (
 
 // Request returns the request logged with id, or a not_found error.
 func (s *Store) Request(ctx context.Context, id uint64) (Request, error) {
-	if id == 0 {
-		return Request{}, errcode.Field("id", "must be a positive integer")
-	}
-	rs, _, err := s.Requests(ctx, Filter{ID: id, PageSize: 1})
+	rs, _, err := s.Requests(ctx, Filter{ID: &id, PageSize: 1})
 	if err != nil {
 		return Request{}, err
 	}

@@ -86,8 +86,9 @@ type Request struct {
 type Filter struct {
 	Service, Method, Status string
 	Page, PageSize          int
-	// ID, when not 0, is the one request asked for.
-	ID uint64
+	// ID, when not nil, is the one request asked for (0 is an id: the
+	// first event of partition 0).
+	ID *uint64
 	// Hours, when not 0, keeps the requests of the last Hours hours, the
 	// window of the statistics (whole minutes, the current one included).
 	Hours int
@@ -137,8 +138,8 @@ func (s *Store) Requests(ctx context.Context, f Filter) ([]Request, int64, error
 			args = append(args, c.v)
 		}
 	}
-	if f.ID != 0 {
-		where, args = append(where, "id = ?"), append(args, f.ID)
+	if f.ID != nil {
+		where, args = append(where, "id = ?"), append(args, *f.ID)
 	}
 	if f.Hours != 0 {
 		where, args = append(where, "created_at >= toDateTime(?)"), append(args, windowStart(s.now(), f.Hours).Unix())

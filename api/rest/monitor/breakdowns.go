@@ -81,8 +81,8 @@ func (h *Handlers) statusCodes(w http.ResponseWriter, r *http.Request) {
 // request is one request log in full, by the id the list gives.
 func (h *Handlers) request(w http.ResponseWriter, r *http.Request) {
 	id, err := strconv.ParseUint(mux.Vars(r)["id"], 10, 64)
-	if err != nil || id == 0 {
-		rest.Fail(w, r, errcode.Field("id", "must be a positive integer"))
+	if err != nil {
+		rest.Fail(w, r, errcode.Field("id", "must be an integer from 0 to 2^64-1"))
 		return
 	}
 	rec, err := h.queries.Request(r.Context(), id)

@@ -153,7 +153,7 @@ func TestPageEndpointsBadInput(t *testing.T) {
 		{"/api/grpc/monitor/requests/?hours=0", 400, "hours"},
 		{"/api/grpc/monitor/requests/?include_internal=2", 400, "include_internal"},
 		{"/api/grpc/monitor/requests/abc/", 400, "id"},
-		{"/api/grpc/monitor/requests/0/", 400, "id"},
+		{"/api/grpc/monitor/requests/-1/", 400, "id"},
 		{"/api/grpc/monitor/requests/99999999999999999999999/", 400, "id"},
 	} {
 		code, res := do(t, http.MethodGet, srv.URL+c.path, "")
