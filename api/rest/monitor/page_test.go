@@ -43,7 +43,7 @@ func pageStack(t *testing.T) (*authtest.Env, string, string) {
 	served.Superuser(t, email, pass)
 	now := time.Now().UTC()
 	var evs []requestlog.Event
-	// 30 requests of the last half hour (6 failing) from an API key, a
+	// 30 requests of the last ten minutes (6 failing) from an API key, a
 	// user and anonymous callers; 10 of cfgd's own health checks, which the
 	// page hides unless asked; 5 requests of three hours ago, outside the
 	// default window.
@@ -53,7 +53,7 @@ func pageStack(t *testing.T) (*authtest.Env, string, string) {
 			st, code = requestlog.StatusError, "Internal"
 		}
 		e := requestlog.Event{RequestID: fmt.Sprintf("req-%d", i), ServiceName: "shop.v1.Orders", MethodName: []string{"Get", "List", "Create"}[i%3], Status: st,
-			GRPCStatusCode: code, DurationMS: int64(5 + i*i), CreatedAt: now.Add(-time.Duration(i) * time.Minute), ClientIP: "10.0.0.9"}
+			GRPCStatusCode: code, DurationMS: int64([]int{8, 40, 300}[i%3] + 3*i), CreatedAt: now.Add(-time.Duration(i/3)*time.Minute - time.Duration(i%3)*7*time.Second), ClientIP: "10.0.0.9"}
 		switch i % 3 {
 		case 0:
 			e.APIKeyID, e.APIKeyName, e.UserID, e.Username, e.IsAuthenticated = 4, "ci-key", 7, "ann", true
@@ -165,6 +165,8 @@ func TestDashboardInChromium(t *testing.T) {
 	step("partial bucket", err)
 	desktop, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	step("screenshot", err)
+	view, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	step("viewport screenshot", err)
 
 	// The toggle shows cfgd's own traffic.
 	step("show own traffic", chromedp.Do(ctx, chromedp.Click(css(`#f-internal`))))
@@ -196,7 +198,7 @@ func TestDashboardInChromium(t *testing.T) {
 	poll("detail shown", `document.getElementById("detail").open && document.querySelectorAll("#detail dd[data-field]").length === 15`)
 	detail, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](`Object.fromEntries([...document.querySelectorAll("#detail dd[data-field]")].map((d) => [d.dataset.field, d.textContent]))`))
 	step("detail fields", err)
-	detailShot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	detailShot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	step("detail screenshot", err)
 	step("close detail", chromedp.Do(within(t, ctx), chromedp.Click(css(`#detail-close`))))
 	poll("detail closed", `!document.getElementById("detail").open`)
@@ -223,7 +225,7 @@ func TestDashboardInChromium(t *testing.T) {
 	step("banner", err)
 
 	browsertest.Keep(t, map[string][]byte{"grpc-dashboard.png": desktop, "grpc-dashboard-phone.png": phone,
-		"grpc-dashboard-internal.png": internal, "grpc-dashboard-detail.png": detailShot})
+		"grpc-dashboard-internal.png": internal, "grpc-dashboard-detail.png": detailShot, "grpc-dashboard-top.png": view})
 	if total != "30" {
 		t.Errorf("back on the 1-hour window the cards count %s requests, want 30", total)
 	}
