@@ -2,8 +2,11 @@ package pages
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/gorilla/mux"
+
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // PathMonitorDashboard is the gRPC monitoring page.
@@ -18,6 +21,8 @@ func MountMonitorDashboard(r *mux.Router, staff mux.MiddlewareFunc, assets *Asse
 		"ChartCSS": assets.URL("uplot/uPlot.min.css"),
 		"Chart":    assets.URL("uplot/uPlot.iife.min.js"),
 		"JS":       assets.URL("cfgd/monitor.js"),
+		// The services the page hides unless asked, from the one list.
+		"Internal": strings.Join(requestlogview.InternalServices(), " "),
 	}
 	page, err := renderFile("templates/monitor.html", data)
 	if err != nil {

@@ -85,6 +85,9 @@ type call struct {
 	// (/static/{asset}, /media/{file}), which an OpenAPI router never
 	// matches: a parameter ends at a slash.
 	route string
+	// pathOf, when set, gives the path after before ran (an id an earlier
+	// call's effect made).
+	pathOf func() string
 }
 
 // do sends c, checks that it reached operation c.op and got c.want, and
@@ -95,6 +98,9 @@ func (s *contract) do(c call) answer {
 	t.Helper()
 	if c.before != nil {
 		c.before()
+	}
+	if c.pathOf != nil {
+		c.path = c.pathOf()
 	}
 	var body io.Reader
 	if c.body != nil {
@@ -249,6 +255,23 @@ func waitForRequestLog(t *testing.T, base string, auth func(*http.Request)) {
 		}
 	}
 	t.Fatal("no ingested event reached the request log within 60s")
+}
+
+// firstRequestLogID is the id of the newest request log.
+func firstRequestLogID(t *testing.T, base string, auth func(*http.Request)) uint64 {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+"/api/grpc/monitor/requests/?page_size=1", nil)
+	auth(req)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var page struct{ Results []struct{ ID uint64 } }
+	if err := json.NewDecoder(res.Body).Decode(&page); err != nil || len(page.Results) == 0 {
+		t.Fatalf("no request log to read: %v", err)
+	}
+	return page.Results[0].ID
 }
 
 // avatarForm is a multipart body with file as its field "avatar".
@@ -632,6 +655,20 @@ func TestServedAnswersMatchTheOpenAPIDocument(t *testing.T) {
 		{name: "methods", op: "listGrpcMethods", method: "GET", path: "/api/grpc/monitor/methods/?service=cfgd.test.v1.Test", auth: staff, want: 200},
 		{name: "timeline", op: "getGrpcTimeline", method: "GET", path: "/api/grpc/monitor/timeline/?hours=1", auth: staff, want: 200},
 		{name: "timeline, bad hours", op: "getGrpcTimeline", method: "GET", path: "/api/grpc/monitor/timeline/?hours=721", auth: staff, want: 400},
+		{name: "latency", op: "getGrpcLatency", method: "GET", path: "/api/grpc/monitor/latency/?hours=1&include_internal=true", auth: staff, want: 200},
+		{name: "latency, bad hours", op: "getGrpcLatency", method: "GET", path: "/api/grpc/monitor/latency/?hours=721", auth: staff, want: 400},
+		{name: "latency, not staff", op: "getGrpcLatency", method: "GET", path: "/api/grpc/monitor/latency/", auth: user, want: 403},
+		{name: "callers", op: "listGrpcCallers", method: "GET", path: "/api/grpc/monitor/callers/?hours=1&limit=5", auth: staff, want: 200},
+		{name: "callers, bad limit", op: "listGrpcCallers", method: "GET", path: "/api/grpc/monitor/callers/?limit=0", auth: staff, want: 400},
+		{name: "status codes", op: "listGrpcStatusCodes", method: "GET", path: "/api/grpc/monitor/status-codes/?include_internal=true", auth: staff, want: 200},
+		{name: "status codes, bad flag", op: "listGrpcStatusCodes", method: "GET", path: "/api/grpc/monitor/status-codes/?include_internal=maybe", auth: staff, want: 400},
+		{name: "requests of the last hour", op: "listGrpcRequests", method: "GET", path: "/api/grpc/monitor/requests/?hours=1&include_internal=false", auth: staff, want: 200},
+		{name: "one request", op: "getGrpcRequest", method: "GET", auth: staff, want: 200,
+			pathOf: func() string {
+				return fmt.Sprintf("/api/grpc/monitor/requests/%d/", firstRequestLogID(t, srv.base, staff))
+			}},
+		{name: "no such request", op: "getGrpcRequest", method: "GET", path: "/api/grpc/monitor/requests/999999999/", auth: staff, want: 404},
+		{name: "request, bad id", op: "getGrpcRequest", method: "GET", path: "/api/grpc/monitor/requests/abc/", auth: staff, want: 400},
 		{name: "monitor page", op: "getGrpcDashboard", method: "GET", path: "/admin/grpc/dashboard/", auth: staff, want: 200},
 		{name: "monitor page, not staff", op: "getGrpcDashboard", method: "GET", path: "/admin/grpc/dashboard/", auth: user, want: 403},
 

@@ -222,6 +222,15 @@ func IDFits(partition int32, offset int64, events int) bool {
 	return partition >= 0 && partition < 1<<idPartitionBits && offset >= 0 && offset < 1<<idOffsetBits && events <= 1<<idIndexBits
 }
 
+// IDIndexMask keeps an id's index bits (the same in ids of every layout
+// cfgd wrote).
+const IDIndexMask = 1<<idIndexBits - 1
+
+// IDParts is where the event id names sits in Kafka: ID's inverse.
+func IDParts(id uint64) (partition int32, offset int64, index int) {
+	return int32(id >> (idOffsetBits + idIndexBits)), int64(id>>idIndexBits) & (1<<idOffsetBits - 1), IDIndex(id)
+}
+
 // IDIndex is the index within its record of the event id names (the
 // same bits in ids of every layout cfgd wrote).
 func IDIndex(id uint64) int { return int(id & (1<<idIndexBits - 1)) }

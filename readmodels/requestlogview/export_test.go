@@ -5,3 +5,7 @@ package requestlogview
 func IdempotencyQueries() map[string]string {
 	return map[string]string{"read": readKey, "drop": dropExpired, "finish": finishKey, "release": releaseKey, "sweep": sweepExpired}
 }
+
+// Percentile is percentile, for the external tests that check the
+// series against raw SQL.
+var Percentile = percentile

@@ -93,6 +93,14 @@ type Filter struct {
 	// takes; it matches rows stored with any of them.
 	Code           string
 	Page, PageSize int
+	// ID, when not nil, is the one request asked for (0 is an id: the
+	// first event of partition 0).
+	ID *uint64
+	// Hours, when not 0, keeps the requests of the last Hours hours, the
+	// window of the statistics (whole minutes, the current one included).
+	Hours int
+	// ExcludeInternal leaves out cfgd's own traffic (InternalServices).
+	ExcludeInternal bool
 }
 
 // Validate checks f, filling the paging defaults.
@@ -103,6 +111,9 @@ func (f *Filter) Validate() error {
 	}
 	if f.Code != "" && !requestlog.ValidCode(f.Code) {
 		errs = append(errs, errcode.Field("grpc_status_code", "must be a gRPC status code: its name (DEADLINE_EXCEEDED), Go's name (DeadlineExceeded) or its number (4)"))
+	}
+	if f.Hours < 0 || f.Hours > MaxHours {
+		errs = append(errs, errcode.Field("hours", fmt.Sprintf("must be an integer from 1 to %d", MaxHours)))
 	}
 	if f.Page == 0 {
 		f.Page = 1
@@ -145,6 +156,20 @@ func (s *Store) Requests(ctx context.Context, f Filter) ([]Request, int64, error
 		for _, v := range sp {
 			args = append(args, v)
 		}
+	}
+	if f.ID != nil {
+		// By its place in Kafka, not the stored id: rows stored before ids
+		// fit in 53 bits hold another id for the same place.
+		p, o, i := requestlog.IDParts(*f.ID)
+		where = append(where, "kafka_partition = ? AND kafka_offset = ? AND bitAnd(id, "+strconv.FormatUint(requestlog.IDIndexMask, 10)+") = ?")
+		args = append(args, uint16(p), uint64(o), uint64(i))
+	}
+	if f.Hours != 0 {
+		where, args = append(where, "created_at >= toDateTime(?)"), append(args, windowStart(s.now(), f.Hours).Unix())
+	}
+	if f.ExcludeInternal {
+		c, a := notInternal()
+		where, args = append(where, c), append(args, a...)
 	}
 	cond := ""
 	if len(where) > 0 {

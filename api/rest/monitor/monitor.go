@@ -46,6 +46,10 @@ type Queries interface {
 	Services(ctx context.Context, hours int) ([]requestlogview.Service, error)
 	Methods(ctx context.Context, hours int, service string) ([]requestlogview.Method, error)
 	Timeline(ctx context.Context, hours int, service string) (requestlogview.Timeline, error)
+	Latency(ctx context.Context, f requestlogview.SeriesFilter) (requestlogview.Latency, error)
+	Callers(ctx context.Context, f requestlogview.BreakdownFilter) ([]requestlogview.Caller, error)
+	StatusCodes(ctx context.Context, f requestlogview.BreakdownFilter) ([]requestlogview.StatusCode, error)
+	Request(ctx context.Context, id uint64) (requestlogview.Request, error)
 }
 
 // Idempotency remembers ingest answers by caller and Idempotency-Key
@@ -104,6 +108,7 @@ func (h *Handlers) Mount(r *mux.Router, staff, ingestAuth mux.MiddlewareFunc) {
 	r.Handle("/api/grpc/monitor/services/", staff(http.HandlerFunc(h.services))).Methods(http.MethodGet)
 	r.Handle("/api/grpc/monitor/methods/", staff(http.HandlerFunc(h.methods))).Methods(http.MethodGet)
 	r.Handle("/api/grpc/monitor/timeline/", staff(http.HandlerFunc(h.timeline))).Methods(http.MethodGet)
+	h.mountPage(r, staff)
 }
 
 // IngestResult is the answer of the ingest endpoint to a batch of which
@@ -266,13 +271,22 @@ func (h *Handlers) requests(w http.ResponseWriter, r *http.Request) {
 		rest.Fail(w, r, err)
 		return
 	}
-	page, size, err := requestlogview.ParsePage(q.Get("page"), q.Get("page_size"))
-	if err != nil {
+	page, size, err1 := requestlogview.ParsePage(q.Get("page"), q.Get("page_size"))
+	// Without hours the list is not windowed and, unlike the page's newer
+	// endpoints, includes cfgd's own traffic: the answers it always gave.
+	var hours int
+	var err2 error
+	if q.Has("hours") {
+		hours, err2 = requestlogview.ParseHours(q.Get("hours"))
+	}
+	internal, err3 := requestlogview.ParseIncludeInternal(q.Get("include_internal"), true)
+	if err := errcode.Join(err1, err2, err3); err != nil {
 		rest.Fail(w, r, err)
 		return
 	}
 	results, count, err := h.queries.Requests(r.Context(), requestlogview.Filter{
 		Service: q.Get("service"), Method: q.Get("method"), Status: q.Get("status"), Code: q.Get("grpc_status_code"), Page: page, PageSize: size,
+		Hours: hours, ExcludeInternal: !internal,
 	})
 	if err != nil {
 		rest.Fail(w, r, err)

@@ -3,7 +3,9 @@ package monitor_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,13 +43,35 @@ func pageStack(t *testing.T) (*authtest.Env, string, string) {
 	served.Superuser(t, email, pass)
 	now := time.Now().UTC()
 	var evs []requestlog.Event
+	// 30 requests of the last ten minutes (6 failing) from an API key, a
+	// user and anonymous callers; 10 of cfgd's own health checks, which the
+	// page hides unless asked; 5 requests of three hours ago, outside the
+	// default window.
 	for i := range 30 {
-		st := requestlog.StatusSuccess
+		st, code := requestlog.StatusSuccess, "OK"
 		if i%5 == 0 {
-			st = requestlog.StatusError
+			st, code = requestlog.StatusError, "Internal"
 		}
-		evs = append(evs, requestlog.Event{ServiceName: "shop.v1.Orders", MethodName: []string{"Get", "List", "Create"}[i%3], Status: st,
-			DurationMS: int64(5 + i), CreatedAt: now.Add(-time.Duration(i) * time.Minute), Username: "ann"})
+		e := requestlog.Event{RequestID: fmt.Sprintf("req-%d", i), ServiceName: "shop.v1.Orders", MethodName: []string{"Get", "List", "Create"}[i%3], Status: st,
+			GRPCStatusCode: code, DurationMS: int64([]int{8, 40, 300}[i%3] + 3*i), CreatedAt: now.Add(-time.Duration(i/3)*time.Minute - time.Duration(i%3)*7*time.Second), ClientIP: "10.0.0.9"}
+		switch i % 3 {
+		case 0:
+			e.APIKeyID, e.APIKeyName, e.UserID, e.Username, e.IsAuthenticated = 4, "ci-key", 7, "ann", true
+		case 1:
+			e.UserID, e.Username, e.IsAuthenticated = 7, "ann", true
+		}
+		if st == requestlog.StatusError {
+			e.ErrorMessage = "database is down"
+		}
+		evs = append(evs, e)
+	}
+	for i := range 10 {
+		evs = append(evs, requestlog.Event{ServiceName: "grpc.health.v1.Health", MethodName: "Check", Status: requestlog.StatusSuccess,
+			GRPCStatusCode: "OK", DurationMS: 1, CreatedAt: now.Add(-time.Duration(i) * time.Minute)})
+	}
+	for i := range 5 {
+		evs = append(evs, requestlog.Event{ServiceName: "shop.v1.Orders", MethodName: "Get", Status: requestlog.StatusSuccess,
+			GRPCStatusCode: "OK", DurationMS: 12, CreatedAt: now.Add(-3*time.Hour - time.Duration(i)*time.Minute)})
 	}
 	if err := p.Produce(context.Background(), evs); err != nil {
 		t.Fatal(err)
@@ -83,6 +107,14 @@ func TestDashboardAnswers(t *testing.T) {
 	}
 }
 
+// within bounds one browser step, so a step that cannot happen fails the
+// test instead of hanging it.
+func within(t *testing.T, ctx context.Context) context.Context {
+	ctx, cancel := context.WithTimeout(ctx, 40*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 func TestDashboardInChromium(t *testing.T) {
 	t.Parallel()
 	env, email, pass := pageStack(t)
@@ -94,6 +126,16 @@ func TestDashboardInChromium(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
+	poll := func(what, cond string) {
+		t.Helper()
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(40*time.Second)))
+		if err != nil {
+			page, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("error").textContent + " | " + document.getElementById("detail").outerHTML`))
+			t.Logf("page at failure: %s", page)
+		}
+		step(what, err)
+	}
+	rows := func(id string) string { return `document.querySelectorAll("#` + id + ` tr:not(:has(.empty))").length` }
 	step("sign in", chromedp.Do(ctx,
 		chromedp.Navigate(env.URL+pages.PathMonitorDashboard),
 		chromedp.WaitVisible(css(`#login`)),
@@ -103,26 +145,70 @@ func TestDashboardInChromium(t *testing.T) {
 		chromedp.WaitVisible(css(`#chart-rate`)),
 	))
 	// The sink may take a moment: the page refreshes every 5 s until the
-	// 30 requests show.
-	_, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("stat-total").textContent === "30"`, chromedp.WithPollingTimeout(40*time.Second)))
-	step("overview shown", err)
-	_, err = chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll("#methods tr").length === 3 && document.querySelectorAll("#requests tr").length === 30`,
-		chromedp.WithPollingTimeout(20*time.Second)))
-	step("tables filled", err)
+	// 30 requests of the last hour show, cfgd's 10 health checks hidden.
+	poll("overview without cfgd's own traffic", `document.getElementById("stat-total").textContent === "30"`)
+	poll("tables filled", rows("methods")+` === 3 && `+rows("requests")+` === 30 && `+rows("services")+` === 1`)
+	poll("breakdowns", rows("callers")+` === 3 && `+rows("codes")+` === 2`)
 	service, err := chromedp.Run(ctx, chromedp.Text(css(`#services tr td`)))
 	step("services table", err)
-	canvases, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#chart-rate canvas, #chart-errors canvas").length`))
+	callers, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#callers tr")].map((tr) => tr.cells[0].textContent + "=" + tr.cells[1].textContent)`))
+	step("callers", err)
+	codes, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#codes tr")].map((tr) => tr.cells[0].textContent + "=" + tr.cells[1].textContent)`))
+	step("status codes", err)
+	canvases, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#chart-rate canvas, #chart-errors canvas, #chart-latency canvas").length`))
 	step("charts", err)
+	legend, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#chart-latency .u-legend .u-series:not(.partial-legend) .u-label")].map((l) => l.textContent)`))
+	step("latency legend", err)
+	// The last bucket of every chart is the current minute, drawn as
+	// partial (its own dashed series).
+	partial, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`["chart-rate", "chart-errors", "chart-latency"].map((id) => document.getElementById(id).dataset.partialFrom)`))
+	step("partial bucket", err)
 	desktop, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	step("screenshot", err)
+	view, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	step("viewport screenshot", err)
+
+	// The toggle shows cfgd's own traffic.
+	step("show own traffic", chromedp.Do(ctx, chromedp.Click(css(`#f-internal`))))
+	poll("own traffic shown", `document.getElementById("stat-total").textContent === "40" && `+rows("services")+` === 2 && `+rows("requests")+` === 40`)
+	internal, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	step("screenshot with own traffic", err)
+	step("hide own traffic", chromedp.Do(ctx, chromedp.Click(css(`#f-internal`))))
+	poll("own traffic hidden", `document.getElementById("stat-total").textContent === "30" && `+rows("requests")+` === 30`)
+
+	// The latest requests follow the window: 6 hours reach the 5 older ones.
+	step("6-hour window", chromedp.Do(ctx, chromedp.SetValue(css(`#hours`), "6"),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById("hours").dispatchEvent(new Event("change"))`)))
+	poll("requests of 6 hours", rows("requests")+` === 35 && document.getElementById("requests-count").textContent === "35 matching" && document.getElementById("stat-total").textContent === "35"`)
+	step("1-hour window", chromedp.Do(ctx, chromedp.SetValue(css(`#hours`), "1"),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById("hours").dispatchEvent(new Event("change"))`)))
+	poll("requests of 1 hour", rows("requests")+` === 30`)
+	// Answers of the 6-hour refresh that arrive late are not drawn.
+	step("settle", chromedp.Do(ctx, chromedp.Sleep(time.Second)))
+	total, err := chromedp.Run(ctx, chromedp.Text(css(`#stat-total`)))
+	step("cards of 1 hour", err)
+
+	// A click on a request opens it in full.
+	rowID, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#requests tr[data-id]").dataset.id`))
+	step("first request", err)
+	// The click is dispatched in the page: the 5-second refresh may replace
+	// the row between a pointer press and its release.
+	step("open detail", chromedp.Do(within(t, ctx),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('#requests tr[data-id="`+rowID+`"]').click()`)))
+	poll("detail shown", `document.getElementById("detail").open && document.querySelectorAll("#detail dd[data-field]").length === 15`)
+	detail, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](`Object.fromEntries([...document.querySelectorAll("#detail dd[data-field]")].map((d) => [d.dataset.field, d.textContent]))`))
+	step("detail fields", err)
+	detailShot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	step("detail screenshot", err)
+	step("close detail", chromedp.Do(within(t, ctx), chromedp.Click(css(`#detail-close`))))
+	poll("detail closed", `!document.getElementById("detail").open`)
 
 	// The status filter narrows the latest requests to the 6 errors.
 	step("filter", chromedp.Do(ctx,
 		chromedp.SetValue(css(`#f-status`), "error"),
 		chromedp.Click(css(`#f-apply`)),
 	))
-	_, err = chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll("#requests tr").length === 6`, chromedp.WithPollingTimeout(20*time.Second)))
-	step("filtered requests", err)
+	poll("filtered requests", rows("requests")+` === 6`)
 
 	step("phone width", chromedp.Do(ctx, chromedp.EmulateViewport(390, 844), chromedp.Sleep(500*time.Millisecond)))
 	overflow, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth`))
@@ -138,12 +224,35 @@ func TestDashboardInChromium(t *testing.T) {
 	banner, err := chromedp.Run(ctx, chromedp.Text(css(`#error`)))
 	step("banner", err)
 
-	browsertest.Keep(t, map[string][]byte{"grpc-dashboard.png": desktop, "grpc-dashboard-phone.png": phone})
+	browsertest.Keep(t, map[string][]byte{"grpc-dashboard.png": desktop, "grpc-dashboard-phone.png": phone,
+		"grpc-dashboard-internal.png": internal, "grpc-dashboard-detail.png": detailShot, "grpc-dashboard-top.png": view})
+	if total != "30" {
+		t.Errorf("back on the 1-hour window the cards count %s requests, want 30", total)
+	}
 	if service != "shop.v1.Orders" {
 		t.Fatalf("services table starts with %q", service)
 	}
-	if canvases != 2 {
-		t.Fatalf("%d chart canvases, want 2", canvases)
+	if want := []string{"anonymous=10", "API key ci-key=10", "user ann=10"}; !slices.Equal(callers, want) {
+		t.Errorf("callers %q, want %q", callers, want)
+	}
+	if want := []string{"OK=24", "INTERNAL=6"}; !slices.Equal(codes, want) {
+		t.Errorf("status codes %q, want %q", codes, want)
+	}
+	if canvases != 3 {
+		t.Fatalf("%d chart canvases, want 3", canvases)
+	}
+	if !slices.Equal(legend, []string{"Time", "p50", "p95", "p99"}) {
+		t.Errorf("latency legend %q", legend)
+	}
+	current := time.Now().UTC().Truncate(time.Minute)
+	for i, p := range partial {
+		at, err := time.Parse(time.RFC3339, p)
+		if err != nil || current.Sub(at) > 2*time.Minute || at.After(current) {
+			t.Errorf("chart %d: partial bucket %q, want the current minute %v", i, p, current)
+		}
+	}
+	if detail["id"] != rowID || detail["service_name"] != "shop.v1.Orders" || !strings.HasPrefix(detail["request_id"], "req-") || detail["client_ip"] != "10.0.0.9" {
+		t.Errorf("detail of %s: %v", rowID, detail)
 	}
 	if overflow {
 		t.Fatal("the page scrolls sideways at phone width")
