@@ -323,8 +323,9 @@ func ClickHouseSchema(f Features, retentionDays int) (fs.FS, error) {
 
 // DropExpired drops every partition of the tables of set t that holds
 // nothing newer than the retention cutoff (retentionDays before now, an
-// instant), and returns how many it dropped. Partitions are days by the
-// server's time zone (toYYYYMMDD); they are judged by the newest time
+// instant), and returns how many it dropped. Partitions are UTC days
+// (toYYYYMMDD(t, 'UTC')) in tables created since; older tables keep the
+// server's zone until a replay rebuilds them. They are judged by the newest time
 // their parts hold, not by their names, so the cutoff is the same instant
 // whatever that zone, and no row or bucket inside the retention window is
 // dropped. A rollup bucket counts up to its end.

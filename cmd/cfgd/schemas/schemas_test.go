@@ -226,4 +226,25 @@ func TestUpClickHouse(t *testing.T) {
 	if err := conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name LIKE 'requestlog%'").Scan(&n); err != nil || n != 7 {
 		t.Fatalf("%d request-log tables and views, %v", n, err)
 	}
+	// Issue #20 point 6: partitions are UTC days whatever the server's
+	// time zone (this test server runs in UTC, so the DDL is what shows it).
+	rows, err := conn.Query(ctx, "SELECT name, engine_full FROM system.tables WHERE database = currentDatabase() AND engine LIKE '%MergeTree' AND name LIKE 'requestlog%'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	tables := 0
+	for rows.Next() {
+		var name, engine string
+		if err := rows.Scan(&name, &engine); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(engine, "PARTITION BY toYYYYMMDD(") || !strings.Contains(engine, ", 'UTC')") {
+			t.Errorf("%s: not partitioned by UTC day: %s", name, engine)
+		}
+		tables++
+	}
+	if tables != 4 {
+		t.Errorf("%d MergeTree tables, want the raw table and three rollups", tables)
+	}
 }
