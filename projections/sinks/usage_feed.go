@@ -59,11 +59,17 @@ func (f *UsageFeed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp func(c
 }
 
 func (f *UsageFeed) apply(ctx context.Context, tx pgx.Tx, p int32, msgs []*sarama.ConsumerMessage) error {
-	b := &usageBatch{partition: p}
+	// The rebuilt offsets record the topic they come from, as the live
+	// consumer's do (the feed's Usage is its own: session 0 is read once).
+	id, err := f.u.topicID(ctx, 0)
+	if err != nil {
+		return err
+	}
+	b := &usageBatch{partition: p, topicID: id}
 	for _, m := range msgs {
 		b.add(f.u, m)
 	}
-	_, err := f.u.applyTx(ctx, tx, b)
+	_, err = f.u.applyTx(ctx, tx, b)
 	return err
 }
 
