@@ -65,6 +65,7 @@ type options struct {
 	inserters   int
 	cpuProfile  string
 	unsigned    bool
+	queryDB     string
 }
 
 func main() {
@@ -86,6 +87,7 @@ func main() {
 	flag.IntVar(&o.replayBatch, "replay-batch", 0, "rows per replay insert (0: the replay's default)")
 	flag.IntVar(&o.inserters, "replay-inserters", 0, "concurrent replay inserts (0: the replay's default)")
 	flag.BoolVar(&o.unsigned, "unsigned", false, "produce unsigned records and verify none (before request-log records were signed), to measure what signing costs")
+	flag.StringVar(&o.queryDB, "query-db", "", "database of the query benchmark, kept afterwards and loaded only when empty (so two builds can be timed in turn on the same rows); empty: a scratch database")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the replay rounds to this file")
 	flag.StringVar(&o.postgres, "postgres", "postgres:///postgres?host=/var/run/postgresql&user=postgres", "Postgres for the replay's advisory lock")
 	flag.Parse()
@@ -145,6 +147,13 @@ func synth(r *mrand.Rand, n int, from time.Time, span time.Duration) []requestlo
 
 // scratch creates a database and returns a connection to it and a drop func.
 func scratch(ctx context.Context, o options, prefix string) (driver.Conn, func(), error) {
+	return open(ctx, o, prefix, "")
+}
+
+// open connects to the database name, created when missing and kept
+// afterwards; empty name: a scratch database named prefix + random,
+// dropped by the returned func (unless -keep).
+func open(ctx context.Context, o options, prefix, name string) (driver.Conn, func(), error) {
 	dsn := o.clickhouse
 	opts, err := clickhouse.ParseDSN(dsn)
 	if err != nil {
@@ -154,10 +163,15 @@ func scratch(ctx context.Context, o options, prefix string) (driver.Conn, func()
 	if err != nil {
 		return nil, nil, err
 	}
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	name := prefix + hex.EncodeToString(b)
-	if err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+	keep := o.keep || name != ""
+	create := "CREATE DATABASE IF NOT EXISTS " + name
+	if name == "" {
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		name = prefix + hex.EncodeToString(b)
+		create = "CREATE DATABASE " + name
+	}
+	if err := admin.Exec(ctx, create); err != nil {
 		admin.Close()
 		return nil, nil, fmt.Errorf("clickhouse at %s: %w", dsn, err)
 	}
@@ -170,7 +184,7 @@ func scratch(ctx context.Context, o options, prefix string) (driver.Conn, func()
 	}
 	drop := func() {
 		_ = conn.Close()
-		if o.keep {
+		if keep {
 			fmt.Println("kept database", name)
 		} else {
 			_ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name)
@@ -387,7 +401,7 @@ func benchIngest(ctx context.Context, o options) error {
 }
 
 func benchQueries(ctx context.Context, o options) error {
-	conn, drop, err := scratch(ctx, o, "cfgd_bench_q_")
+	conn, drop, err := open(ctx, o, "cfgd_bench_q_", o.queryDB)
 	if err != nil {
 		return err
 	}
@@ -396,6 +410,17 @@ func benchQueries(ctx context.Context, o options) error {
 	from := now.Add(-30 * 24 * time.Hour)
 	load := time.Now()
 	r := mrand.New(mrand.NewPCG(3, 4))
+	loaded, err := count(ctx, conn)
+	if err != nil {
+		return err
+	}
+	rowsN := o.queryRows
+	if loaded > 0 {
+		// A kept database: its rows were spread over the 30 days before
+		// its load, which the windows below still mostly cover.
+		rowsN, o.queryRows = int(loaded), 0
+		fmt.Printf("reusing database %s\n", o.queryDB)
+	}
 	for i := 0; i < o.queryRows; i += 200_000 {
 		n := min(200_000, o.queryRows-i)
 		var rows sinks.RequestLogRows
@@ -426,7 +451,7 @@ func benchQueries(ctx context.Context, o options) error {
 	client := &http.Client{Timeout: 30 * time.Second}
 
 	fmt.Println()
-	fmt.Printf("== queries: %d rows over 30 days (loaded in %.1fs), %d runs each ==\n", o.queryRows, loadSecs, o.iterations)
+	fmt.Printf("== queries: %d rows over 30 days (loaded in %.1fs), %d runs each ==\n", rowsN, loadSecs, o.iterations)
 	fmt.Printf("%-22s %12s %12s   %14s %14s   %s\n", "question", "HTTP p50", "HTTP p99", "raw SQL p50", "raw SQL p99", "speed-up (p50)")
 	for _, hours := range []int{24, 720} {
 		since := now.Add(-time.Duration(hours) * time.Hour)
