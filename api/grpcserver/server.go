@@ -1,6 +1,7 @@
 package grpcserver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,39 +88,20 @@ func DefaultLimits() Limits {
 	}
 }
 
-// withDefaults fills every zero limit from DefaultLimits.
+// withDefaults fills every zero limit from DefaultLimits (the one place
+// they are written; settings start from it too).
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits()
-	if l.MaxConcurrentStreams == 0 {
-		l.MaxConcurrentStreams = d.MaxConcurrentStreams
-	}
-	if l.MaxRecvMsgBytes == 0 {
-		l.MaxRecvMsgBytes = d.MaxRecvMsgBytes
-	}
-	if l.MaxSendMsgBytes == 0 {
-		l.MaxSendMsgBytes = d.MaxSendMsgBytes
-	}
-	if l.KeepaliveMinTime == 0 {
-		l.KeepaliveMinTime = d.KeepaliveMinTime
-	}
-	if l.KeepaliveTime == 0 {
-		l.KeepaliveTime = d.KeepaliveTime
-	}
-	if l.KeepaliveTimeout == 0 {
-		l.KeepaliveTimeout = d.KeepaliveTimeout
-	}
-	if l.MaxConnectionIdle == 0 {
-		l.MaxConnectionIdle = d.MaxConnectionIdle
-	}
-	if l.MaxConnectionAge == 0 {
-		l.MaxConnectionAge = d.MaxConnectionAge
-	}
-	if l.MaxConnectionAgeGrace == 0 {
-		l.MaxConnectionAgeGrace = d.MaxConnectionAgeGrace
-	}
-	if l.CredentialCheck == 0 {
-		l.CredentialCheck = d.CredentialCheck
-	}
+	l.MaxConcurrentStreams = cmp.Or(l.MaxConcurrentStreams, d.MaxConcurrentStreams)
+	l.MaxRecvMsgBytes = cmp.Or(l.MaxRecvMsgBytes, d.MaxRecvMsgBytes)
+	l.MaxSendMsgBytes = cmp.Or(l.MaxSendMsgBytes, d.MaxSendMsgBytes)
+	l.KeepaliveMinTime = cmp.Or(l.KeepaliveMinTime, d.KeepaliveMinTime)
+	l.KeepaliveTime = cmp.Or(l.KeepaliveTime, d.KeepaliveTime)
+	l.KeepaliveTimeout = cmp.Or(l.KeepaliveTimeout, d.KeepaliveTimeout)
+	l.MaxConnectionIdle = cmp.Or(l.MaxConnectionIdle, d.MaxConnectionIdle)
+	l.MaxConnectionAge = cmp.Or(l.MaxConnectionAge, d.MaxConnectionAge)
+	l.MaxConnectionAgeGrace = cmp.Or(l.MaxConnectionAgeGrace, d.MaxConnectionAgeGrace)
+	l.CredentialCheck = cmp.Or(l.CredentialCheck, d.CredentialCheck)
 	return l
 }
 
