@@ -322,6 +322,15 @@ func (c Cluster) Validate() error {
 	return nil
 }
 
+// ValidClusterName checks a cluster name (CLICKHOUSE__CLUSTER): empty or
+// a plain identifier.
+func ValidClusterName(name string) error {
+	if name == "" || plainIdent(name) {
+		return nil
+	}
+	return fmt.Errorf("clickhouse cluster %q: want letters, digits and _", name)
+}
+
 func plainIdent(s string) bool {
 	if s == "" {
 		return false
