@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
-	"log/slog"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -83,7 +81,7 @@ func (e *replayEnv) clusterSink(group string, crash int64) (*RequestLogs, <-chan
 	cfg.BatchWait = 50 * time.Millisecond
 	cfg.MaxBackoff = 200 * time.Millisecond
 	cfg.RetentionEvery = 500 * time.Millisecond
-	s, err := NewFencedRequestLogs(cfg, e.conn, PostgresFence{Pool: e.pool}, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	s, err := NewFencedRequestLogs(cfg, e.conn, PostgresFence{Pool: e.pool}, testenv.Quiet())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -98,8 +96,9 @@ func (e *replayEnv) clusterSink(group string, crash int64) (*RequestLogs, <-chan
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	e.t.Cleanup(func() { cancel(); <-done })
+	exited := make(chan struct{})
+	go func() { done <- s.Run(ctx); close(exited) }()
+	e.t.Cleanup(func() { cancel(); <-exited })
 	return s, done
 }
 
@@ -148,7 +147,6 @@ func TestClusterIngestKillRetentionReplay(t *testing.T) {
 	e.spread(200, old, time.Second) // expired: for the retention drop below
 	want := 0
 	for round := range 8 {
-		t.Logf("round %d at %s", round, time.Now().Format(time.TimeOnly))
 		if round == 3 {
 			clusterScript(t, "kill", "s1r2")
 			// Up again whatever happens: an ON CLUSTER statement waits
