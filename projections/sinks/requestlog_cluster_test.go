@@ -69,10 +69,21 @@ func clusterDB(t *testing.T) (string, driver.Conn, map[string]driver.Conn) {
 	return db, open("127.0.0.1:9101", "127.0.0.1:9103"), nodes
 }
 
-// clusterSink starts a sink on conn in group, writing to the cluster; it
-// stops at its crash-th batch between insert and commit (crash 0: never),
-// as a cfgd replica killed there would.
-func (e *replayEnv) clusterSink(group string, crash int64) (*RequestLogs, <-chan error) {
+// crashAt stops a sink at its n-th batch between insert and commit, as a
+// cfgd replica killed there would (a sink's afterInsert).
+func crashAt(n int64) func(*RequestLogs) error {
+	var seen atomic.Int64
+	return func(*RequestLogs) error {
+		if seen.Add(1) == n {
+			return errors.New("killed between insert and commit")
+		}
+		return nil
+	}
+}
+
+// clusterSink starts a sink on conn in group, writing to the cluster;
+// after (if not nil) runs between each insert and its commit.
+func (e *replayEnv) clusterSink(group string, after func(*RequestLogs) error) (*RequestLogs, <-chan error) {
 	e.t.Helper()
 	cfg := DefaultRequestLogConfig(e.bus)
 	cfg.Group = group
@@ -85,14 +96,8 @@ func (e *replayEnv) clusterSink(group string, crash int64) (*RequestLogs, <-chan
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if crash > 0 {
-		var n atomic.Int64
-		s.afterInsert = func() error {
-			if n.Add(1) == crash {
-				return errors.New("killed between insert and commit")
-			}
-			return nil
-		}
+	if after != nil {
+		s.afterInsert = func() error { return after(s) }
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -140,8 +145,8 @@ func TestClusterIngestKillRetentionReplay(t *testing.T) {
 	t.Cleanup(func() { _ = prod.Close() })
 	e.prod = prod
 
-	a, aDone := e.clusterSink("live", 3)
-	b, _ := e.clusterSink("live", 0)
+	a, aDone := e.clusterSink("live", crashAt(3))
+	b, _ := e.clusterSink("live", nil)
 	start := time.Now().Add(-time.Hour)
 	old := start.AddDate(0, 0, -40)
 	e.spread(200, old, time.Second) // expired: for the retention drop below
@@ -206,10 +211,50 @@ func TestClusterIngestKillRetentionReplay(t *testing.T) {
 
 	// A replay: a new group reads the topic from its start; every row is
 	// held already.
-	r, _ := e.clusterSink("replay", 0)
+	r, _ := e.clusterSink("replay", nil)
 	waitFor(t, "the replaying group to read the topic", func() bool { return r.Stats().Skipped >= int64(want) })
 	testenv.ExactRequestLogs(t, conn, uint64(want))
 	if st := r.Stats(); st.Inserted != 0 {
 		t.Fatalf("the replaying group inserted %d rows (stats %+v), want 0", st.Inserted, st)
+	}
+}
+
+// What a batch inserted is in the Distributed tables before its offsets
+// are committed (insert_distributed_sync): otherwise a sink taking the
+// partition over right after reads an offset check that misses the rows
+// still on their way to their shard, and inserts them again.
+func TestClusterInsertIsReadableBeforeCommit(t *testing.T) {
+	_, conn, _ := clusterDB(t)
+	e := &replayEnv{rlEnv: &rlEnv{t: t, bus: testenv.Kafka(t, 4), conn: conn}, pool: testenv.Postgres(t)}
+	pc := requestlogkafka.DefaultProducerConfig(e.bus)
+	pc.PackEvents = 50
+	pc.Timeout = 10 * time.Second
+	prod, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = prod.Close() })
+	e.prod = prod
+	var batches, behind atomic.Int64
+	var seen atomic.Uint64
+	e.clusterSink("live", func(s *RequestLogs) error {
+		var raw uint64
+		if err := conn.QueryRow(context.Background(), "SELECT count() FROM requestlog_raw").Scan(&raw); err != nil {
+			return err
+		}
+		batches.Add(1)
+		if int64(raw) < s.Stats().Inserted {
+			behind.Add(1)
+			seen.Store(raw)
+		}
+		return nil
+	})
+	for range 5 {
+		e.spread(300, time.Now().Add(-time.Hour), 10*time.Millisecond)
+		time.Sleep(300 * time.Millisecond)
+	}
+	testenv.ExactRequestLogs(t, conn, 1500)
+	if n := behind.Load(); n > 0 {
+		t.Fatalf("%d of %d batches were not readable between their insert and their commit (read %d rows once)", n, batches.Load(), seen.Load())
 	}
 }
