@@ -48,8 +48,8 @@ func Postgres() ([]migrate.Schema, error) {
 }
 
 // ClickHouse are the owners' ClickHouse migrations, rendered for the
-// features of db's server.
-func ClickHouse(ctx context.Context, db *sql.DB, retentionDays int) ([]migrate.Schema, error) {
+// features of db's server (and cluster c, if any).
+func ClickHouse(ctx context.Context, db *sql.DB, retentionDays int, c ...requestlogview.Cluster) ([]migrate.Schema, error) {
 	v, err := migrate.ClickHouseServerVersion(ctx, db)
 	if err != nil {
 		return nil, err
@@ -58,7 +58,7 @@ func ClickHouse(ctx context.Context, db *sql.DB, retentionDays int) ([]migrate.S
 	if err != nil {
 		return nil, err
 	}
-	return ClickHouseFor(f, retentionDays)
+	return ClickHouseFor(f, retentionDays, c...)
 }
 
 // ClickHouseFor is ClickHouse for a server with features f (or every
@@ -105,15 +105,7 @@ func UpClickHouseOn(ctx context.Context, dsn, cluster string, retentionDays int,
 		return err
 	}
 	defer db.Close()
-	v, err := migrate.ClickHouseServerVersion(ctx, db)
-	if err != nil {
-		return err
-	}
-	f, err := requestlogview.FeaturesFor(v)
-	if err != nil {
-		return err
-	}
-	s, err := ClickHouseFor(f, retentionDays, c)
+	s, err := ClickHouse(ctx, db, retentionDays, c)
 	if err != nil {
 		return err
 	}
