@@ -5,7 +5,7 @@ BIN      := $(CURDIR)/bin/cfgd
 export CFGD_DATA_DIR := $(DATA_DIR)
 export KAFKA__DATA_DIR ?= $(DATA_DIR)/kafka
 
-.PHONY: all build run test test-short bench bench-ingest bench-replay bench-replay-clickhouse bench-replay-postgres mutate proto stack-up stack-down stack-status migrate lint fmt clean
+.PHONY: all build run test test-short test-cluster bench bench-ingest bench-replay bench-replay-clickhouse bench-replay-postgres mutate proto stack-up stack-down stack-status migrate lint fmt clean
 
 all: build
 
@@ -34,6 +34,13 @@ run: stack-up build
 test: stack-up
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+## test-cluster: ZooKeeper + four ClickHouse 18.16 servers as cluster `cfgd` (2 shards x 2 replicas,
+## deploy/scripts/cluster), the tests behind the `cluster` build tag, then the cluster stopped
+test-cluster: stack-up
+	deploy/scripts/cluster/cluster.sh up
+	$(GO) test -tags cluster -count=1 -timeout 10m -run Cluster ./cmd/cfgd/schemas/ ./projections/sinks/; \
+		rc=$$?; deploy/scripts/cluster/cluster.sh down; exit $$rc
 
 test-short: stack-up
 	$(GO) test -count=1 ./...

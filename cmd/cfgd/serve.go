@@ -100,10 +100,16 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 			if err := retry(ctx, log, "postgres", func(ctx context.Context) error { return schemas.UpPostgres(ctx, d.pg, log) }); err != nil {
 				return nil
 			}
-			if err := retry(ctx, log, "clickhouse", func(ctx context.Context) error {
-				return schemas.UpClickHouse(ctx, c.ClickHouseURL, app.RequestLog.Sink.RetentionDays, log)
-			}); err != nil {
-				return nil
+			// On a cluster the DDL runs ON CLUSTER, which waits for every
+			// server (up to 180 s on 18.16): only `cfgd migrate` runs it,
+			// so serve starts and queues ingest in Kafka while a server is
+			// down. The sink waits for the tables and says to migrate.
+			if app.RequestLog.Sink.Cluster == "" {
+				if err := retry(ctx, log, "clickhouse", func(ctx context.Context) error {
+					return schemas.UpClickHouse(ctx, c.ClickHouseURL, app.RequestLog.Sink.RetentionDays, log)
+				}); err != nil {
+					return nil
+				}
 			}
 			close(chMigrated)
 			return pipe.Run(ctx)

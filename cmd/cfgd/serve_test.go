@@ -242,3 +242,34 @@ func TestUsage(t *testing.T) {
 		t.Errorf("help: %v %q", err, out.String())
 	}
 }
+
+// With CLICKHOUSE__CLUSTER set, serve runs no ClickHouse DDL (ON CLUSTER
+// waits for every server: `cfgd migrate` alone runs it): it starts, its
+// pipeline runs, and the sink is not ready (it waits for the tables).
+func TestServeCreatesNoClickHouseTablesOnACluster(t *testing.T) {
+	baseEnv(t, testenv.PostgresURL(t))
+	opts, conn := testenv.ClickHouse(t)
+	t.Setenv("CLICKHOUSE__URL", "clickhouse://"+opts.Addr[0]+"/"+opts.Auth.Database)
+	t.Setenv("CLICKHOUSE__CLUSTER", "cfgd")
+	r := start(t)
+	var metrics string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		_, metrics = get(t, r.base+"/metrics")
+		if strings.Contains(metrics, "cfgd_relay_lag_events") {
+			break
+		}
+	}
+	if !strings.Contains(metrics, "cfgd_relay_lag_events") {
+		t.Fatal("the pipeline never started")
+	}
+	if body := waitStatus(t, r.base+"/readyz", 503); !strings.Contains(body, `"name":"requestlog-sink","ok":false`) {
+		t.Errorf("/readyz does not name the sink: %s", body)
+	}
+	var n uint64
+	if err := conn.QueryRow(context.Background(), "SELECT count() FROM system.tables WHERE database = currentDatabase()").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("serve created %d tables in ClickHouse on a cluster", n)
+	}
+}

@@ -23,6 +23,7 @@ func (t *RequestLog) fields() []field {
 	p, s := &t.Producer, &t.Sink
 	return []field{
 		intRange(&s.RetentionDays, "CLICKHOUSE__RETENTION_DAYS", "raw partitions older than this many days are dropped", 1, 36500),
+		str(&s.Cluster, "CLICKHOUSE__CLUSTER", "ClickHouse cluster (a `<remote_servers>` name with `<distributed_ddl>`, macros `{shard}` and `{replica}`) the request-log tables span; empty: one server. `cfgd migrate` creates replicated `<table>_local` tables and `Distributed` tables under the usual names `ON CLUSTER`; `serve` then creates nothing in ClickHouse (see docs/scaling.md)"),
 		intRange(&s.BatchRows, "REQUESTLOG__BATCH_ROWS", "sink block size (rows)", 1, 1_000_000),
 		positive(&s.BatchWait, "REQUESTLOG__BATCH_WAIT", "sink block time bound"),
 		positive(&s.RetentionEvery, "REQUESTLOG__RETENTION_EVERY", "how often old partitions are dropped"),

@@ -20,6 +20,13 @@ const ClickHouseVersionTable = "goose_db_version"
 // OpenClickHouse creates the database named in dsn if it is missing and
 // returns a database/sql handle on it for goose.
 func OpenClickHouse(ctx context.Context, dsn string) (*sql.DB, error) {
+	return OpenClickHouseOn(ctx, dsn, "")
+}
+
+// OpenClickHouseOn is OpenClickHouse on every server of cluster (a plain
+// identifier; empty: the one server of dsn): the database is created ON
+// CLUSTER.
+func OpenClickHouseOn(ctx context.Context, dsn, cluster string) (*sql.DB, error) {
 	opts, err := clickhouse.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse dsn: %w", err)
@@ -28,7 +35,11 @@ func OpenClickHouse(ctx context.Context, dsn string) (*sql.DB, error) {
 		admin := *opts
 		admin.Auth.Database = "default"
 		db := clickhouse.OpenDB(&admin)
-		_, err := db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+quoteIdent(name))
+		create := "CREATE DATABASE IF NOT EXISTS " + quoteIdent(name)
+		if cluster != "" {
+			create += " ON CLUSTER " + quoteIdent(cluster)
+		}
+		_, err := db.ExecContext(ctx, create)
 		db.Close()
 		if err != nil {
 			return nil, fmt.Errorf("clickhouse: create database %s: %w", name, err)

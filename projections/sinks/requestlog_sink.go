@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/cfgd/cfgd/deploy/process"
@@ -49,6 +50,13 @@ type RequestLogConfig struct {
 	RetentionEvery time.Duration
 	// MaxBackoff caps the wait between attempts while ClickHouse is down.
 	MaxBackoff time.Duration
+	// Cluster is the ClickHouse cluster the tables span
+	// (CLICKHOUSE__CLUSTER; empty: one server). The sink then writes
+	// through the Distributed tables synchronously, so a batch's rows and
+	// the rollups their views feed are on the shard of their Kafka
+	// partition before the offsets are committed, and drops expired
+	// partitions on every shard.
+	Cluster string
 }
 
 // DefaultRequestLogConfig returns the defaults for bus c.
@@ -78,6 +86,9 @@ func (c RequestLogConfig) Validate() error {
 	}
 	if c.RetentionEvery <= 0 || c.MaxBackoff <= 0 {
 		errs = append(errs, errors.New("requestlog sink: RetentionEvery and MaxBackoff must be positive"))
+	}
+	if err := requestlogview.ValidClusterName(c.Cluster); err != nil {
+		errs = append(errs, fmt.Errorf("requestlog sink: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -182,12 +193,18 @@ func (s *RequestLogs) Stats() RequestLogStats {
 // Run consumes until ctx ends. Dependencies that are down are waited for
 // (and reported by Ready), never a reason to return.
 func (s *RequestLogs) Run(ctx context.Context) error {
+	ctx = s.clusterContext(ctx)
 	// The tables are the migrations' (cfgd serve and cfgd migrate run
 	// them): the sink waits for them rather than create a schema of its
 	// own beside goose's.
 	if err := s.retry(ctx, "clickhouse schema", func(ctx context.Context) error {
 		// Fenced: never in the middle of a replay's swap.
-		return s.fenced(ctx, func(int64) error { return s.checkSchema(ctx) })
+		return s.fenced(ctx, func(int64) error {
+			if err := s.checkLoadBalancing(ctx); err != nil {
+				return err
+			}
+			return s.checkSchema(ctx)
+		})
 	}); err != nil {
 		return nil
 	}
@@ -275,7 +292,15 @@ func (s *RequestLogs) retention(ctx context.Context) {
 		var n int
 		err := s.fenced(ctx, func(int64) error {
 			var err error
-			n, err = requestlogview.DropExpired(ctx, s.conn, requestlogview.LiveTables(), s.cfg.RetentionDays, s.now())
+			if s.cfg.Cluster == "" {
+				n, err = requestlogview.DropExpired(ctx, s.conn, requestlogview.LiveTables(), s.cfg.RetentionDays, s.now())
+				return err
+			}
+			var db string
+			if err := s.conn.QueryRow(ctx, "SELECT currentDatabase()").Scan(&db); err != nil {
+				return fmt.Errorf("request-log database: %w", err)
+			}
+			n, err = requestlogview.DropExpiredOn(ctx, s.conn, requestlogview.Cluster{Name: s.cfg.Cluster, Database: db}, s.cfg.RetentionDays, s.now())
 			return err
 		})
 		switch {
@@ -288,4 +313,37 @@ func (s *RequestLogs) retention(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// clusterContext carries the settings of every query the sink sends to a
+// cluster. insert_distributed_sync: an insert into a Distributed table
+// returns once every shard's replica took its rows (and the views fed that
+// shard's rollups), so the offsets are committed only after that, and a
+// retried batch is sent to the same shards (sharded by partition) where the
+// replicated tables deduplicate an identical block.
+func (s *RequestLogs) clusterContext(ctx context.Context) context.Context {
+	if s.cfg.Cluster == "" {
+		return ctx
+	}
+	return clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_distributed_sync": 1}))
+}
+
+// checkLoadBalancing: on a cluster, inserts and the offset checks must go
+// to the same replica of a shard, the first one up (load_balancing
+// in_order), or the sink could read back a replica still catching up and
+// insert again what the other one holds. 18.16 takes no string setting
+// from this driver (only numbers before settings went as strings), so it
+// is the user profile's to set: the sink refuses to write without it.
+func (s *RequestLogs) checkLoadBalancing(ctx context.Context) error {
+	if s.cfg.Cluster == "" {
+		return nil
+	}
+	var v string
+	if err := s.conn.QueryRow(ctx, "SELECT value FROM system.settings WHERE name = 'load_balancing'").Scan(&v); err != nil {
+		return fmt.Errorf("load_balancing setting: %w", err)
+	}
+	if v != "in_order" {
+		return fmt.Errorf("%w: load_balancing is %q: set <load_balancing>in_order</load_balancing> in the profile of cfgd's ClickHouse user on every server (CLICKHOUSE__CLUSTER is set)", errRequestLogSchema, v)
+	}
+	return nil
 }

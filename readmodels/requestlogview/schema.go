@@ -125,6 +125,12 @@ type stmt struct {
 	// ReportedBy: the raw table has the reported_by column. Every set is
 	// made with it, except by migration 00001, to which 00003 adds it.
 	ReportedBy bool
+	// View is the materialized view feeding a rollup.
+	View string
+	// Cluster mode (Cluster set): Name, View and Source are qualified
+	// with Database, Name is the replicated table <Local> and Dist the
+	// Distributed table over it.
+	Cluster, Database, Local, Dist string
 }
 
 // schemaData is the data of a migration file template.
@@ -144,7 +150,7 @@ func plan(t Tables, f Features, retentionDays int) schemaData {
 		seconds int
 	}{{t.Minute, 60}, {t.Hour, 3600}, {t.Day, 86400}} {
 		s := base
-		s.Name, s.Source, s.Seconds, s.TimeColumn = r.name, t.Raw, r.seconds, "bucket"
+		s.Name, s.Source, s.Seconds, s.TimeColumn, s.View = r.name, t.Raw, r.seconds, "bucket", r.name+"_mv"
 		d.Rollups = append(d.Rollups, s)
 	}
 	if f.TTL {
@@ -294,10 +300,85 @@ func PostgresSchema() (fs.FS, error) {
 	return fs.Sub(schemaFS, "schema")
 }
 
+// Cluster names the ClickHouse cluster the request-log tables span
+// (CLICKHOUSE__CLUSTER) and the database they live in. The zero Cluster is
+// one server.
+type Cluster struct{ Name, Database string }
+
+// On reports whether c is a cluster, not one server.
+func (c Cluster) On() bool { return c.Name != "" }
+
+// Validate checks that both names are plain identifiers: they are written
+// into DDL and ZooKeeper paths unquoted.
+func (c Cluster) Validate() error {
+	if !c.On() {
+		return nil
+	}
+	for _, n := range []struct{ what, v string }{{"cluster", c.Name}, {"database", c.Database}} {
+		if !plainIdent(n.v) {
+			return fmt.Errorf("clickhouse %s %q: want letters, digits and _ in cluster mode", n.what, n.v)
+		}
+	}
+	return nil
+}
+
+// ValidClusterName checks a cluster name (CLICKHOUSE__CLUSTER): empty or
+// a plain identifier.
+func ValidClusterName(name string) error {
+	if name == "" || plainIdent(name) {
+		return nil
+	}
+	return fmt.Errorf("clickhouse cluster %q: want letters, digits and _", name)
+}
+
+func plainIdent(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r != '_' && (r < '0' || r > '9') && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// LocalSuffix names the replicated table under each Distributed table of a
+// cluster: requestlog_raw_local under requestlog_raw.
+const LocalSuffix = "_local"
+
+// clusterPlan is plan for the live tables of cluster c.
+func clusterPlan(f Features, retentionDays int, c Cluster) schemaData {
+	live := LiveTables()
+	d := plan(live, f, retentionDays)
+	qualify := func(s *stmt) {
+		s.Cluster, s.Database = c.Name, c.Database
+		s.Local = s.Name + LocalSuffix
+		s.Dist = c.Database + "." + s.Name
+		if s.View != "" {
+			s.View = c.Database + "." + s.View
+		}
+		s.Name = c.Database + "." + s.Local
+		s.Source = c.Database + "." + live.Raw + LocalSuffix
+	}
+	qualify(&d.Raw)
+	for i := range d.Rollups {
+		qualify(&d.Rollups[i])
+	}
+	d.TTL = nil
+	if f.TTL {
+		d.TTL = append([]stmt{d.Raw}, d.Rollups...)
+	}
+	return d
+}
+
 // ClickHouseSchema are the ClickHouse migrations of the live request-log
 // tables for a server with features f, rendered from
-// schema/clickhouse/NNNNN_*.sql.tmpl, for deploy/migrate.
-func ClickHouseSchema(f Features, retentionDays int) (fs.FS, error) {
+// schema/clickhouse/NNNNN_*.sql.tmpl, for deploy/migrate. On a cluster
+// (c.On()), migration 00001 creates the whole schema ON CLUSTER
+// (cluster.sql.tmpl) and the later ones are empty: a cluster starts from
+// the current schema.
+func ClickHouseSchema(f Features, retentionDays int, c ...Cluster) (fs.FS, error) {
 	tpl, err := templates()
 	if err != nil {
 		return nil, err
@@ -307,6 +388,24 @@ func ClickHouseSchema(f Features, retentionDays int) (fs.FS, error) {
 		return nil, err
 	}
 	out := fstest.MapFS{}
+	if len(c) > 0 && c[0].On() {
+		if err := c[0].Validate(); err != nil {
+			return nil, err
+		}
+		d := clusterPlan(f, retentionDays, c[0])
+		for i, name := range names {
+			tname := "cluster_empty"
+			if i == 0 {
+				tname = "cluster_00001"
+			}
+			var b bytes.Buffer
+			if err := tpl.ExecuteTemplate(&b, tname, d); err != nil {
+				return nil, fmt.Errorf("request-log schema %s: %w", name, err)
+			}
+			out[strings.TrimSuffix(path.Base(name), ".tmpl")] = &fstest.MapFile{Data: b.Bytes(), Mode: 0o444}
+		}
+		return out, nil
+	}
 	// The migrations build the schema step by step: 00001 creates the
 	// raw table as it first was, 00003 adds reported_by.
 	d := plan(LiveTables(), f, retentionDays)
@@ -330,10 +429,36 @@ func ClickHouseSchema(f Features, retentionDays int) (fs.FS, error) {
 // whatever that zone, and no row or bucket inside the retention window is
 // dropped. A rollup bucket counts up to its end.
 func DropExpired(ctx context.Context, conn driver.Conn, t Tables, retentionDays int, now time.Time) (int, error) {
+	return dropExpiredParts(ctx, conn, t, Cluster{}, retentionDays, now)
+}
+
+// DropExpiredOn is DropExpired of the live tables of cluster c: the
+// partitions of the replicated tables are listed on every shard and
+// dropped ON CLUSTER (replicated: each replica drops its copy, one that is
+// down when it comes back).
+func DropExpiredOn(ctx context.Context, conn driver.Conn, c Cluster, retentionDays int, now time.Time) (int, error) {
+	if !c.On() {
+		return DropExpired(ctx, conn, LiveTables(), retentionDays, now)
+	}
+	if err := c.Validate(); err != nil {
+		return 0, err
+	}
+	return dropExpiredParts(ctx, conn, LiveTables().Suffixed(LocalSuffix), c, retentionDays, now)
+}
+
+func dropExpiredParts(ctx context.Context, conn driver.Conn, t Tables, c Cluster, retentionDays int, now time.Time) (int, error) {
 	// Days of UTC: a local calendar would move the cutoff by an hour
 	// across a daylight-saving change.
 	cutoff := now.UTC().AddDate(0, 0, -retentionDays).Unix()
-	rows, err := conn.Query(ctx, expiredPartitions, t.Raw, t.Minute, t.Hour, t.Day, t.Raw, t.Minute, t.Hour, cutoff)
+	q, drop := expiredPartitions, "ALTER TABLE %s DROP PARTITION ID '%s'"
+	if c.On() {
+		// Both names passed Validate: plain identifiers.
+		q = strings.Replace(q, "FROM system.parts\nWHERE database = currentDatabase()",
+			fmt.Sprintf("FROM cluster('%s', system, parts)\nWHERE database = '%s'", c.Name, c.Database), 1)
+		drop = c.Database + ".%s ON CLUSTER " + c.Name + " DROP PARTITION ID '%s'"
+		drop = "ALTER TABLE " + drop
+	}
+	rows, err := conn.Query(ctx, q, t.Raw, t.Minute, t.Hour, t.Day, t.Raw, t.Minute, t.Hour, cutoff)
 	if err != nil {
 		return 0, fmt.Errorf("list request-log partitions: %w", err)
 	}
@@ -353,7 +478,7 @@ func DropExpired(ctx context.Context, conn driver.Conn, t Tables, retentionDays 
 	}
 	for i, p := range parts {
 		// partition_id is eight digits from system.parts, never user input.
-		if err := conn.Exec(ctx, fmt.Sprintf("ALTER TABLE %s DROP PARTITION ID '%s'", p.table, p.id)); err != nil {
+		if err := conn.Exec(ctx, fmt.Sprintf(drop, p.table, p.id)); err != nil {
 			return i, fmt.Errorf("drop partition %s of %s: %w", p.id, p.table, err)
 		}
 	}

@@ -430,3 +430,51 @@ func TestDropExpiredCountsUTCDays(t *testing.T) {
 		t.Fatalf("%d rows left, want both (one is inside the window by half an hour)", n)
 	}
 }
+
+// On a cluster, migration 00001 creates the whole schema ON CLUSTER: the
+// replicated local tables, the Distributed tables under the usual names
+// sharded by Kafka partition, the views on the local tables, every name
+// qualified (the other servers run it in database default); 00003 and
+// 00004 are empty. Names that would not be plain identifiers are refused.
+func TestClickHouseSchemaOnACluster(t *testing.T) {
+	fsys, err := requestlogview.ClickHouseSchema(requestlogview.Features{}, 30, requestlogview.Cluster{Name: "cfgd", Database: "logs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := fs.ReadFile(fsys, "00001_requestlog.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := strings.Split(string(b), "-- +goose Down")[0]
+	for _, want := range []string{
+		"CREATE TABLE IF NOT EXISTS logs.requestlog_raw_local ON CLUSTER cfgd (",
+		"ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/logs/requestlog_raw_local', '{replica}')",
+		"CREATE TABLE IF NOT EXISTS logs.requestlog_raw ON CLUSTER cfgd AS logs.requestlog_raw_local\nENGINE = Distributed(cfgd, logs, requestlog_raw_local, kafka_partition)",
+		"ENGINE = ReplicatedAggregatingMergeTree('/clickhouse/tables/{shard}/logs/requestlog_hour_local', '{replica}')",
+		"CREATE MATERIALIZED VIEW IF NOT EXISTS logs.requestlog_minute_mv ON CLUSTER cfgd TO logs.requestlog_minute_local AS",
+		"FROM logs.requestlog_raw_local",
+		"reported_by String DEFAULT ''",
+		"kafka_offset AggregateFunction(max, UInt64)",
+	} {
+		if !strings.Contains(up, want) {
+			t.Errorf("cluster migration lacks %q:\n%s", want, up)
+		}
+	}
+	if n := strings.Count(up, "ON CLUSTER cfgd"); n != 11 {
+		t.Errorf("%d statements ON CLUSTER, want 11 (4 local, 4 distributed, 3 views)", n)
+	}
+	for _, name := range []string{"00003_reported_by.sql", "00004_requestlog_offsets.sql"} {
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "ALTER") || strings.Contains(string(b), "CREATE") {
+			t.Errorf("%s on a cluster:\n%s", name, b)
+		}
+	}
+	for _, c := range []requestlogview.Cluster{{Name: "cf-gd", Database: "logs"}, {Name: "cfgd", Database: "lo`gs"}, {Name: "cfgd"}} {
+		if _, err := requestlogview.ClickHouseSchema(requestlogview.Features{}, 30, c); err == nil {
+			t.Errorf("cluster %+v accepted", c)
+		}
+	}
+}

@@ -5,12 +5,14 @@
 package schemas
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
 	"io/fs"
 	"log/slog"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/deploy/migrate"
@@ -46,8 +48,8 @@ func Postgres() ([]migrate.Schema, error) {
 }
 
 // ClickHouse are the owners' ClickHouse migrations, rendered for the
-// features of db's server.
-func ClickHouse(ctx context.Context, db *sql.DB, retentionDays int) ([]migrate.Schema, error) {
+// features of db's server (and cluster c, if any).
+func ClickHouse(ctx context.Context, db *sql.DB, retentionDays int, c ...requestlogview.Cluster) ([]migrate.Schema, error) {
 	v, err := migrate.ClickHouseServerVersion(ctx, db)
 	if err != nil {
 		return nil, err
@@ -56,12 +58,13 @@ func ClickHouse(ctx context.Context, db *sql.DB, retentionDays int) ([]migrate.S
 	if err != nil {
 		return nil, err
 	}
-	return ClickHouseFor(f, retentionDays)
+	return ClickHouseFor(f, retentionDays, c...)
 }
 
-// ClickHouseFor is ClickHouse for a server with features f.
-func ClickHouseFor(f requestlogview.Features, retentionDays int) ([]migrate.Schema, error) {
-	fsys, err := requestlogview.ClickHouseSchema(f, retentionDays)
+// ClickHouseFor is ClickHouse for a server with features f (or every
+// server of cluster c).
+func ClickHouseFor(f requestlogview.Features, retentionDays int, c ...requestlogview.Cluster) ([]migrate.Schema, error) {
+	fsys, err := requestlogview.ClickHouseSchema(f, retentionDays, c...)
 	if err != nil {
 		return nil, err
 	}
@@ -81,12 +84,28 @@ func UpPostgres(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error
 // applies every pending ClickHouse migration to it; retentionDays is the
 // request-log tables' TTL where the server has TTL.
 func UpClickHouse(ctx context.Context, dsn string, retentionDays int, log *slog.Logger) error {
-	db, err := migrate.OpenClickHouse(ctx, dsn)
+	return UpClickHouseOn(ctx, dsn, "", retentionDays, log)
+}
+
+// UpClickHouseOn is UpClickHouse on ClickHouse cluster cluster (empty: the
+// one server of dsn): database, tables and views are created ON CLUSTER,
+// through the server dsn names. Goose's version table stays on that server:
+// migrating through another one runs the (idempotent) DDL again.
+func UpClickHouseOn(ctx context.Context, dsn, cluster string, retentionDays int, log *slog.Logger) error {
+	opts, err := clickhouse.ParseDSN(dsn)
+	if err != nil {
+		return fmt.Errorf("clickhouse dsn: %w", err)
+	}
+	c := requestlogview.Cluster{Name: cluster, Database: cmp.Or(opts.Auth.Database, "default")}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	db, err := migrate.OpenClickHouseOn(ctx, dsn, cluster)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	s, err := ClickHouse(ctx, db, retentionDays)
+	s, err := ClickHouse(ctx, db, retentionDays, c)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,44 @@
+//go:build cluster
+
+package schemas_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+
+	"github.com/cfgd/cfgd/cmd/cfgd/schemas"
+)
+
+// TestClusterMigrate: on the cluster of deploy/scripts/cluster (make
+// test-cluster), `cfgd migrate`'s ClickHouse step creates the local
+// replicated tables and the Distributed tables on every node, twice
+// without harm.
+func TestClusterMigrate(t *testing.T) {
+	ctx := context.Background()
+	db := fmt.Sprintf("cfgd_cl_%d", time.Now().UnixNano())
+	dsn := "clickhouse://127.0.0.1:9101/" + db
+	for range 2 {
+		if err := schemas.UpClickHouseOn(ctx, dsn, "cfgd", 30, slog.New(slog.DiscardHandler)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, port := range []int{9101, 9102, 9103, 9104} {
+		conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{fmt.Sprintf("127.0.0.1:%d", port)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n uint64
+		if err := conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name LIKE 'requestlog%'", db).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 11 {
+			t.Errorf("node %d: %d tables, want 11 (4 local, 4 distributed, 3 views)", port, n)
+		}
+		conn.Close()
+	}
+}
