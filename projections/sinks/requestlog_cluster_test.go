@@ -132,8 +132,10 @@ func replicaCounts(t *testing.T, conn driver.Conn) [4]uint64 {
 // the Distributed tables of every node say so too. Then a retention drop
 // reaches every replica, and a new consumer group re-reading the whole
 // topic adds nothing.
-func TestClusterIngestKillRetentionReplay(t *testing.T) {
-	_, conn, nodes := clusterDB(t)
+// clusterEnv is a four-partition broker with its producer, Postgres for
+// the fence, and conn, a database of the cluster.
+func clusterEnv(t *testing.T, conn driver.Conn) *replayEnv {
+	t.Helper()
 	e := &replayEnv{rlEnv: &rlEnv{t: t, bus: testenv.Kafka(t, 4), conn: conn}, pool: testenv.Postgres(t)}
 	pc := requestlogkafka.DefaultProducerConfig(e.bus)
 	pc.PackEvents = 50
@@ -144,6 +146,12 @@ func TestClusterIngestKillRetentionReplay(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = prod.Close() })
 	e.prod = prod
+	return e
+}
+
+func TestClusterIngestKillRetentionReplay(t *testing.T) {
+	_, conn, nodes := clusterDB(t)
+	e := clusterEnv(t, conn)
 
 	a, aDone := e.clusterSink("live", crashAt(3))
 	b, _ := e.clusterSink("live", nil)
@@ -225,16 +233,7 @@ func TestClusterIngestKillRetentionReplay(t *testing.T) {
 // still on their way to their shard, and inserts them again.
 func TestClusterInsertIsReadableBeforeCommit(t *testing.T) {
 	_, conn, _ := clusterDB(t)
-	e := &replayEnv{rlEnv: &rlEnv{t: t, bus: testenv.Kafka(t, 4), conn: conn}, pool: testenv.Postgres(t)}
-	pc := requestlogkafka.DefaultProducerConfig(e.bus)
-	pc.PackEvents = 50
-	pc.Timeout = 10 * time.Second
-	prod, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = prod.Close() })
-	e.prod = prod
+	e := clusterEnv(t, conn)
 	var batches, behind atomic.Int64
 	var seen atomic.Uint64
 	e.clusterSink("live", func(s *RequestLogs) error {
