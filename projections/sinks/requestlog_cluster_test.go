@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,22 +20,11 @@ import (
 )
 
 // The cluster of deploy/scripts/cluster (make test-cluster starts it):
-// two shards of two replicas, TCP ports 9101..9104, cluster "cfgd".
-const testCluster = "cfgd"
+// two shards of two replicas, cluster "cfgd".
+const testCluster = testenv.ClusterName
 
-var clusterNodes = []struct {
-	name  string
-	shard int
-	port  int
-}{{"s1r1", 1, 9101}, {"s1r2", 1, 9102}, {"s2r1", 2, 9103}, {"s2r2", 2, 9104}}
+var clusterNodes = testenv.ClusterNodes()
 
-func clusterScript(t *testing.T, args ...string) {
-	t.Helper()
-	out, err := exec.Command(filepath.Join("..", "..", "deploy", "scripts", "cluster", "cluster.sh"), args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("cluster.sh %v: %v\n%s", args, err, out)
-	}
-}
 
 // clusterDB migrates a database of its own on the cluster, as `cfgd
 // migrate` with CLICKHOUSE__CLUSTER does, and returns a connection through
@@ -46,7 +33,7 @@ func clusterDB(t *testing.T) (string, driver.Conn, map[string]driver.Conn) {
 	t.Helper()
 	ctx := context.Background()
 	db := fmt.Sprintf("cfgd_cluster_%d", time.Now().UnixNano())
-	if err := schemas.UpClickHouseOn(ctx, "clickhouse://127.0.0.1:9101,127.0.0.1:9103/"+db, testCluster, 30, testenv.Quiet()); err != nil {
+	if err := schemas.UpClickHouseOn(ctx, "clickhouse://"+testenv.ClusterNodeAddr("s1r1")+","+testenv.ClusterNodeAddr("s2r1")+"/"+db, testCluster, 30, testenv.Quiet()); err != nil {
 		t.Fatal(err)
 	}
 	open := func(addrs ...string) driver.Conn {
@@ -60,13 +47,13 @@ func clusterDB(t *testing.T) (string, driver.Conn, map[string]driver.Conn) {
 	}
 	nodes := map[string]driver.Conn{}
 	for _, n := range clusterNodes {
-		nodes[n.name] = open(fmt.Sprintf("127.0.0.1:%d", n.port))
+		nodes[n.Name] = open(n.Addr())
 	}
 	t.Cleanup(func() {
 		// The replicas' ZooKeeper paths go with the tables.
 		_ = nodes["s1r1"].Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" ON CLUSTER "+testCluster)
 	})
-	return db, open("127.0.0.1:9101", "127.0.0.1:9103"), nodes
+	return db, open(testenv.ClusterNodeAddr("s1r1"), testenv.ClusterNodeAddr("s2r1")), nodes
 }
 
 // crashAt stops a sink at its n-th batch between insert and commit, as a
@@ -161,10 +148,10 @@ func TestClusterIngestKillRetentionReplay(t *testing.T) {
 	want := 0
 	for round := range 8 {
 		if round == 3 {
-			clusterScript(t, "kill", "s1r2")
+			testenv.ClusterScript(t, "kill", "s1r2")
 			// Up again whatever happens: an ON CLUSTER statement waits
 			// for every server.
-			t.Cleanup(func() { clusterScript(t, "start", "s1r2") })
+			t.Cleanup(func() { testenv.ClusterScript(t, "start", "s1r2") })
 		}
 		e.spread(500, start.Add(time.Duration(round)*time.Minute), 10*time.Millisecond)
 		want += 500
@@ -176,7 +163,7 @@ func TestClusterIngestKillRetentionReplay(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("sink a never reached its crash: a %+v, b %+v, a ready %v, b ready %v", a.Stats(), b.Stats(), a.Ready(context.Background()), b.Ready(context.Background()))
 	}
-	clusterScript(t, "start", "s1r2")
+	testenv.ClusterScript(t, "start", "s1r2")
 
 	waitFor(t, "every event in the Distributed tables, the expired ones dropped", func() bool {
 		raw, minute, hour, ids := testenv.RequestLogCounts(t, conn)
@@ -187,7 +174,7 @@ func TestClusterIngestKillRetentionReplay(t *testing.T) {
 	for {
 		shards := map[int][][4]uint64{}
 		for _, n := range clusterNodes {
-			shards[n.shard] = append(shards[n.shard], replicaCounts(t, nodes[n.name]))
+			shards[n.Shard] = append(shards[n.Shard], replicaCounts(t, nodes[n.Name]))
 		}
 		s1, s2 := shards[1], shards[2]
 		same := s1[0] == s1[1] && s2[0] == s2[1]
@@ -205,12 +192,12 @@ func TestClusterIngestKillRetentionReplay(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	for _, n := range clusterNodes {
-		o, err := requestlogview.New(nodes[n.name], time.Now, nil).Overview(context.Background(), 24)
+		o, err := requestlogview.New(nodes[n.Name], time.Now, nil).Overview(context.Background(), 24)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if o.TotalRequests != int64(want) {
-			t.Errorf("overview through %s: %d requests, want %d", n.name, o.TotalRequests, want)
+			t.Errorf("overview through %s: %d requests, want %d", n.Name, o.TotalRequests, want)
 		}
 	}
 	if sa, sb := a.Stats(), b.Stats(); sa.Inserted+sb.Inserted != int64(want+200) {

@@ -12,6 +12,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/schemas"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 )
 
 // TestClusterMigrate: on the cluster of deploy/scripts/cluster (make
@@ -21,14 +22,14 @@ import (
 func TestClusterMigrate(t *testing.T) {
 	ctx := context.Background()
 	db := fmt.Sprintf("cfgd_cl_%d", time.Now().UnixNano())
-	dsn := "clickhouse://127.0.0.1:9101/" + db
+	dsn := "clickhouse://" + testenv.ClusterNodeAddr("s1r1") + "/" + db
 	for range 2 {
-		if err := schemas.UpClickHouseOn(ctx, dsn, "cfgd", 30, slog.New(slog.DiscardHandler)); err != nil {
+		if err := schemas.UpClickHouseOn(ctx, dsn, testenv.ClusterName, 30, slog.New(slog.DiscardHandler)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, port := range []int{9101, 9102, 9103, 9104} {
-		conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{fmt.Sprintf("127.0.0.1:%d", port)}})
+	for _, node := range testenv.ClusterNodes() {
+		conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{node.Addr()}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,7 +38,7 @@ func TestClusterMigrate(t *testing.T) {
 			t.Fatal(err)
 		}
 		if n != 11 {
-			t.Errorf("node %d: %d tables, want 11 (4 local, 4 distributed, 3 views)", port, n)
+			t.Errorf("node %s: %d tables, want 11 (4 local, 4 distributed, 3 views)", node.Name, n)
 		}
 		conn.Close()
 	}
