@@ -70,10 +70,11 @@ With --print it writes no file and prints the same keys as settings instead
 		Use:   "rotate [--dir D]",
 		Short: "make a new JWT signing key; older keys keep verifying their tokens",
 		Long: `rotate puts a new JWT signing key first in the key file of the keys directory
-(--dir, default AUTH__KEYS_DIR). Every running replica reads the file again
-within JWT__KEYS_RELOAD (30s by default) and verifies the new key at once; it
-signs with it two such intervals after the rotation, when every replica knows
-it. The older keys stay to verify the tokens they signed, and a later rotation
+(--dir, default AUTH__KEYS_DIR). Every running replica verifies the new key from
+the first token signed with it that reaches it (a token naming a key it does not
+know reads the changed file at once) and reads the file again within
+JWT__KEYS_RELOAD (30s by default) anyway; it signs with the key two such intervals after the rotation,
+when every replica knows it. The older keys stay to verify the tokens they signed, and a later rotation
 drops them once every such token has expired (the longest of JWT__ACCESS_TTL,
 JWT__REFRESH_TTL and ADMIN__SESSION_TTL after they stopped signing). With JWT__SIGNING_KEY set,
 rotate in the settings instead (see docs/operations.md).`,

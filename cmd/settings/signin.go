@@ -45,7 +45,7 @@ func (t *signinTarget) fields() []field {
 		str(&j.Issuer, "JWT__ISSUER", "`iss` of the tokens"),
 		str(&j.Audience, "JWT__AUDIENCE", "`aud` of the tokens"),
 		positive(&j.RevocationPoll, "JWT__REVOCATION_POLL", "how often an instance reloads the revocation set"),
-		positive(&j.KeysReload, "JWT__KEYS_RELOAD", "how often an instance reads the key file in `AUTH__KEYS_DIR` again, to follow `cfgd keys rotate` (a token naming an unknown key reads it at once, at most once a second)"),
+		positive(&j.KeysReload, "JWT__KEYS_RELOAD", "how often an instance reads the key file in `AUTH__KEYS_DIR` again, to follow `cfgd keys rotate` (a token naming a key it does not know reads the file at once if it changed since the last read)"),
 		secret(&c.OTPHMACKey, "OTP__HMAC_KEY", "key the stored code HMACs use (at least 32 bytes); empty: a key file in `AUTH__KEYS_DIR`"),
 		str(&c.KeysDir, "AUTH__KEYS_DIR", "the JWT, OTP and (when there) event signing key files, generated on first start (mode 0600, directory 0700) or by `cfgd keys generate`; several replicas share it (or set the keys)"),
 		intRange(&c.IPRequests, "OTP__IP_REQUESTS", "OTP requests per client IP per window (any addresses)", 1, 1_000_000),

@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -42,6 +43,10 @@ type Keys struct {
 	jwks   []byte
 	// generated is the file this load created, when it did.
 	generated string
+	// file is the key file these keys were read from, as opened (nil for
+	// keys from settings): a reloading Service reads the file again for an
+	// unknown kid only once it is another file (sameFile).
+	file fs.FileInfo
 }
 
 type key struct {
@@ -279,6 +284,7 @@ func (s Source) Load() (*Keys, error) {
 	}
 	var ks []key
 	generated := ""
+	var file fs.FileInfo
 	if s.SigningKey != "" {
 		if s.Alg == EdDSA {
 			priv, err := ParseEd25519(s.SigningKey)
@@ -301,12 +307,12 @@ func (s Source) Load() (*Keys, error) {
 		path := KeyFile(s.Alg, s.Dir)
 		var text []byte
 		if s.NoCreate {
-			if text, err = os.ReadFile(path); err != nil {
-				return nil, fmt.Errorf("read key file: %w", err)
+			if text, file, err = readFile(path); err != nil {
+				return nil, err
 			}
 		} else {
 			var created bool
-			if text, created, err = loadOrCreateFile(path, func() ([]byte, error) { return newKeyText(s.Alg, time.Now()) }); err != nil {
+			if text, file, created, err = loadOrCreateFile(path, func() ([]byte, error) { return newKeyText(s.Alg, time.Now()) }); err != nil {
 				return nil, err
 			}
 			if created {
@@ -329,7 +335,51 @@ func (s Source) Load() (*Keys, error) {
 		return nil, err
 	}
 	k.generated = generated
+	k.file = file
 	return k, nil
+}
+
+// Stat is the key file as it is now (nil, nil with JWT__SIGNING_KEY set:
+// no file): what a reloading Service compares with the file it read last.
+func (s Source) Stat() (fs.FileInfo, error) {
+	if s.SigningKey != "" {
+		return nil, nil
+	}
+	fi, err := os.Stat(KeyFile(s.Alg, s.Dir))
+	if err != nil {
+		return nil, fmt.Errorf("key file: %w", err)
+	}
+	return fi, nil
+}
+
+// sameFile says whether a and b are one version of one file: the same
+// inode, size and modification time. cfgd replaces a key file by renaming
+// a new one over it (a new inode), so a rotation always makes another file.
+func sameFile(a, b fs.FileInfo) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return os.SameFile(a, b) && a.Size() == b.Size() && a.ModTime().Equal(b.ModTime())
+}
+
+// readFile reads path and says which file it read: the identity comes
+// from the open file, so it always matches the content, even when the
+// file is replaced meanwhile.
+func readFile(path string) ([]byte, fs.FileInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read key file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read key file: %w", err)
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read key file: %w", err)
+	}
+	return b, fi, nil
 }
 
 // CheckVerifyKeys checks JWT__VERIFY_KEYS for alg.
@@ -450,7 +500,7 @@ func GenerateFile(alg, dir string) (path, kid string, err error) {
 	if _, err := os.Stat(path); err == nil {
 		return path, "", fmt.Errorf("%s: %w", path, ErrKeyFileExists)
 	}
-	text, created, err := loadOrCreateFile(path, func() ([]byte, error) { return newKeyText(alg, time.Now()) })
+	text, _, created, err := loadOrCreateFile(path, func() ([]byte, error) { return newKeyText(alg, time.Now()) })
 	if err != nil {
 		return path, "", err
 	}
@@ -568,7 +618,7 @@ func writeTemp(dir string, content []byte) (string, error) {
 // path, creating it (32 random bytes) when the file does not exist; created
 // says it did.
 func LoadOrCreateSecret(path string) (secret []byte, created bool, err error) {
-	text, created, err := loadOrCreateFile(path, func() ([]byte, error) {
+	text, _, created, err := loadOrCreateFile(path, func() ([]byte, error) {
 		b := make([]byte, 32)
 		if _, err := rand.Read(b); err != nil {
 			return nil, err
@@ -586,36 +636,37 @@ func LoadOrCreateSecret(path string) (secret []byte, created bool, err error) {
 }
 
 // loadOrCreateFile reads path, or writes gen's output to it with mode 0600
-// (its directory 0700) when it does not exist; created says which. The
-// file appears atomically, by a hard link from a temporary file, so two
-// processes starting together both end up with the same key.
-func loadOrCreateFile(path string, gen func() ([]byte, error)) (content []byte, created bool, err error) {
-	if b, err := os.ReadFile(path); err == nil {
-		return b, false, nil
+// (its directory 0700) when it does not exist; created says which, file
+// which file it read. The file appears atomically, by a hard link from a
+// temporary file, so two processes starting together both end up with the
+// same key.
+func loadOrCreateFile(path string, gen func() ([]byte, error)) (content []byte, file fs.FileInfo, created bool, err error) {
+	if b, fi, err := readFile(path); err == nil {
+		return b, fi, false, nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return nil, false, fmt.Errorf("read key file: %w", err)
+		return nil, nil, false, err
 	}
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, false, fmt.Errorf("key directory: %w", err)
+		return nil, nil, false, fmt.Errorf("key directory: %w", err)
 	}
 	content, err = gen()
 	if err != nil {
-		return nil, false, fmt.Errorf("generate %s: %w", path, err)
+		return nil, nil, false, fmt.Errorf("generate %s: %w", path, err)
 	}
 	tmp, err := writeTemp(dir, content)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	defer os.Remove(tmp)
 	err = os.Link(tmp, path)
 	if err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, false, fmt.Errorf("key file: %w", err)
+		return nil, nil, false, fmt.Errorf("key file: %w", err)
 	}
 	created = err == nil
-	b, err := os.ReadFile(path)
+	b, fi, err := readFile(path)
 	if err != nil {
-		return nil, false, fmt.Errorf("read key file: %w", err)
+		return nil, nil, false, err
 	}
-	return b, created, nil
+	return b, fi, created, nil
 }

@@ -1,6 +1,8 @@
 package token_test
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -8,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -176,7 +179,7 @@ func TestReloadingServicesFollowRotation(t *testing.T) {
 		src := token.Source{Alg: token.EdDSA, Dir: dir}
 		keys := load(t, src)
 		src.NoCreate = true
-		s, err := token.NewReloading(cfg, keys, src.Load)
+		s, err := token.NewReloading(cfg, keys, src)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,6 +228,106 @@ func TestReloadingServicesFollowRotation(t *testing.T) {
 	if _, err := c.Parse(after.Token, token.Access); err != nil || reported == nil {
 		t.Fatalf("after a failed reload: parse %v, reported %v", err, reported)
 	}
+}
+
+// countingFile counts the reads of a key file.
+type countingFile struct {
+	token.Source
+	reads atomic.Int32
+}
+
+func (c *countingFile) Load() (*token.Keys, error) {
+	c.reads.Add(1)
+	return c.Source.Load()
+}
+
+// A token naming a key the replica does not know reads the key file at
+// once when the file changed, so a key just rotated in verifies at the
+// first try, however recent the replica's last read; while the file stays
+// the same (or stays broken), a flood of tokens with made-up kids reads it
+// no more, however much time passes between them.
+func TestUnknownKidReadsChangedKeyFileOnce(t *testing.T) {
+	dir := t.TempDir()
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	var failures atomic.Int32
+	cfg := token.Config{Issuer: "cfgd", Audience: "cfgd", AccessTTL: 15 * time.Minute, RefreshTTL: time.Hour, WebTTL: time.Hour, Now: now,
+		ReloadEvery: 24 * time.Hour, ReloadFailed: func(error) { failures.Add(1) }}
+	src := token.Source{Alg: token.EdDSA, Dir: dir}
+	keys := load(t, src)
+	src.NoCreate = true
+	file := &countingFile{Source: src}
+	s, err := token.NewReloading(cfg, keys, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Rotated in right after this replica read the file: another replica
+	// (not reloading, so its new key signs at once) issues a token of it.
+	r, err := token.Rotate(token.EdDSA, dir, now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := service(t, load(t, src), token.Config{Now: now}).Issue(token.Spec{Kind: token.Access, UserID: 1, SessionID: "s", ExpiresAt: now().Add(24 * time.Hour)})
+	if err != nil || kidOf(t, fresh.Token) != r.Kid {
+		t.Fatalf("issue with the new key: %v", err)
+	}
+	if _, err := s.Parse(fresh.Token, token.Access); err != nil {
+		t.Fatalf("a token of the key just rotated in, first try: %v", err)
+	}
+	if n := file.reads.Load(); n != 1 {
+		t.Fatalf("%d reads for the rotation, want 1", n)
+	}
+
+	flood := func(what string, wantReads, wantFailures int32) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 50 {
+					// Further apart than any minimum interval between reads.
+					offset.Add(int64(2 * time.Second))
+					if _, err := s.Parse(madeUpKid(t, now()), token.Access); !errors.Is(err, token.ErrInvalid) {
+						t.Errorf("%s: a made-up kid: %v", what, err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if n, f := file.reads.Load(), failures.Load(); n != wantReads || f != wantFailures {
+			t.Fatalf("%s: 400 made-up kids read the file %d times (%d failed), want %d (%d)", what, n, f, wantReads, wantFailures)
+		}
+	}
+	flood("unchanged file", 1, 0)
+	if err := os.WriteFile(token.KeyFile(token.EdDSA, dir), []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	flood("broken file", 2, 1)
+	if _, err := s.Parse(fresh.Token, token.Access); err != nil {
+		t.Fatalf("the keys read before a broken file: %v", err)
+	}
+}
+
+// madeUpKid is a well-formed token signed by a key nobody knows, with a
+// random kid.
+func madeUpKid(t *testing.T, now time.Time) string {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Error(err)
+		return ""
+	}
+	tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, token.Claims{
+		RegisteredClaims: jwt.RegisteredClaims{Issuer: "cfgd", Audience: jwt.ClaimStrings{"cfgd"}, Subject: "1", ID: "j",
+			IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(time.Minute))},
+		Kind: token.Access, SessionID: "s",
+	})
+	tok.Header["kid"] = rand.Text()
+	tok.Header["typ"] = token.TypeAccess
+	raw, err := tok.SignedString(priv)
+	if err != nil {
+		t.Error(err)
+	}
+	return raw
 }
 
 // The key file of a single replica from before key sets (one key, no

@@ -11,6 +11,7 @@ package token
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -117,32 +118,46 @@ type Service struct {
 	keys   atomic.Pointer[Keys]
 	parser *jwt.Parser
 
-	// reload, when set, reads the key set again (NewReloading).
-	reload   func() (*Keys, error)
+	// file, when set, is where the keys are read again (NewReloading).
+	file     Reloader
 	reloadMu sync.Mutex
-	loadedAt atomic.Int64 // unix nanoseconds of the last reload
+	loadedAt atomic.Int64 // unix nanoseconds of the last periodic reload
+	// looks counts the looks at the key file begun (reads and checks for
+	// an unknown kid): a request that finds one begun after it arrived
+	// takes its result instead of looking again.
+	looks atomic.Uint64
+	seen  fs.FileInfo // the key file as last read (or found unreadable); reloadMu
 }
 
-// How often a reloading Service reads its keys again: every ReloadEvery
-// (Config.ReloadEvery), so replicas converge on the newest signing key
-// after a rotation, and at most every ReloadMin when a token names a key it
-// does not know (another replica already signs with a new key).
-const (
-	ReloadEvery = 30 * time.Second
-	ReloadMin   = time.Second
-)
+// ReloadEvery is the default of Config.ReloadEvery: how often a reloading
+// Service reads its keys again, so replicas converge on the newest signing
+// key after a rotation. A token naming a key the Service does not know
+// reads the file at once when it changed (Parse).
+const ReloadEvery = 30 * time.Second
 
-// NewReloading returns a Service on keys that reads its keys again with
-// reload (a key file on storage every replica shares), so a rotation
-// reaches every replica without a restart. A key new in the file verifies
+// Reloader is where a reloading Service reads its keys again: a Source
+// whose key file sits on storage every replica shares.
+type Reloader interface {
+	// Load reads the key set.
+	Load() (*Keys, error)
+	// Stat is the key file as it is now, compared with the one Load read
+	// last to tell whether reading it again can find another key.
+	Stat() (fs.FileInfo, error)
+}
+
+// NewReloading returns a Service on keys that reads its keys again from
+// file, so a rotation reaches every replica without a restart: every
+// ReloadEvery, and at once when a token names a key it does not know and
+// the file changed since it was last read. A key new in the file verifies
 // at once and signs two reload intervals after it was made, when every
 // replica has read it.
-func NewReloading(cfg Config, keys *Keys, reload func() (*Keys, error)) (*Service, error) {
+func NewReloading(cfg Config, keys *Keys, file Reloader) (*Service, error) {
 	s, err := New(cfg, keys)
 	if err != nil {
 		return nil, err
 	}
-	s.reload = reload
+	s.file = file
+	s.seen = keys.file
 	s.loadedAt.Store(s.cfg.Now().UnixNano())
 	return s, nil
 }
@@ -185,23 +200,23 @@ func New(cfg Config, keys *Keys) (*Service, error) {
 // key new in its file: two reload intervals, so every replica reading the
 // file verifies the key before any signs with it.
 func (s *Service) activation() time.Duration {
-	if s.reload == nil {
+	if s.file == nil {
 		return 0
 	}
 	return 2 * s.cfg.ReloadEvery
 }
 
-// current is the key set, read again when it is due (reloading Services
-// only); unknownKid asks for a reload sooner.
-func (s *Service) current(unknownKid bool) *Keys {
+// current is the key set, read again when the reload interval has passed
+// (reloading Services only). The interval stays even though an unknown kid
+// reads a changed file at once (forUnknownKid): it is what dates the
+// activation of a new key, and it covers storage whose file attributes lag
+// behind its content.
+func (s *Service) current() *Keys {
 	k := s.keys.Load()
-	if s.reload == nil {
+	if s.file == nil {
 		return k
 	}
-	due := func() bool {
-		since := s.cfg.Now().Sub(time.Unix(0, s.loadedAt.Load()))
-		return since >= s.cfg.ReloadEvery || (unknownKid && since >= min(ReloadMin, s.cfg.ReloadEvery))
-	}
+	due := func() bool { return s.cfg.Now().Sub(time.Unix(0, s.loadedAt.Load())) >= s.cfg.ReloadEvery }
 	if !due() {
 		return k
 	}
@@ -211,15 +226,59 @@ func (s *Service) current(unknownKid bool) *Keys {
 		return s.keys.Load() // another request reloaded while this one waited
 	}
 	s.loadedAt.Store(s.cfg.Now().UnixNano())
-	next, err := s.reload()
+	s.looks.Add(1)
+	seen, _ := s.file.Stat()
+	return s.read(seen)
+}
+
+// forUnknownKid is the key set once the key file has been looked at after
+// the call began: a token naming a key this replica does not know may come
+// from another replica that already read a rotation. The file is read again
+// only when it is another file than the one read last (sameFile), so a flood
+// of tokens with made-up kids costs one stat at a time (concurrent callers
+// share it) and never a read of an unchanged file.
+func (s *Service) forUnknownKid() *Keys {
+	if s.file == nil {
+		return s.keys.Load()
+	}
+	arrived := s.looks.Load()
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	if s.looks.Load() != arrived {
+		// A look begun after this call arrived has ended (it held the lock):
+		// its keys are as fresh as another look would make them.
+		return s.keys.Load()
+	}
+	s.looks.Add(1)
+	now, err := s.file.Stat()
+	if err != nil {
+		now = nil // unreadable: read again once it is readable
+	}
+	if sameFile(now, s.seen) {
+		return s.keys.Load()
+	}
+	return s.read(now)
+}
+
+// read reads the key file again (reloadMu held); stat is the file as
+// found just before, remembered when the read fails so a broken file is
+// read (and reported) once, not for every token.
+func (s *Service) read(stat fs.FileInfo) *Keys {
+	k := s.keys.Load()
+	next, err := s.file.Load()
 	if err == nil && next.method.Alg() != k.method.Alg() {
 		err = fmt.Errorf("token: the reloaded keys are %s, not %s", next.method.Alg(), k.method.Alg())
 	}
 	if err != nil {
+		s.seen = stat
 		if s.cfg.ReloadFailed != nil {
 			s.cfg.ReloadFailed(err)
 		}
 		return k
+	}
+	s.seen = next.file
+	if s.seen == nil {
+		s.seen = stat
 	}
 	s.keys.Store(next)
 	return next
@@ -292,7 +351,7 @@ func (s *Service) Issue(sp Spec) (Issued, error) {
 	if sp.Kind == Access {
 		c.ClientID = s.cfg.ClientID
 	}
-	keys := s.current(false)
+	keys := s.current()
 	k := keys.signing(now, s.activation())
 	t := jwt.NewWithClaims(keys.method, c)
 	t.Header["kid"] = k.kid
@@ -323,13 +382,13 @@ func (s *Service) Parse(raw string, want Kind) (*Claims, error) {
 		// key only.
 		raw, ok := t.Header["kid"]
 		if !ok {
-			return s.current(false).signing(s.cfg.Now(), s.activation()).verify, nil
+			return s.current().signing(s.cfg.Now(), s.activation()).verify, nil
 		}
 		kid, _ := raw.(string)
-		if key, ok := s.current(false).verifier(kid); ok {
+		if key, ok := s.current().verifier(kid); ok {
 			return key, nil
 		}
-		if key, ok := s.current(true).verifier(kid); ok {
+		if key, ok := s.forUnknownKid().verifier(kid); ok {
 			return key, nil
 		}
 		return nil, errors.New("unknown key id")
@@ -363,7 +422,7 @@ func (s *Service) Parse(raw string, want Kind) (*Claims, error) {
 
 // JWKS is the JSON Web Key Set of every verification key, the signing one
 // first; it holds no key at all for HS256, whose keys are shared secrets.
-func (s *Service) JWKS() []byte { return s.current(false).jwks }
+func (s *Service) JWKS() []byte { return s.current().jwks }
 
 // Issuer is the iss of every token.
 func (s *Service) Issuer() string { return s.cfg.Issuer }

@@ -122,7 +122,7 @@ func New(cfg Config, d Deps) (*App, error) {
 		// The key file may sit on storage every replica shares: read it
 		// again, so a rotation reaches this replica without a restart.
 		src.NoCreate = true
-		tokens, err = token.NewReloading(tcfg, keys, src.Load)
+		tokens, err = token.NewReloading(tcfg, keys, src)
 	} else {
 		tokens, err = token.New(tcfg, keys)
 	}
