@@ -24,6 +24,7 @@ type deps struct {
 	// on it.
 	commits *store.CommitSignal
 	ch      driver.Conn
+	chOpts  *clickhouse.Options
 	redis   *redis.Client
 	// events carries the append limits (EVENTS__MAX_BYTES) every command
 	// handler gets.
@@ -64,7 +65,19 @@ func openDeps(ctx context.Context, c settings.Core) (*deps, error) {
 		_ = ch.Close()
 		return nil, fmt.Errorf("EVENTS__MAX_BYTES: %w", err)
 	}
-	return &deps{pg: pg, commits: commits, ch: ch, redis: redis.NewClient(redisOpts), events: events}, nil
+	return &deps{pg: pg, commits: commits, ch: ch, chOpts: chOpts, redis: redis.NewClient(redisOpts), events: events}, nil
+}
+
+// dialClickHouse opens a connection to one server of a ClickHouse
+// cluster (host:port) with CLICKHOUSE__URL's credentials and database.
+func (d *deps) dialClickHouse(_ context.Context, addr string) (driver.Conn, error) {
+	o := *d.chOpts
+	o.Addr = []string{addr}
+	conn, err := clickhouse.Open(&o)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse %s: %w", addr, err)
+	}
+	return conn, nil
 }
 
 func (d *deps) Close() {

@@ -49,6 +49,7 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, act
 	// dead-letter what does not verify.
 	signer := w.signer
 	c.Sink.Signer = signer
+	c.Sink.Dial = w.deps.dialClickHouse
 	// The fence lets `cfgd replay requestlog.clickhouse` swap rebuilt
 	// tables in between two of the sink's batches.
 	s, err := sinks.NewFencedRequestLogs(c.Sink, w.deps.ch, sinks.PostgresFence{Pool: w.deps.pg}, w.log)

@@ -25,7 +25,6 @@ const testCluster = testenv.ClusterName
 
 var clusterNodes = testenv.ClusterNodes()
 
-
 // clusterDB migrates a database of its own on the cluster, as `cfgd
 // migrate` with CLICKHOUSE__CLUSTER does, and returns a connection through
 // s1r1 (s2r1 when s1r1 is down) and one to each node.
@@ -79,6 +78,7 @@ func (e *replayEnv) clusterSink(group string, after func(*RequestLogs) error) (*
 	cfg.BatchWait = 50 * time.Millisecond
 	cfg.MaxBackoff = 200 * time.Millisecond
 	cfg.RetentionEvery = 500 * time.Millisecond
+	cfg.Dial = testenv.ClusterDial
 	s, err := NewFencedRequestLogs(cfg, e.conn, PostgresFence{Pool: e.pool}, testenv.Quiet())
 	if err != nil {
 		e.t.Fatal(err)
@@ -165,9 +165,16 @@ func TestClusterIngestKillRetentionReplay(t *testing.T) {
 	}
 	testenv.ClusterScript(t, "start", "s1r2")
 
-	waitFor(t, "every event in the Distributed tables, the expired ones dropped", func() bool {
+	var seen [4]uint64
+	waitFor(t, "every event in the Distributed tables", func() bool {
 		raw, minute, hour, ids := testenv.RequestLogCounts(t, conn)
-		return raw == uint64(want) && minute == uint64(want) && hour == uint64(want) && ids == uint64(want)
+		seen = [4]uint64{raw, minute, hour, ids}
+		if raw == uint64(want) && minute == uint64(want) && hour == uint64(want) && ids == uint64(want) {
+			return true
+		}
+		t.Logf("want %d: raw, minute, hour, ids %v; a %+v, b %+v, b ready %v", want, seen, a.Stats(), b.Stats(), b.Ready(context.Background()))
+		time.Sleep(time.Second)
+		return false
 	})
 	// Every replica of a shard holds the same; the shards add up.
 	deadline := time.Now().Add(90 * time.Second)

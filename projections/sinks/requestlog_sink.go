@@ -57,6 +57,10 @@ type RequestLogConfig struct {
 	// partition before the offsets are committed, and drops expired
 	// partitions on every shard.
 	Cluster string
+	// Dial reaches one server of the cluster (host:port from
+	// system.clusters) with the sink's credentials and database: retention
+	// drops expired partitions shard by shard. Required with Cluster.
+	Dial requestlogview.Dialer
 }
 
 // DefaultRequestLogConfig returns the defaults for bus c.
@@ -157,6 +161,9 @@ func NewRequestLogs(cfg RequestLogConfig, conn driver.Conn, log *slog.Logger) (*
 func NewFencedRequestLogs(cfg RequestLogConfig, conn driver.Conn, fence RequestLogFence, log *slog.Logger) (*RequestLogs, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Cluster != "" && cfg.Dial == nil {
+		return nil, errors.New("requestlog sink: a cluster needs Dial to reach each shard")
 	}
 	s := &RequestLogs{cfg: cfg, conn: conn, fence: fence, log: log, now: time.Now, held: map[int32][4]int64{},
 		topic: cfg.Bus.Topic(kafka.TopicRequestLogs), writer: rand.Text()}
@@ -300,7 +307,7 @@ func (s *RequestLogs) retention(ctx context.Context) {
 			if err := s.conn.QueryRow(ctx, "SELECT currentDatabase()").Scan(&db); err != nil {
 				return fmt.Errorf("request-log database: %w", err)
 			}
-			n, err = requestlogview.DropExpiredOn(ctx, s.conn, requestlogview.Cluster{Name: s.cfg.Cluster, Database: db}, s.cfg.RetentionDays, s.now())
+			n, err = requestlogview.DropExpiredOn(ctx, s.conn, requestlogview.Cluster{Name: s.cfg.Cluster, Database: db}, s.cfg.Dial, s.cfg.RetentionDays, s.now())
 			return err
 		})
 		switch {

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"path"
 	"slices"
 	"strconv"
@@ -429,36 +431,126 @@ func ClickHouseSchema(f Features, retentionDays int, c ...Cluster) (fs.FS, error
 // whatever that zone, and no row or bucket inside the retention window is
 // dropped. A rollup bucket counts up to its end.
 func DropExpired(ctx context.Context, conn driver.Conn, t Tables, retentionDays int, now time.Time) (int, error) {
-	return dropExpiredParts(ctx, conn, t, Cluster{}, retentionDays, now)
+	return dropExpiredParts(ctx, conn, t, "", retentionDays, now)
 }
 
-// DropExpiredOn is DropExpired of the live tables of cluster c: the
-// partitions of the replicated tables are listed on every shard and
-// dropped ON CLUSTER (replicated: each replica drops its copy, one that is
-// down when it comes back).
-func DropExpiredOn(ctx context.Context, conn driver.Conn, c Cluster, retentionDays int, now time.Time) (int, error) {
+// Dialer opens a connection to one ClickHouse server (host:port) of a
+// cluster, with the credentials and database of the sink's own.
+type Dialer func(ctx context.Context, addr string) (driver.Conn, error)
+
+// DropExpiredOn is DropExpired of the live tables of cluster c, shard by
+// shard: on the first replica of each shard that dial reaches, the expired
+// partitions of its replicated tables are listed and dropped, and
+// replication carries each drop to the shard's other replicas (one that is
+// down drops when it comes back). Not ON CLUSTER: a distributed DDL waits
+// for every host, and on 18.16 a host killed while it ran one can leave
+// the queue stuck for minutes, which stalled retention. A shard none of
+// whose replicas answers is reported and the others are still dropped.
+func DropExpiredOn(ctx context.Context, conn driver.Conn, c Cluster, dial Dialer, retentionDays int, now time.Time) (int, error) {
 	if !c.On() {
 		return DropExpired(ctx, conn, LiveTables(), retentionDays, now)
 	}
 	if err := c.Validate(); err != nil {
 		return 0, err
 	}
-	return dropExpiredParts(ctx, conn, LiveTables().Suffixed(LocalSuffix), c, retentionDays, now)
+	if dial == nil {
+		return 0, errors.New("request-log retention on a cluster: no way to reach each shard (Dialer)")
+	}
+	shards, err := clusterShards(ctx, conn, c.Name)
+	if err != nil {
+		return 0, err
+	}
+	t := LiveTables().Suffixed(LocalSuffix)
+	dropped := 0
+	var errs []error
+	for _, sh := range shards {
+		n, err := dropOnShard(ctx, sh, c.Database, t, dial, retentionDays, now)
+		dropped += n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("shard %d: %w", sh.num, err))
+		}
+	}
+	return dropped, errors.Join(errs...)
 }
 
-func dropExpiredParts(ctx context.Context, conn driver.Conn, t Tables, c Cluster, retentionDays int, now time.Time) (int, error) {
+type shard struct {
+	num   uint32
+	addrs []string
+}
+
+// clusterShards lists cluster's shards with their replicas' addresses in
+// the cluster's order (system.clusters: what every Distributed table uses).
+func clusterShards(ctx context.Context, conn driver.Conn, cluster string) ([]shard, error) {
+	rows, err := conn.Query(ctx, `SELECT shard_num, host_address, port FROM system.clusters
+		WHERE cluster = ? ORDER BY shard_num, replica_num`, cluster)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", cluster, err)
+	}
+	defer rows.Close()
+	var out []shard
+	for rows.Next() {
+		var (
+			num  uint32
+			host string
+			port uint16
+		)
+		if err := rows.Scan(&num, &host, &port); err != nil {
+			return nil, fmt.Errorf("cluster %s: %w", cluster, err)
+		}
+		if len(out) == 0 || out[len(out)-1].num != num {
+			out = append(out, shard{num: num})
+		}
+		out[len(out)-1].addrs = append(out[len(out)-1].addrs, net.JoinHostPort(host, strconv.Itoa(int(port))))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", cluster, err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("cluster %s: not in system.clusters of this server", cluster)
+	}
+	return out, nil
+}
+
+// dropOnShard drops the expired partitions of t on the first replica of sh
+// that answers.
+func dropOnShard(ctx context.Context, sh shard, database string, t Tables, dial Dialer, retentionDays int, now time.Time) (int, error) {
+	var errs []error
+	for _, addr := range sh.addrs {
+		conn, err := dial(ctx, addr)
+		if err == nil {
+			err = conn.Ping(ctx)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			if conn != nil {
+				_ = conn.Close()
+			}
+			continue
+		}
+		n, err := dropExpiredParts(ctx, conn, t, database+".", retentionDays, now)
+		_ = conn.Close()
+		if err != nil {
+			return n, fmt.Errorf("%s: %w", addr, err)
+		}
+		return n, nil
+	}
+	return 0, errors.Join(errs...)
+}
+
+// dropExpiredParts drops the expired partitions of t on conn's server;
+// qualify prefixes the table names (a database and a dot, or nothing for
+// the connection's own database).
+func dropExpiredParts(ctx context.Context, conn driver.Conn, t Tables, qualify string, retentionDays int, now time.Time) (int, error) {
 	// Days of UTC: a local calendar would move the cutoff by an hour
 	// across a daylight-saving change.
 	cutoff := now.UTC().AddDate(0, 0, -retentionDays).Unix()
-	q, drop := expiredPartitions, "ALTER TABLE %s DROP PARTITION ID '%s'"
-	if c.On() {
-		// Both names passed Validate: plain identifiers.
-		q = strings.Replace(q, "FROM system.parts\nWHERE database = currentDatabase()",
-			fmt.Sprintf("FROM cluster('%s', system, parts)\nWHERE database = '%s'", c.Name, c.Database), 1)
-		drop = c.Database + ".%s ON CLUSTER " + c.Name + " DROP PARTITION ID '%s'"
-		drop = "ALTER TABLE " + drop
+	q := expiredPartitions
+	args := []any{t.Raw, t.Minute, t.Hour, t.Day, t.Raw, t.Minute, t.Hour, cutoff}
+	if qualify != "" {
+		q = strings.Replace(q, "WHERE database = currentDatabase()", "WHERE database = ?", 1)
+		args = append([]any{strings.TrimSuffix(qualify, ".")}, args...)
 	}
-	rows, err := conn.Query(ctx, q, t.Raw, t.Minute, t.Hour, t.Day, t.Raw, t.Minute, t.Hour, cutoff)
+	rows, err := conn.Query(ctx, q, args...)
 	if err != nil {
 		return 0, fmt.Errorf("list request-log partitions: %w", err)
 	}
@@ -477,8 +569,9 @@ func dropExpiredParts(ctx context.Context, conn driver.Conn, t Tables, c Cluster
 		return 0, fmt.Errorf("list request-log partitions: %w", err)
 	}
 	for i, p := range parts {
-		// partition_id is eight digits from system.parts, never user input.
-		if err := conn.Exec(ctx, fmt.Sprintf(drop, p.table, p.id)); err != nil {
+		// partition_id is digits from system.parts, never user input; the
+		// database passed Validate.
+		if err := conn.Exec(ctx, fmt.Sprintf("ALTER TABLE %s%s DROP PARTITION ID '%s'", qualify, p.table, p.id)); err != nil {
 			return i, fmt.Errorf("drop partition %s of %s: %w", p.id, p.table, err)
 		}
 	}

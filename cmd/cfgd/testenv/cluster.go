@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,6 +9,10 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
 // ClusterName is the cluster deploy/scripts/cluster/cluster.sh configures.
@@ -55,4 +60,10 @@ func ClusterScript(t testing.TB, args ...string) {
 	if err != nil {
 		t.Fatalf("cluster.sh %v: %v\n%s", args, err, out)
 	}
+}
+
+// ClusterDial opens a connection to one server of the cluster: the
+// sinks' Dial (retention drops partitions shard by shard).
+func ClusterDial(_ context.Context, addr string) (driver.Conn, error) {
+	return clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, DialTimeout: time.Second})
 }
