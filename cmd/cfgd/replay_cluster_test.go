@@ -42,7 +42,9 @@ func TestClusterReplayCommand(t *testing.T) {
 		t.Cleanup(func() { _ = conn.Close() })
 		nodes = append(nodes, conn)
 	}
-	t.Cleanup(func() { _ = nodes[0].Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" ON CLUSTER "+testenv.ClusterName) })
+	t.Cleanup(func() {
+		_ = nodes[0].Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" ON CLUSTER "+testenv.ClusterName)
+	})
 	t.Setenv("CLICKHOUSE__URL", url)
 	t.Setenv("CLICKHOUSE__CLUSTER", testenv.ClusterName)
 
