@@ -246,17 +246,7 @@ func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) error {
 			return err
 		}
 	}
-	// The live schema exists (a replay before the first serve) with its
-	// views (a replay that died inside its swap re-creates them here).
-	if err := r.createLive(ctx); err != nil {
-		return err
-	}
-	// Leftovers of an interrupted replay: its shadow tables and views, and
-	// old tables a swap renamed but did not drop.
-	if err := r.dropShadow(ctx); err != nil {
-		return err
-	}
-	if err := r.drop(ctx, "leftover", r.stored(r.old)...); err != nil {
+	if err := r.tidy(ctx); err != nil {
 		return err
 	}
 	// No views yet: the bulk load fills the raw table alone.
@@ -390,6 +380,60 @@ func (r *ClickHouse) drop(ctx context.Context, what string, tables ...string) er
 		}
 	}
 	return nil
+}
+
+// tidy makes sure the live tables exist (a replay before the first
+// serve) with their views (a replay that died inside its swap re-creates
+// them here), and drops what an interrupted replay left: its shadow tables
+// and views, and old tables a swap renamed but did not drop.
+func (r *ClickHouse) tidy(ctx context.Context) error {
+	leftovers := append(r.shadow.Views(), r.stored(r.old)...)
+	if r.cluster.On() {
+		leftovers = append(leftovers, r.shadow.All()...)
+	}
+	leftovers = append(leftovers, r.stored(r.shadow)...)
+	if !r.cluster.On() {
+		if err := r.createLive(ctx); err != nil {
+			return err
+		}
+		return r.drop(ctx, "leftover", leftovers...)
+	}
+	// On a cluster each statement waits for every server (a tenth of a
+	// second or more): only what is missing is created, only what is there
+	// dropped. One replica per shard answers for both: every statement
+	// that creates or drops these tables runs ON CLUSTER, and each server
+	// runs those in the order they were issued.
+	rows, err := r.conn.Query(ctx, "SELECT DISTINCT name FROM cluster('"+r.cluster.Name+"', system, tables) WHERE database = ?", r.cluster.Database)
+	if err != nil {
+		return fmt.Errorf("request-log tables on the cluster: %w", err)
+	}
+	defer rows.Close()
+	have := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return fmt.Errorf("request-log tables on the cluster: %w", err)
+		}
+		have[name] = true
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("request-log tables on the cluster: %w", err)
+	}
+	for _, t := range append(append(r.live.All(), r.live.Views()...), r.stored(r.live)...) {
+		if !have[t] {
+			if err := r.createLive(ctx); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	var there []string
+	for _, t := range leftovers {
+		if have[t] {
+			there = append(there, t)
+		}
+	}
+	return r.drop(ctx, "leftover", there...)
 }
 
 // createLive creates what is missing of the live tables and views, as the

@@ -6,14 +6,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/schemas"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
@@ -361,5 +367,74 @@ func TestClusterQueriesRideOutASwap(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("query across the swap: %v", err)
 		}
+	}
+}
+
+// BenchmarkClusterReplay measures a replay on the test cluster:
+// CFGD_BENCH_REPLAY_EVENTS (default 1,000,000) request-log events, 512 a
+// record on four partitions, rebuilt into a new set of tables on every
+// node and swapped in, once per round.
+//
+//	go test -tags cluster -run '^$' -bench BenchmarkClusterReplay -benchtime 1x -timeout 30m ./projections/sinks/
+func BenchmarkClusterReplay(b *testing.B) {
+	total := 1_000_000
+	if s := os.Getenv("CFGD_BENCH_REPLAY_EVENTS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			b.Fatalf("CFGD_BENCH_REPLAY_EVENTS=%q: want a positive count", s)
+		}
+		total = n
+	}
+	ctx := context.Background()
+	db := fmt.Sprintf("cfgd_cluster_bench_%d", time.Now().UnixNano())
+	addrs := []string{testenv.ClusterNodeAddr("s1r1"), testenv.ClusterNodeAddr("s2r1")}
+	if err := schemas.UpClickHouseOn(ctx, "clickhouse://"+strings.Join(addrs, ",")+"/"+db, testCluster, 30, testenv.Quiet()); err != nil {
+		b.Fatal(err)
+	}
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: addrs, Auth: clickhouse.Auth{Database: db}, ConnOpenStrategy: clickhouse.ConnOpenInOrder})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		_ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" ON CLUSTER "+testCluster)
+		_ = conn.Close()
+	}()
+	bus := testenv.Kafka(b, 4)
+	pc := requestlogkafka.DefaultProducerConfig(bus)
+	pc.PackEvents = 512
+	pc.Timeout = 30 * time.Second
+	prod, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer prod.Close()
+	var seq atomic.Int64
+	from := time.Now().Add(-24 * time.Hour)
+	step := 24 * time.Hour / time.Duration(total)
+	for i := 0; i < total; i += 51_200 {
+		n := min(51_200, total-i)
+		if err := prod.Produce(ctx, testenv.RequestLogSpread(&seq, n, from.Add(time.Duration(i)*step), step)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	pool := testenv.Postgres(b)
+	cfg := replay.DefaultClickHouseConfig(bus)
+	cfg.Cluster = testCluster
+	b.ResetTimer()
+	for range b.N {
+		target, err := replay.NewClickHouse(cfg, conn, pool, RequestLogCodec{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := replay.Rebuild(ctx, pool, target, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.Events != int64(total) {
+			b.Fatalf("replayed %d events, want %d", res.Events, total)
+		}
+		b.Logf("%s: %d events (%d records) in %v (raw load %v, rollups %v): %.0f events/s",
+			db, res.Events, res.Records, res.Elapsed.Round(time.Millisecond), res.Load.Round(time.Millisecond), res.Rollups.Round(time.Millisecond),
+			float64(res.Events)/res.Elapsed.Seconds())
 	}
 }
