@@ -201,6 +201,8 @@ type ClickHouse struct {
 
 	// cluster is the cluster and database (zero: one server).
 	cluster requestlogview.Cluster
+	// building: Shadow got as far as creating the shadow tables.
+	building bool
 }
 
 var _ Target = (*ClickHouse)(nil)
@@ -249,6 +251,7 @@ func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) error {
 	if err := r.tidy(ctx); err != nil {
 		return err
 	}
+	r.building = true
 	// No views yet: the bulk load fills the raw table alone.
 	stmts, err := requestlogview.TableDDL(r.shadow, r.features, r.cfg.RetentionDays)
 	if r.cluster.On() {
@@ -399,10 +402,19 @@ func (r *ClickHouse) tidy(ctx context.Context) error {
 		return r.drop(ctx, "leftover", leftovers...)
 	}
 	// On a cluster each statement waits for every server (a tenth of a
-	// second or more): only what is missing is created, only what is there
-	// dropped. One replica per shard answers for both: every statement
-	// that creates or drops these tables runs ON CLUSTER, and each server
-	// runs those in the order they were issued.
+	// second or more, up to distributed_ddl_task_timeout for one that is
+	// down): refuse while one is down, create only what is missing, drop
+	// only what is there. One replica per shard answers for both: every
+	// statement that creates or drops these tables runs ON CLUSTER, each
+	// server runs those in the order they were issued, and this no-op
+	// returns once every server ran it, so all ran what came before (a
+	// killed replay's last statements too).
+	if err := r.allReplicasActive(ctx); err != nil {
+		return err
+	}
+	if err := r.conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+r.cluster.Database+r.onCluster()); err != nil {
+		return fmt.Errorf("clickhouse cluster %s: %w", r.cluster.Name, err)
+	}
 	rows, err := r.conn.Query(ctx, "SELECT DISTINCT name FROM cluster('"+r.cluster.Name+"', system, tables) WHERE database = ?", r.cluster.Database)
 	if err != nil {
 		return fmt.Errorf("request-log tables on the cluster: %w", err)
@@ -434,6 +446,33 @@ func (r *ClickHouse) tidy(ctx context.Context) error {
 		}
 	}
 	return r.drop(ctx, "leftover", there...)
+}
+
+// allReplicasActive refuses a replay on a cluster one of whose servers is
+// down, as ZooKeeper sees the replicas of the live raw table on every
+// shard (a shard down altogether fails the query).
+func (r *ClickHouse) allReplicasActive(ctx context.Context) error {
+	rows, err := r.conn.Query(ctx, "SELECT replica_name, active_replicas, total_replicas FROM cluster('"+r.cluster.Name+"', system, replicas) WHERE database = ? AND table = ?",
+		r.cluster.Database, r.live.Raw+requestlogview.LocalSuffix)
+	if err != nil {
+		return fmt.Errorf("replicas of the request-log tables: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var replica string
+		var active, total uint8
+		if err := rows.Scan(&replica, &active, &total); err != nil {
+			return fmt.Errorf("replicas of the request-log tables: %w", err)
+		}
+		if active < total {
+			return fmt.Errorf("%d of the %d replicas of %s's shard are up: a replay on cluster %s needs every server (each of its statements runs ON CLUSTER); start them and run it again",
+				active, total, replica, r.cluster.Name)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("replicas of the request-log tables: %w", err)
+	}
+	return nil
 }
 
 // createLive creates what is missing of the live tables and views, as the
@@ -482,9 +521,15 @@ func (r *ClickHouse) Swap(ctx context.Context) error {
 	return r.catchUpAndSwap(ctx, r.target)
 }
 
-// Drop implements Target: the shadow views, then the shadow tables.
+// Drop implements Target: the shadow views, then the shadow tables, if
+// Shadow began to create them.
 func (r *ClickHouse) Drop(ctx context.Context) error {
 	r.close()
+	if !r.building {
+		// Nothing built: no statement (on a cluster one would wait for a
+		// server that is down, the reason Shadow may have stopped).
+		return nil
+	}
 	return r.dropShadow(ctx)
 }
 

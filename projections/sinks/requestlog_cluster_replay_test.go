@@ -314,6 +314,40 @@ func TestClusterReplayKilledThenRunAgain(t *testing.T) {
 	everyNodeHolds(t, nodes, 1300)
 }
 
+// A replay on a cluster runs every DDL statement ON CLUSTER, which waits
+// for every server: while one is down it is refused at once, saying why,
+// and once the server is back it runs.
+func TestClusterReplayRefusedWhileAServerIsDown(t *testing.T) {
+	_, conn, nodes := clusterDB(t)
+	e := clusterEnv(t, conn)
+	e.spread(300, time.Now().Add(-10*time.Minute), 100*time.Millisecond)
+	active := func() uint8 {
+		var n uint8
+		if err := nodes["s1r1"].QueryRow(context.Background(), "SELECT active_replicas FROM system.replicas WHERE database = currentDatabase() AND table = ?",
+			requestlogview.RawTable+requestlogview.LocalSuffix).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	testenv.ClusterScript(t, "kill", "s1r2")
+	t.Cleanup(func() { testenv.ClusterScript(t, "start", "s1r2") })
+	// ZooKeeper notices once the killed server's session expires.
+	waitFor(t, "s1r2 to be inactive", func() bool { return active() == 1 })
+	start := time.Now()
+	if _, err := e.clusterReplay(nil); err == nil || !strings.Contains(err.Error(), "needs every server") {
+		t.Fatalf("replay with s1r2 down: %v", err)
+	}
+	if waited := time.Since(start); waited > 30*time.Second {
+		t.Errorf("the refusal took %v", waited)
+	}
+	testenv.ClusterScript(t, "start", "s1r2")
+	waitFor(t, "s1r2 to be active", func() bool { return active() == 2 })
+	if res, err := e.clusterReplay(nil); err != nil || res.Events != 300 {
+		t.Fatalf("replay with every server up: %+v, %v", res, err)
+	}
+	everyNodeHolds(t, nodes, 300)
+}
+
 // On a cluster a query through a Distributed table whose replicated table
 // both replicas of a shard are renaming at that moment (the swap, ON
 // CLUSTER) fails with "All connection tries failed ... There is no
