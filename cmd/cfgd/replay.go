@@ -112,17 +112,11 @@ func runReplay(ctx context.Context, log *slog.Logger, app appSettings, names []s
 			return &exitError{code: 2, err: fmt.Errorf("unknown projection %q (cfgd replay --list shows them)", n)}
 		case e.Target == nil:
 			return &exitError{code: 2, err: fmt.Errorf("%s %w", n, replay.ErrReactor)}
-		case n == replay.RequestLogName && app.RequestLog.Sink.Cluster != "":
-			return &exitError{code: 2, err: errClusterReplay}
 		}
 		chosen = append(chosen, e)
 	}
 	if all {
 		for _, e := range rr.All() {
-			if e.Name == replay.RequestLogName && app.RequestLog.Sink.Cluster != "" {
-				fmt.Fprintf(stdout, "%s skipped: %v\n", e.Name, errClusterReplay)
-				continue
-			}
 			if e.Target != nil {
 				chosen = append(chosen, e)
 			}
@@ -135,13 +129,6 @@ func runReplay(ctx context.Context, log *slog.Logger, app appSettings, names []s
 	}
 	return nil
 }
-
-// errClusterReplay: the request-log replay builds shadow tables beside the
-// live ones and swaps them by RENAME on one server; on a cluster that would
-// need the swap on every server at once, which it does not do (yet).
-var errClusterReplay = fmt.Errorf("%s cannot be replayed on a ClickHouse cluster (CLICKHOUSE__CLUSTER is set): "+
-	"its swap renames tables on one server; the sink's offset check already makes a re-read of the topic count once "+
-	"(reset the consumer group REQUESTLOG__CONSUMER_GROUP to replay into the live tables)", replay.RequestLogName)
 
 // listReplayables prints every entry with its kind, logs, tables and how
 // far its live builder is.

@@ -147,24 +147,3 @@ func TestProgressBarOnATerminal(t *testing.T) {
 		}
 	}
 }
-
-// With CLICKHOUSE__CLUSTER set, the request-log replay (whose swap renames
-// tables on one server) refuses clearly, and --all says it skips it.
-func TestReplayRequestLogRefusedOnACluster(t *testing.T) {
-	baseEnv(t, testenv.PostgresURL(t))
-	clickhouseReplayEnv(t)
-	t.Setenv("CLICKHOUSE__CLUSTER", "cfgd")
-	var stdout, stderr bytes.Buffer
-	err := run(context.Background(), []string{"replay", "requestlog.clickhouse"}, &stdout, &stderr)
-	ee := (*exitError)(nil)
-	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "cannot be replayed on a ClickHouse cluster") {
-		t.Fatalf("replay requestlog.clickhouse on a cluster: %v; want exit 2 saying why", err)
-	}
-	stdout.Reset()
-	if err := run(context.Background(), []string{"replay", "--all"}, &stdout, &stderr); err != nil {
-		t.Fatalf("replay --all on a cluster: %v\n%s", err, stderr.String())
-	}
-	if !strings.Contains(stdout.String(), "requestlog.clickhouse skipped") || strings.Contains(stdout.String(), "requestlog.clickhouse: replayed") {
-		t.Fatalf("replay --all on a cluster:\n%s", stdout.String())
-	}
-}

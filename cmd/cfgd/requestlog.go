@@ -99,6 +99,7 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, act
 	// fills, with the sink's rows.
 	rc := replay.DefaultClickHouseConfig(w.bus)
 	rc.RetentionDays = c.Sink.RetentionDays
+	rc.Cluster = c.Sink.Cluster
 	h := monitor.New(w.ingestMetrics.Counting(prod, ingestmetrics.REST), requestlogview.New(w.deps.ch, time.Now, activeKeys), time.Now).WithWindow(requestlog.WindowFor(c.Sink.RetentionDays)).
 		WithIdempotency(requestlogview.NewIdempotency(w.deps.pg, time.Now, IdempotencyWait)).WithMetrics(w.ingestMetrics)
 	return modules.Module{

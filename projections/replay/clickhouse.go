@@ -13,6 +13,16 @@ package replay
 // the live raw table feeds the live rollups, the generation is bumped, the
 // fence is released, and the __old tables are dropped. Queries read the
 // old tables until that RENAME.
+//
+// On a cluster (ClickHouseConfig.Cluster) every set is the cluster's
+// layout: replicated tables <name>_local on every node under Distributed
+// tables <name>, all created and dropped ON CLUSTER. The shadow set's
+// replicated tables get ZooKeeper paths of their own (a table keeps its
+// path when renamed), the replay inserts and fills the rollups through
+// the shadow Distributed tables (synchronously: each insert returns once
+// its shard holds the rows), and the swap renames the replicated tables
+// ON CLUSTER: the live Distributed tables name the table they read, so
+// they read the rebuilt ones from then on.
 
 import (
 	"context"
@@ -100,6 +110,10 @@ type ClickHouseConfig struct {
 	// whose records Kafka's retention has deleted (they are lost);
 	// without it such a replay is refused with ErrPartial.
 	AllowPartial bool
+	// Cluster is the ClickHouse cluster the tables span
+	// (CLICKHOUSE__CLUSTER; empty: one server), in the database of the
+	// replay's connection.
+	Cluster string
 }
 
 // DefaultClickHouseConfig returns the defaults for bus c.
@@ -124,6 +138,9 @@ func (c ClickHouseConfig) Validate() error {
 	}
 	if c.CatchUpRecords < 0 {
 		errs = append(errs, errors.New("requestlog replay: CatchUpRecords must not be negative"))
+	}
+	if err := requestlogview.ValidClusterName(c.Cluster); err != nil {
+		errs = append(errs, fmt.Errorf("requestlog replay: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -181,6 +198,11 @@ type ClickHouse struct {
 	failed            chan error
 	insertCtx         context.Context
 	cancelInsert      context.CancelFunc
+
+	// cluster is the cluster and database (zero: one server).
+	cluster requestlogview.Cluster
+	// building: Shadow got as far as creating the shadow tables.
+	building bool
 }
 
 var _ Target = (*ClickHouse)(nil)
@@ -216,23 +238,27 @@ func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) error {
 	if r.features, err = requestlogview.ServerFeatures(ctx, r.conn); err != nil {
 		return err
 	}
-	// The live schema exists (a replay before the first serve) with its
-	// views (a replay that died inside its swap re-creates them here).
-	if err := requestlogview.CreateTables(ctx, r.conn, requestlogview.LiveTables(), r.cfg.RetentionDays); err != nil {
-		return err
-	}
-	// Leftovers of an interrupted replay: its shadow tables and views, and
-	// old tables a swap renamed but did not drop.
-	if err := r.dropShadow(ctx); err != nil {
-		return err
-	}
-	for _, t := range r.old.All() {
-		if err := r.conn.Exec(ctx, "DROP TABLE IF EXISTS "+t); err != nil {
-			return fmt.Errorf("drop leftover %s: %w", t, err)
+	if r.cfg.Cluster != "" {
+		var db string
+		if err := r.conn.QueryRow(ctx, "SELECT currentDatabase()").Scan(&db); err != nil {
+			return fmt.Errorf("request-log database: %w", err)
+		}
+		r.cluster = requestlogview.Cluster{Name: r.cfg.Cluster, Database: db}
+		if err := r.cluster.Validate(); err != nil {
+			return err
 		}
 	}
+	if err := r.tidy(ctx); err != nil {
+		return err
+	}
+	r.building = true
 	// No views yet: the bulk load fills the raw table alone.
 	stmts, err := requestlogview.TableDDL(r.shadow, r.features, r.cfg.RetentionDays)
+	if r.cluster.On() {
+		// Paths no earlier replay's tables can hold: they only grow.
+		stmts, err = requestlogview.ClusterTableDDL(r.shadow, r.features, r.cfg.RetentionDays, r.cluster,
+			fmt.Sprintf("_%x", time.Now().UnixNano()))
+	}
 	if err != nil {
 		return err
 	}
@@ -284,8 +310,10 @@ func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) error {
 	// minute rows against 2 s on 18.16).
 	r.res.Load = time.Since(start)
 	start = time.Now()
-	fill := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
-		"group_by_two_level_threshold": 0, "group_by_two_level_threshold_bytes": 0}))
+	fill := r.settings(ctx, clickhouse.Settings{"group_by_two_level_threshold": 0, "group_by_two_level_threshold_bytes": 0})
+	// On a cluster these read and write the Distributed tables: each
+	// rollup row goes to the shard of its partition, as the views would
+	// have sent it.
 	fills, err := requestlogview.RollupFill(r.shadow)
 	if err != nil {
 		return err
@@ -295,16 +323,194 @@ func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) error {
 			return fmt.Errorf("fill shadow rollups: %w", err)
 		}
 	}
-	views, err := requestlogview.ViewDDL(r.shadow, r.features)
+	if err := r.createViews(ctx, r.shadow); err != nil {
+		return fmt.Errorf("create shadow views: %w", err)
+	}
+	r.res.Rollups = time.Since(start)
+	return nil
+}
+
+// settings returns ctx carrying settings for the replay's statements; on
+// a cluster also insert_distributed_sync, so an insert into a Distributed
+// table returns once every shard holds its rows (and what is read next,
+// the rollups from the raw table, sees them).
+func (r *ClickHouse) settings(ctx context.Context, s clickhouse.Settings) context.Context {
+	if r.cluster.On() {
+		s = maps.Clone(s)
+		if s == nil {
+			s = clickhouse.Settings{}
+		}
+		s["insert_distributed_sync"] = 1
+	}
+	if len(s) == 0 {
+		return ctx
+	}
+	return clickhouse.Context(ctx, clickhouse.WithSettings(s))
+}
+
+// name is table as DDL names it: on a cluster qualified with the database
+// (ON CLUSTER runs in database default on the other servers).
+func (r *ClickHouse) name(table string) string {
+	if r.cluster.On() {
+		return r.cluster.Database + "." + table
+	}
+	return table
+}
+
+// onCluster ends a DDL statement that every server of the cluster runs.
+func (r *ClickHouse) onCluster() string {
+	if r.cluster.On() {
+		return " ON CLUSTER " + r.cluster.Name
+	}
+	return ""
+}
+
+// stored are the tables of set t that hold its rows: t's own on one
+// server, the replicated tables under t's Distributed tables on a cluster.
+func (r *ClickHouse) stored(t requestlogview.Tables) []string {
+	if r.cluster.On() {
+		return t.Suffixed(requestlogview.LocalSuffix).All()
+	}
+	return t.All()
+}
+
+// drop drops tables (of a set that is what), if they exist; on a cluster
+// on every server, the replicated tables' ZooKeeper paths with them.
+func (r *ClickHouse) drop(ctx context.Context, what string, tables ...string) error {
+	for _, t := range tables {
+		if err := r.conn.Exec(ctx, "DROP TABLE IF EXISTS "+r.name(t)+r.onCluster()); err != nil {
+			return fmt.Errorf("drop %s %s: %w", what, t, err)
+		}
+	}
+	return nil
+}
+
+// tidy makes sure the live tables exist (a replay before the first
+// serve) with their views (a replay that died inside its swap re-creates
+// them here), and drops what an interrupted replay left: its shadow tables
+// and views, and old tables a swap renamed but did not drop.
+func (r *ClickHouse) tidy(ctx context.Context) error {
+	leftovers := append(r.shadow.Views(), r.stored(r.old)...)
+	if r.cluster.On() {
+		leftovers = append(leftovers, r.shadow.All()...)
+	}
+	leftovers = append(leftovers, r.stored(r.shadow)...)
+	if !r.cluster.On() {
+		if err := r.createLive(ctx); err != nil {
+			return err
+		}
+		return r.drop(ctx, "leftover", leftovers...)
+	}
+	// On a cluster each statement waits for every server (a tenth of a
+	// second or more, up to distributed_ddl_task_timeout for one that is
+	// down): refuse while one is down, create only what is missing, drop
+	// only what is there. One replica per shard answers for both: every
+	// statement that creates or drops these tables runs ON CLUSTER, each
+	// server runs those in the order they were issued, and this no-op
+	// returns once every server ran it, so all ran what came before (a
+	// killed replay's last statements too).
+	if err := r.allReplicasActive(ctx); err != nil {
+		return err
+	}
+	if err := r.conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+r.cluster.Database+r.onCluster()); err != nil {
+		return fmt.Errorf("clickhouse cluster %s: %w", r.cluster.Name, err)
+	}
+	rows, err := r.conn.Query(ctx, "SELECT DISTINCT name FROM cluster('"+r.cluster.Name+"', system, tables) WHERE database = ?", r.cluster.Database)
+	if err != nil {
+		return fmt.Errorf("request-log tables on the cluster: %w", err)
+	}
+	defer rows.Close()
+	have := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return fmt.Errorf("request-log tables on the cluster: %w", err)
+		}
+		have[name] = true
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("request-log tables on the cluster: %w", err)
+	}
+	for _, t := range append(append(r.live.All(), r.live.Views()...), r.stored(r.live)...) {
+		if !have[t] {
+			if err := r.createLive(ctx); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	var there []string
+	for _, t := range leftovers {
+		if have[t] {
+			there = append(there, t)
+		}
+	}
+	return r.drop(ctx, "leftover", there...)
+}
+
+// allReplicasActive refuses a replay on a cluster one of whose servers is
+// down, as ZooKeeper sees the replicas of the live raw table on every
+// shard (a shard down altogether fails the query).
+func (r *ClickHouse) allReplicasActive(ctx context.Context) error {
+	rows, err := r.conn.Query(ctx, "SELECT replica_name, active_replicas, total_replicas FROM cluster('"+r.cluster.Name+"', system, replicas) WHERE database = ? AND table = ?",
+		r.cluster.Database, r.live.Raw+requestlogview.LocalSuffix)
+	if err != nil {
+		return fmt.Errorf("replicas of the request-log tables: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var replica string
+		var active, total uint8
+		if err := rows.Scan(&replica, &active, &total); err != nil {
+			return fmt.Errorf("replicas of the request-log tables: %w", err)
+		}
+		if active < total {
+			return fmt.Errorf("%d of the %d replicas of %s's shard are up: a replay on cluster %s needs every server (each of its statements runs ON CLUSTER); start them and run it again",
+				active, total, replica, r.cluster.Name)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("replicas of the request-log tables: %w", err)
+	}
+	return nil
+}
+
+// createLive creates what is missing of the live tables and views, as the
+// ClickHouse migration would.
+func (r *ClickHouse) createLive(ctx context.Context) error {
+	if !r.cluster.On() {
+		return requestlogview.CreateTables(ctx, r.conn, r.live, r.cfg.RetentionDays)
+	}
+	stmts, err := requestlogview.ClusterTableDDL(r.live, r.features, r.cfg.RetentionDays, r.cluster, "")
+	if err != nil {
+		return err
+	}
+	for _, stmt := range stmts {
+		if err := r.conn.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("clickhouse request-log schema: %w", err)
+		}
+	}
+	if err := r.createViews(ctx, r.live); err != nil {
+		return fmt.Errorf("clickhouse request-log schema: %w", err)
+	}
+	return nil
+}
+
+// createViews creates the materialized views of set t: on a cluster on
+// every server, over its replicated tables.
+func (r *ClickHouse) createViews(ctx context.Context, t requestlogview.Tables) error {
+	views, err := requestlogview.ViewDDL(t, r.features)
+	if r.cluster.On() {
+		views, err = requestlogview.ClusterViewDDL(t, r.features, r.cluster)
+	}
 	if err != nil {
 		return err
 	}
 	for _, stmt := range views {
 		if err := r.conn.Exec(ctx, stmt); err != nil {
-			return fmt.Errorf("create shadow views: %w", err)
+			return err
 		}
 	}
-	r.res.Rollups = time.Since(start)
 	return nil
 }
 
@@ -315,20 +521,26 @@ func (r *ClickHouse) Swap(ctx context.Context) error {
 	return r.catchUpAndSwap(ctx, r.target)
 }
 
-// Drop implements Target: the shadow views, then the shadow tables.
+// Drop implements Target: the shadow views, then the shadow tables, if
+// Shadow began to create them.
 func (r *ClickHouse) Drop(ctx context.Context) error {
 	r.close()
+	if !r.building {
+		// Nothing built: no statement (on a cluster one would wait for a
+		// server that is down, the reason Shadow may have stopped).
+		return nil
+	}
 	return r.dropShadow(ctx)
 }
 
-// dropShadow drops the shadow views, then the shadow tables.
+// dropShadow drops the shadow views, then the shadow tables (on a
+// cluster the Distributed ones, then the replicated ones).
 func (r *ClickHouse) dropShadow(ctx context.Context) error {
-	for _, t := range append(r.shadow.Views(), r.shadow.All()...) {
-		if err := r.conn.Exec(ctx, "DROP TABLE IF EXISTS "+t); err != nil {
-			return fmt.Errorf("drop shadow %s: %w", t, err)
-		}
+	tables := r.shadow.Views()
+	if r.cluster.On() {
+		tables = append(tables, r.shadow.All()...)
 	}
-	return nil
+	return r.drop(ctx, "shadow", append(tables, r.stored(r.shadow)...)...)
 }
 
 // open connects the topic's reader, notes where every partition starts
@@ -354,7 +566,7 @@ func (r *ClickHouse) open(ctx context.Context) error {
 	r.b = r.codec.NewBlock()
 	r.work = make(chan Block)
 	r.failed = make(chan error, r.cfg.Inserters)
-	r.insertCtx, r.cancelInsert = context.WithCancel(ctx)
+	r.insertCtx, r.cancelInsert = context.WithCancel(r.settings(ctx, nil))
 	r.inserters.Add(r.cfg.Inserters)
 	for range r.cfg.Inserters {
 		go r.inserter()
@@ -565,7 +777,7 @@ func (r *ClickHouse) catchUpAndSwap(ctx context.Context, target map[int32]int64)
 	// half-done swap is worse than a late Ctrl-C.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if _, err := requestlogview.DropExpired(sctx, r.conn, r.shadow, r.cfg.RetentionDays, time.Now()); err != nil {
+	if _, err := requestlogview.DropExpiredSet(sctx, r.conn, r.shadow, r.cluster, r.cfg.RetentionDays, time.Now()); err != nil {
 		return err
 	}
 	// The generation first (see bump).
@@ -574,7 +786,7 @@ func (r *ClickHouse) catchUpAndSwap(ctx context.Context, target map[int32]int64)
 	}
 	if err := r.swap(sctx); err != nil {
 		// Whatever step failed, the live names get their views back.
-		if uerr := requestlogview.CreateTables(sctx, r.conn, requestlogview.LiveTables(), r.cfg.RetentionDays); uerr != nil {
+		if uerr := r.createLive(sctx); uerr != nil {
 			err = errors.Join(err, uerr)
 		}
 		return err
@@ -585,11 +797,15 @@ func (r *ClickHouse) catchUpAndSwap(ctx context.Context, target map[int32]int64)
 		// The connection is gone with the lock; the swap stands.
 		return fmt.Errorf("release the sink: %w", err)
 	}
-	for _, t := range r.old.All() {
-		// Waits for queries still reading the old tables. A failure only
-		// leaves them for the next replay to drop.
-		_ = r.conn.Exec(sctx, "DROP TABLE IF EXISTS "+t)
+	// Waits for queries still reading the old tables. A failure only
+	// leaves them for the next replay to drop. On a cluster the shadow
+	// Distributed tables go too: they name tables that now have the live
+	// names.
+	var leftover []string
+	if r.cluster.On() {
+		leftover = r.shadow.All()
 	}
+	_ = r.drop(sctx, "old", append(leftover, r.stored(r.old)...)...)
 	return nil
 }
 
@@ -651,32 +867,27 @@ func (r *ClickHouse) checkLoss(ctx context.Context, below map[int32]int64) error
 // ClickHouse 18.16 (Ordinary databases) but table identities on Atomic
 // ones, so rather than rely on either, every view is dropped before the
 // RENAME and the live ones are created after it; nothing inserts in
-// between (the sink is held back by the fence).
+// between (the sink is held back by the fence). On a cluster the
+// replicated tables are renamed, ON CLUSTER (each server renames its own;
+// one that is down renames them from the DDL queue when it is back): the
+// live Distributed tables name them, so they read the rebuilt ones.
 func (r *ClickHouse) swap(ctx context.Context) error {
-	for _, v := range append(r.live.Views(), r.shadow.Views()...) {
-		if err := r.conn.Exec(ctx, "DROP TABLE IF EXISTS "+v); err != nil {
-			return fmt.Errorf("drop view %s: %w", v, err)
-		}
-	}
-	var renames []string
-	live, shadow, old := r.live.All(), r.shadow.All(), r.old.All()
-	for i := range live {
-		renames = append(renames, live[i]+" TO "+old[i])
-	}
-	for i := range live {
-		renames = append(renames, shadow[i]+" TO "+live[i])
-	}
-	if err := r.conn.Exec(ctx, "RENAME TABLE "+strings.Join(renames, ", ")); err != nil {
-		return fmt.Errorf("swap tables: %w", err)
-	}
-	views, err := requestlogview.ViewDDL(r.live, r.features)
-	if err != nil {
+	if err := r.drop(ctx, "view", append(r.live.Views(), r.shadow.Views()...)...); err != nil {
 		return err
 	}
-	for _, stmt := range views {
-		if err := r.conn.Exec(ctx, stmt); err != nil {
-			return fmt.Errorf("create live views: %w", err)
-		}
+	var renames []string
+	live, shadow, old := r.stored(r.live), r.stored(r.shadow), r.stored(r.old)
+	for i := range live {
+		renames = append(renames, r.name(live[i])+" TO "+r.name(old[i]))
+	}
+	for i := range live {
+		renames = append(renames, r.name(shadow[i])+" TO "+r.name(live[i]))
+	}
+	if err := r.conn.Exec(ctx, "RENAME TABLE "+strings.Join(renames, ", ")+r.onCluster()); err != nil {
+		return fmt.Errorf("swap tables: %w", err)
+	}
+	if err := r.createViews(ctx, r.live); err != nil {
+		return fmt.Errorf("create live views: %w", err)
 	}
 	return nil
 }

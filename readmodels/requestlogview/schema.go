@@ -349,10 +349,10 @@ func plainIdent(s string) bool {
 // cluster: requestlog_raw_local under requestlog_raw.
 const LocalSuffix = "_local"
 
-// clusterPlan is plan for the live tables of cluster c.
-func clusterPlan(f Features, retentionDays int, c Cluster) schemaData {
-	live := LiveTables()
-	d := plan(live, f, retentionDays)
+// clusterPlan is plan for set t of cluster c (the live set for the
+// migration, a replay's beside it).
+func clusterPlan(t Tables, f Features, retentionDays int, c Cluster) schemaData {
+	d := plan(t, f, retentionDays)
 	qualify := func(s *stmt) {
 		s.Cluster, s.Database = c.Name, c.Database
 		s.Local = s.Name + LocalSuffix
@@ -361,7 +361,7 @@ func clusterPlan(f Features, retentionDays int, c Cluster) schemaData {
 			s.View = c.Database + "." + s.View
 		}
 		s.Name = c.Database + "." + s.Local
-		s.Source = c.Database + "." + live.Raw + LocalSuffix
+		s.Source = c.Database + "." + t.Raw + LocalSuffix
 	}
 	qualify(&d.Raw)
 	for i := range d.Rollups {
@@ -394,7 +394,7 @@ func ClickHouseSchema(f Features, retentionDays int, c ...Cluster) (fs.FS, error
 		if err := c[0].Validate(); err != nil {
 			return nil, err
 		}
-		d := clusterPlan(f, retentionDays, c[0])
+		d := clusterPlan(LiveTables(), f, retentionDays, c[0])
 		for i, name := range names {
 			tname := "cluster_empty"
 			if i == 0 {

@@ -3,42 +3,61 @@ package requestlogview
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
 )
 
-// unknownTable is ClickHouse's UNKNOWN_TABLE error code.
-const unknownTable = 60
+// ClickHouse's error codes for a table that is missing: UNKNOWN_TABLE,
+// and ALL_CONNECTION_TRIES_FAILED, which a query through a Distributed
+// table gets when no replica of a shard has the table it reads (on a
+// cluster the swap renames on every node), "There is no table" in its log.
+const (
+	unknownTable             = 60
+	allConnectionTriesFailed = 279
+)
 
 // swapTolerant asks again when a query names a table that does not exist
 // at that instant. `cfgd replay requestlog.clickhouse` swaps the rebuilt
-// tables in with one RENAME TABLE, which ClickHouse 18.16 carries out one
+// tables in with one RENAME TABLE (on a cluster, ON CLUSTER: every node
+// renames its replicated tables), which ClickHouse 18.16 carries out one
 // table after another: a query arriving between two of them would find a
 // live name missing for a few milliseconds.
 type swapTolerant struct{ driver.Conn }
 
 func isUnknownTable(err error) bool {
 	var ex *proto.Exception
-	return errors.As(err, &ex) && ex.Code == unknownTable
+	if !errors.As(err, &ex) {
+		return false
+	}
+	return ex.Code == unknownTable || ex.Code == allConnectionTriesFailed && strings.Contains(ex.Message, "There is no table")
+}
+
+// swapWaits are the waits between attempts of a query that met a missing
+// table. They add up to 0.8 s: long enough to cover a replay's RENAME of
+// the request-log tables (20-160 ms measured), short enough that a
+// database really lacking them still fails quickly.
+var swapWaits = [...]time.Duration{20 * time.Millisecond, 80 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
 }
 
 // retry runs try until it does not fail on a missing table, waiting
-// between attempts, and returns the last answer. The waits add up to
-// 0.8 s: long enough to cover a replay's RENAME of the request-log tables
-// (20-160 ms measured), short enough that a database really lacking them
-// still fails quickly.
+// swapWaits between attempts, and returns the last answer.
 func retry[T any](ctx context.Context, try func() (T, error)) (T, error) {
 	v, err := try()
-	for _, d := range [...]time.Duration{20 * time.Millisecond, 80 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond} {
-		if !isUnknownTable(err) {
+	for _, d := range swapWaits {
+		if !isUnknownTable(err) || !sleep(ctx, d) {
 			break
-		}
-		select {
-		case <-ctx.Done():
-			return v, err
-		case <-time.After(d):
 		}
 		v, err = try()
 	}
@@ -46,13 +65,170 @@ func retry[T any](ctx context.Context, try func() (T, error)) (T, error) {
 }
 
 func (c swapTolerant) Query(ctx context.Context, query string, args ...any) (driver.Rows, error) {
-	return retry(ctx, func() (driver.Rows, error) { return c.Conn.Query(ctx, query, args...) })
+	again := func() (driver.Rows, error) { return c.Conn.Query(ctx, query, args...) }
+	rows, err := retry(ctx, again)
+	if err != nil {
+		return rows, err
+	}
+	return &tolerantRows{Rows: rows, ctx: ctx, again: again}, nil
 }
 
+// QueryRow asks again when the query or its Scan meets a missing table:
+// through a Distributed table a shard's error arrives with the result, not
+// when the query is sent.
 func (c swapTolerant) QueryRow(ctx context.Context, query string, args ...any) driver.Row {
-	row, _ := retry(ctx, func() (driver.Row, error) {
-		r := c.Conn.QueryRow(ctx, query, args...)
-		return r, r.Err()
+	return tolerantRow{ctx: ctx, row: c.Conn.QueryRow(ctx, query, args...),
+		again: func() driver.Row { return c.Conn.QueryRow(ctx, query, args...) }}
+}
+
+type tolerantRow struct {
+	ctx   context.Context
+	row   driver.Row
+	again func() driver.Row
+}
+
+func (r tolerantRow) Err() error { return r.row.Err() }
+
+func (r tolerantRow) Scan(dest ...any) error {
+	row := r.row
+	_, err := retry(r.ctx, func() (struct{}, error) {
+		if row == nil {
+			row = r.again()
+		}
+		err := row.Scan(dest...)
+		row = nil
+		return struct{}{}, err
 	})
-	return row
+	return err
+}
+
+func (r tolerantRow) ScanStruct(dest any) error {
+	row := r.row
+	_, err := retry(r.ctx, func() (struct{}, error) {
+		if row == nil {
+			row = r.again()
+		}
+		err := row.ScanStruct(dest)
+		row = nil
+		return struct{}{}, err
+	})
+	return err
+}
+
+// tolerantRows asks again when the first Next meets a missing table (a
+// shard's error, through a Distributed table); once a row was read, an
+// error is the caller's.
+type tolerantRows struct {
+	driver.Rows
+	ctx   context.Context
+	again func() (driver.Rows, error)
+	read  bool
+	err   error // the last attempt's, when it failed to start
+}
+
+func (r *tolerantRows) Next() bool {
+	if r.err == nil && r.Rows.Next() {
+		r.read = true
+		return true
+	}
+	for _, d := range swapWaits {
+		if r.read || !isUnknownTable(r.Err()) || !sleep(r.ctx, d) {
+			return false
+		}
+		rows, err := r.again()
+		if r.err = err; err != nil {
+			continue
+		}
+		_ = r.Rows.Close()
+		r.Rows = rows
+		if r.Rows.Next() {
+			r.read = true
+			return true
+		}
+	}
+	return false
+}
+
+func (r *tolerantRows) Err() error {
+	if r.err != nil {
+		return r.err
+	}
+	return r.Rows.Err()
+}
+
+// A replay on a cluster builds its set of tables beside the live one with
+// the statements below, and swaps them in by renaming the replicated
+// tables ON CLUSTER: each Distributed table names the table it reads, so
+// once the rebuilt replicated tables carry the live names, the live
+// Distributed tables read them unchanged.
+
+// ClusterTableDDL returns the statements that create set t on cluster c
+// without its materialized views, each ON CLUSTER and idempotent: a
+// replicated table (t's name + LocalSuffix) on every node and a
+// Distributed table under t's name over them. zk is appended to the
+// replicated tables' ZooKeeper paths (empty: the migration's paths). A
+// table keeps its path when renamed, so the set a replay renames to the
+// live names still holds the path it was created with: each replay's set
+// needs paths of its own.
+func ClusterTableDDL(t Tables, f Features, retentionDays int, c Cluster, zk string) ([]string, error) {
+	if err := clusterCheck(c, zk); err != nil {
+		return nil, err
+	}
+	d := clusterPlan(t, f, retentionDays, c)
+	// The templates end a replicated table's ZooKeeper path in .Local;
+	// the Distributed table still reads the table under its own name.
+	path := func(s stmt) stmt { s.Local += zk; return s }
+	return render(func(r *renderer) {
+		r.add("create_raw", path(d.Raw))
+		r.add("create_distributed", d.Raw)
+		for _, s := range d.Rollups {
+			r.add("create_rollup_offsets", path(s))
+			r.add("create_distributed", s)
+		}
+		for _, s := range d.TTL {
+			r.add("modify_ttl", s)
+		}
+	})
+}
+
+// ClusterViewDDL returns the materialized views of set t on cluster c, ON
+// CLUSTER: on every node each feeds its replicated rollup from its
+// replicated raw table.
+func ClusterViewDDL(t Tables, f Features, c Cluster) ([]string, error) {
+	if err := clusterCheck(c, ""); err != nil {
+		return nil, err
+	}
+	d := clusterPlan(t, f, 1, c)
+	return render(func(r *renderer) {
+		for _, s := range d.Rollups {
+			r.add("create_view_offsets", s)
+		}
+	})
+}
+
+func clusterCheck(c Cluster, zk string) error {
+	if !c.On() {
+		return fmt.Errorf("request-log schema: no cluster")
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	// zk goes into a quoted path unescaped.
+	if zk != "" && !plainIdent(zk) {
+		return fmt.Errorf("request-log schema: ZooKeeper path suffix %q: want letters, digits and _", zk)
+	}
+	return nil
+}
+
+// DropExpiredSet is DropExpired of set t on cluster c (one server when c
+// is zero): on a cluster, of the replicated tables under t's Distributed
+// tables, on every shard, as DropExpiredOn.
+func DropExpiredSet(ctx context.Context, conn driver.Conn, t Tables, c Cluster, retentionDays int, now time.Time) (int, error) {
+	if !c.On() {
+		return DropExpired(ctx, conn, t, retentionDays, now)
+	}
+	if err := c.Validate(); err != nil {
+		return 0, err
+	}
+	return dropExpiredParts(ctx, conn, t.Suffixed(LocalSuffix), c, retentionDays, now)
 }
