@@ -100,6 +100,7 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, act
 	rc := replay.DefaultClickHouseConfig(w.bus)
 	rc.RetentionDays = c.Sink.RetentionDays
 	rc.Cluster = c.Sink.Cluster
+	rc.Dial = w.deps.dialClickHouse
 	h := monitor.New(w.ingestMetrics.Counting(prod, ingestmetrics.REST), requestlogview.New(w.deps.ch, time.Now, activeKeys), time.Now).WithWindow(requestlog.WindowFor(c.Sink.RetentionDays)).
 		WithIdempotency(requestlogview.NewIdempotency(w.deps.pg, time.Now, IdempotencyWait)).WithMetrics(w.ingestMetrics)
 	return modules.Module{

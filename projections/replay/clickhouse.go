@@ -114,6 +114,10 @@ type ClickHouseConfig struct {
 	// (CLICKHOUSE__CLUSTER; empty: one server), in the database of the
 	// replay's connection.
 	Cluster string
+	// Dial reaches one server of the cluster: expired partitions of the
+	// rebuilt tables are dropped shard by shard, as the sink's retention
+	// does. Required with Cluster.
+	Dial requestlogview.Dialer
 }
 
 // DefaultClickHouseConfig returns the defaults for bus c.
@@ -141,6 +145,9 @@ func (c ClickHouseConfig) Validate() error {
 	}
 	if err := requestlogview.ValidClusterName(c.Cluster); err != nil {
 		errs = append(errs, fmt.Errorf("requestlog replay: %w", err))
+	}
+	if c.Cluster != "" && c.Dial == nil {
+		errs = append(errs, errors.New("requestlog replay: a cluster needs Dial to reach each shard"))
 	}
 	return errors.Join(errs...)
 }
@@ -777,7 +784,7 @@ func (r *ClickHouse) catchUpAndSwap(ctx context.Context, target map[int32]int64)
 	// half-done swap is worse than a late Ctrl-C.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if _, err := requestlogview.DropExpiredSet(sctx, r.conn, r.shadow, r.cluster, r.cfg.RetentionDays, time.Now()); err != nil {
+	if _, err := requestlogview.DropExpiredOn(sctx, r.conn, r.shadow, r.cluster, r.cfg.Dial, r.cfg.RetentionDays, time.Now()); err != nil {
 		return err
 	}
 	// The generation first (see bump).

@@ -32,6 +32,7 @@ func (e *replayEnv) clusterReplay(wrap func(replay.Target) replay.Target) (repla
 	cfg := replay.DefaultClickHouseConfig(e.bus)
 	cfg.BatchRows = 1000
 	cfg.Cluster = testCluster
+	cfg.Dial = testenv.ClusterDial
 	t, err := replay.NewClickHouse(cfg, e.conn, e.pool, RequestLogCodec{})
 	if err != nil {
 		return replay.Result{}, err
@@ -454,6 +455,7 @@ func BenchmarkClusterReplay(b *testing.B) {
 	pool := testenv.Postgres(b)
 	cfg := replay.DefaultClickHouseConfig(bus)
 	cfg.Cluster = testCluster
+	cfg.Dial = testenv.ClusterDial
 	b.ResetTimer()
 	for range b.N {
 		target, err := replay.NewClickHouse(cfg, conn, pool, RequestLogCodec{})

@@ -207,8 +207,12 @@ func TestClusterIngestKillRetentionReplay(t *testing.T) {
 			t.Errorf("overview through %s: %d requests, want %d", n.Name, o.TotalRequests, want)
 		}
 	}
-	if sa, sb := a.Stats(), b.Stats(); sa.Inserted+sb.Inserted != int64(want+200) {
-		t.Errorf("the sinks inserted %d and %d rows, want %d in all (expired ones included)", sa.Inserted, sb.Inserted, want+200)
+	// More than produced would be rows sent twice that only the replicated
+	// tables' block dedup kept out (the offset check failed); fewer is an
+	// insert that failed after its rows landed (a replica killed
+	// mid-insert), which the retry then found held.
+	if sa, sb := a.Stats(), b.Stats(); sa.Inserted+sb.Inserted > int64(want+200) {
+		t.Errorf("the sinks inserted %d and %d rows, want at most %d in all (expired ones included)", sa.Inserted, sb.Inserted, want+200)
 	}
 
 	// A replay: a new group reads the topic from its start; every row is

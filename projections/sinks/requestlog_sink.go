@@ -307,7 +307,7 @@ func (s *RequestLogs) retention(ctx context.Context) {
 			if err := s.conn.QueryRow(ctx, "SELECT currentDatabase()").Scan(&db); err != nil {
 				return fmt.Errorf("request-log database: %w", err)
 			}
-			n, err = requestlogview.DropExpiredOn(ctx, s.conn, requestlogview.Cluster{Name: s.cfg.Cluster, Database: db}, s.cfg.Dial, s.cfg.RetentionDays, s.now())
+			n, err = requestlogview.DropExpiredOn(ctx, s.conn, requestlogview.LiveTables(), requestlogview.Cluster{Name: s.cfg.Cluster, Database: db}, s.cfg.Dial, s.cfg.RetentionDays, s.now())
 			return err
 		})
 		switch {

@@ -438,17 +438,17 @@ func DropExpired(ctx context.Context, conn driver.Conn, t Tables, retentionDays 
 // cluster, with the credentials and database of the sink's own.
 type Dialer func(ctx context.Context, addr string) (driver.Conn, error)
 
-// DropExpiredOn is DropExpired of the live tables of cluster c, shard by
-// shard: on the first replica of each shard that dial reaches, the expired
+// DropExpiredOn is DropExpired of set t (its Distributed tables' names)
+// on cluster c (one server when c is zero), shard by shard: on the first replica of each shard that dial reaches, the expired
 // partitions of its replicated tables are listed and dropped, and
 // replication carries each drop to the shard's other replicas (one that is
 // down drops when it comes back). Not ON CLUSTER: a distributed DDL waits
 // for every host, and on 18.16 a host killed while it ran one can leave
 // the queue stuck for minutes, which stalled retention. A shard none of
 // whose replicas answers is reported and the others are still dropped.
-func DropExpiredOn(ctx context.Context, conn driver.Conn, c Cluster, dial Dialer, retentionDays int, now time.Time) (int, error) {
+func DropExpiredOn(ctx context.Context, conn driver.Conn, t Tables, c Cluster, dial Dialer, retentionDays int, now time.Time) (int, error) {
 	if !c.On() {
-		return DropExpired(ctx, conn, LiveTables(), retentionDays, now)
+		return DropExpired(ctx, conn, t, retentionDays, now)
 	}
 	if err := c.Validate(); err != nil {
 		return 0, err
@@ -460,7 +460,7 @@ func DropExpiredOn(ctx context.Context, conn driver.Conn, c Cluster, dial Dialer
 	if err != nil {
 		return 0, err
 	}
-	t := LiveTables().Suffixed(LocalSuffix)
+	t = t.Suffixed(LocalSuffix)
 	dropped := 0
 	var errs []error
 	for _, sh := range shards {

@@ -220,15 +220,3 @@ func clusterCheck(c Cluster, zk string) error {
 	return nil
 }
 
-// DropExpiredSet is DropExpired of set t on cluster c (one server when c
-// is zero): on a cluster, of the replicated tables under t's Distributed
-// tables, on every shard, as DropExpiredOn.
-func DropExpiredSet(ctx context.Context, conn driver.Conn, t Tables, c Cluster, retentionDays int, now time.Time) (int, error) {
-	if !c.On() {
-		return DropExpired(ctx, conn, t, retentionDays, now)
-	}
-	if err := c.Validate(); err != nil {
-		return 0, err
-	}
-	return dropExpiredParts(ctx, conn, t.Suffixed(LocalSuffix), c, retentionDays, now)
-}
