@@ -219,4 +219,3 @@ func clusterCheck(c Cluster, zk string) error {
 	}
 	return nil
 }
-
