@@ -30,7 +30,32 @@ type deps struct {
 	events *store.Store
 }
 
-func openDeps(ctx context.Context, c settings.Core) (*deps, error) {
+// clusterReads is the option of openDeps for a ClickHouse cluster
+// (CLICKHOUSE__CLUSTER): every query of the connection reads through
+// replicas less than a second behind only. With load_balancing in_order a
+// shard's first replica that fails and returns is read again as soon as
+// it answers, before it has fetched what the other replica took
+// meanwhile: the statistics would come out too low. 18.16 reports such a
+// replica's delay as the age of the oldest insert it has not fetched
+// (without end while it is read-only), so it is passed over until it
+// caught up; with no replica of a shard under a second behind, a read
+// fails rather than answer short. The request-log sink reads its offset
+// check with its own settings (sinks.RequestLogs).
+func clusterReads(cluster string) func(*clickhouse.Options) {
+	return func(o *clickhouse.Options) {
+		if cluster == "" {
+			return
+		}
+		if o.Settings == nil {
+			o.Settings = clickhouse.Settings{}
+		}
+		// Numbers: 18.16 takes no string setting from this driver.
+		o.Settings["max_replica_delay_for_distributed_queries"] = 1
+		o.Settings["fallback_to_stale_replicas_for_distributed_queries"] = 0
+	}
+}
+
+func openDeps(ctx context.Context, c settings.Core, chOptions ...func(*clickhouse.Options)) (*deps, error) {
 	pgCfg, err := pgxpool.ParseConfig(c.PostgresURL)
 	if err != nil {
 		return nil, fmt.Errorf("POSTGRES__URL: %w", err)
@@ -47,6 +72,9 @@ func openDeps(ctx context.Context, c settings.Core) (*deps, error) {
 		return nil, fmt.Errorf("CLICKHOUSE__URL: %w", err)
 	}
 	chOpts.DialTimeout = 2 * time.Second
+	for _, o := range chOptions {
+		o(chOpts)
+	}
 	ch, err := clickhouse.Open(chOpts)
 	if err != nil {
 		pg.Close()

@@ -263,12 +263,14 @@ func (s *RequestLogs) loadHeld(ctx context.Context, b *batch) error {
 			agg = "maxMerge(kafka_offset)"
 		}
 		q := fmt.Sprintf("SELECT kafka_partition, %s FROM %s WHERE kafka_partition IN (%s) GROUP BY kafka_partition", agg, table, in)
-		if err := s.scanHeld(ctx, q, func(p int32, off int64) {
-			h := found[p]
-			h[t] = off
-			found[p] = h
-		}); err != nil {
-			return fmt.Errorf("held offsets of %s: %w", table, err)
+		for _, rctx := range s.heldReads(ctx) {
+			if err := s.scanHeld(rctx, q, func(p int32, off int64) {
+				h := found[p]
+				h[t] = max(h[t], off)
+				found[p] = h
+			}); err != nil {
+				return fmt.Errorf("held offsets of %s: %w", table, err)
+			}
 		}
 	}
 	for p, h := range found {
