@@ -45,7 +45,14 @@ func TestClusterReturningReplicaOffsets(t *testing.T) {
 	e.spread(400, from.Add(time.Minute), 10*time.Millisecond)
 	testenv.ExactRequestLogs(t, conn, 800)
 	testenv.ClusterScript(t, "start", "s1r1")
-	s1r1 := holdFetches(t, db)
+	_, resume := testenv.ClusterHoldFetches(t, db, "s1r1")
+	// As the sink's connection reaches it: s1r1 first.
+	s1r1, err := clickhouse.Open(&clickhouse.Options{Addr: []string{testenv.ClusterNodeAddr("s1r1"), testenv.ClusterNodeAddr("s2r1")},
+		Auth: clickhouse.Auth{Database: db}, DialTimeout: time.Second, ConnOpenStrategy: clickhouse.ConnOpenInOrder})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s1r1.Close() })
 
 	stale, err := distributedRaw(s1r1, nil)
 	if err != nil {
@@ -64,49 +71,6 @@ func TestClusterReturningReplicaOffsets(t *testing.T) {
 	if st := r.Stats(); st.Inserted != 0 {
 		t.Errorf("the new group inserted %d rows again (stats %+v), want 0", st.Inserted, st)
 	}
-	startFetches(t, s1r1)
+	resume()
 	testenv.ExactRequestLogs(t, conn, 800)
-}
-
-// holdFetches stops fetches on s1r1 (just started again: its ZooKeeper
-// session of before the kill still holds it read-only, so it has fetched
-// nothing yet) and waits until it has loaded its replication queue: it
-// is then back, answering reads, and behind by what it missed. Held
-// fetches stand in for a replica with much to fetch after a long outage
-// (here the parts are small and fetched within milliseconds). It returns
-// a connection reaching s1r1 first.
-func holdFetches(t *testing.T, db string) driver.Conn {
-	t.Helper()
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{testenv.ClusterNodeAddr("s1r1"), testenv.ClusterNodeAddr("s2r1")},
-		Auth: clickhouse.Auth{Database: db}, DialTimeout: time.Second, ConnOpenStrategy: clickhouse.ConnOpenInOrder})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	ctx := context.Background()
-	if err := conn.Exec(ctx, "SYSTEM STOP FETCHES"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Exec(context.Background(), "SYSTEM START FETCHES") })
-	start := time.Now()
-	waitFor(t, "s1r1 to load its replication queue", func() bool {
-		var readonly, queue, delay uint64
-		if err := conn.QueryRow(ctx, "SELECT toUInt64(max(is_readonly)), toUInt64(sum(queue_size)), toUInt64(max(absolute_delay)) FROM system.replicas WHERE database = currentDatabase()").Scan(&readonly, &queue, &delay); err != nil {
-			t.Logf("system.replicas on s1r1: %v", err)
-			return false
-		}
-		if readonly == 0 && queue > 0 {
-			t.Logf("s1r1 active %v after its start: %d entries queued, absolute delay %d s", time.Since(start).Round(time.Millisecond), queue, delay)
-			return true
-		}
-		return false
-	})
-	return conn
-}
-
-func startFetches(t *testing.T, conn driver.Conn) {
-	t.Helper()
-	if err := conn.Exec(context.Background(), "SYSTEM START FETCHES"); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -324,7 +324,7 @@ func TestClusterServe(t *testing.T) {
 	want := all2.checkIngested(t, clusterNodeConn(t, cs.db, "s2r1"), openPostgres(t, cs.pgURL), 60*time.Second, minUsage+more0)
 	cs.waitTotals(want, 60*time.Second)
 	testenv.ClusterScript(t, "start", "s1r1")
-	s1r1 := holdFetches(t, cs.db)
+	s1r1, resume := testenv.ClusterHoldFetches(t, cs.db, "s1r1")
 	// Replica 0 restarts now and reaches s1r1 first (its CLICKHOUSE__URL),
 	// which reads shard 1 from its own tables. (A server that saw s1r1
 	// fail, s2r1 here, counts its errors and prefers s1r2 for a while.)
@@ -349,39 +349,7 @@ func TestClusterServe(t *testing.T) {
 			t.Errorf("overview through replica %d counts %d just after s1r1 came back, want %d", i, n, want)
 		}
 	}
-	if err := s1r1.Exec(context.Background(), "SYSTEM START FETCHES"); err != nil {
-		t.Fatal(err)
-	}
+	resume()
 	_, took = cs.waitReplicasEqual(want, 60*time.Second)
 	t.Logf("s1r1 caught up %v after its fetches resumed; whole test %v", took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-}
-
-// holdFetches stops fetches on s1r1, just started again after a kill -9
-// (its ZooKeeper session of before the kill keeps it read-only until the
-// session times out, so it has fetched nothing yet), and waits until it
-// has loaded its replication queue: it is then back, answering reads,
-// and behind by what it missed. Held fetches stand in for a replica with
-// much to fetch after a long outage (here the parts are small and fetched
-// within milliseconds). It returns a connection to s1r1.
-func holdFetches(t *testing.T, db string) driver.Conn {
-	t.Helper()
-	conn := clusterNodeConn(t, db, "s1r1")
-	ctx := context.Background()
-	if err := conn.Exec(ctx, "SYSTEM STOP FETCHES"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Exec(context.Background(), "SYSTEM START FETCHES") })
-	start := time.Now()
-	eventually(t, "s1r1 to load its replication queue", 60*time.Second, func() error {
-		var readonly, queue, delay uint64
-		if err := conn.QueryRow(ctx, "SELECT toUInt64(max(is_readonly)), toUInt64(sum(queue_size)), toUInt64(max(absolute_delay)) FROM system.replicas WHERE database = currentDatabase()").Scan(&readonly, &queue, &delay); err != nil {
-			return err
-		}
-		if readonly != 0 || queue == 0 {
-			return fmt.Errorf("s1r1: read-only %d, %d entries queued, delay %d s", readonly, queue, delay)
-		}
-		t.Logf("s1r1 active %v after its start: %d entries queued, absolute delay %d s", time.Since(start).Round(time.Millisecond), queue, delay)
-		return nil
-	})
-	return conn
 }

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,6 +9,10 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
 // ClusterName is the cluster deploy/scripts/cluster/cluster.sh configures.
@@ -54,5 +59,71 @@ func ClusterScript(t testing.TB, args ...string) {
 	out, err := exec.Command(script, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("cluster.sh %v: %v\n%s", args, err, out)
+	}
+}
+
+// ClusterHoldFetches stops the fetches of database db's replicated tables
+// on node, a replica just started again after a kill -9 (its ZooKeeper
+// session of before the kill keeps it read-only until that times out, so
+// it has fetched nothing yet), and waits until it has loaded its
+// replication queue: it is then back, answering reads, and behind by what
+// it missed. Held fetches stand in for a replica with much to fetch after
+// a long outage (the tests' parts are small and fetched within
+// milliseconds). It returns a connection to node in db and resume, which
+// lets the fetches go (so does the end of t).
+func ClusterHoldFetches(t testing.TB, db, node string) (conn driver.Conn, resume func()) {
+	t.Helper()
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{ClusterNodeAddr(node)}, Auth: clickhouse.Auth{Database: db}, DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ctx := context.Background()
+	var tables []string
+	rs, err := conn.Query(ctx, "SELECT table FROM system.replicas WHERE database = currentDatabase()")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rs.Next() {
+		var name string
+		if err := rs.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		tables = append(tables, name)
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil || len(tables) == 0 {
+		t.Fatalf("replicated tables of %s on %s: %v %v", db, node, tables, err)
+	}
+	fetches := func(verb string) error {
+		for _, name := range tables {
+			if err := conn.Exec(ctx, "SYSTEM "+verb+" FETCHES "+db+"."+name); err != nil {
+				return fmt.Errorf("%s fetches of %s on %s: %w", verb, name, node, err)
+			}
+		}
+		return nil
+	}
+	if err := fetches("STOP"); err != nil {
+		t.Fatal(err)
+	}
+	resume = func() {
+		if err := fetches("START"); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { _ = fetches("START") })
+	start := time.Now()
+	for {
+		var readonly, queue, delay uint64
+		err := conn.QueryRow(ctx, "SELECT toUInt64(max(is_readonly)), toUInt64(sum(queue_size)), toUInt64(max(absolute_delay)) "+
+			"FROM system.replicas WHERE database = currentDatabase()").Scan(&readonly, &queue, &delay)
+		if err == nil && readonly == 0 && queue > 0 {
+			t.Logf("%s active %v after its fetches were held: %d entries queued, absolute delay %d s", node, time.Since(start).Round(time.Millisecond), queue, delay)
+			return conn, resume
+		}
+		if time.Since(start) > 60*time.Second {
+			t.Fatalf("%s did not load its replication queue within 60s: read-only %d, %d entries queued, err %v", node, readonly, queue, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
