@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -20,6 +21,11 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
+
+// statusError is an answer other than 200.
+type statusError int
+
+func (e statusError) Error() string { return fmt.Sprintf("answered %d", int(e)) }
 
 // overview reads the overview total through c's REST API with auth.
 func (c *cfgd) overview(ctx context.Context, auth string) (int64, error) {
@@ -36,7 +42,7 @@ func (c *cfgd) overview(ctx context.Context, auth string) (int64, error) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("overview answered %d", resp.StatusCode)
+		return 0, statusError(resp.StatusCode)
 	}
 	var o requestlogview.Overview
 	if err := json.NewDecoder(resp.Body).Decode(&o); err != nil {
@@ -349,6 +355,17 @@ func TestClusterServe(t *testing.T) {
 			t.Errorf("overview through replica %d counts %d just after s1r1 came back, want %d", i, n, want)
 		}
 	}
+	// s1r2 fails too: shard 1 has no replica that is caught up, and a
+	// read fails (503: retry shortly) rather than answer short.
+	testenv.ClusterScript(t, "kill", "s1r2")
+	for i, r := range cs.replicas {
+		n, err := r.overview(context.Background(), cs.staff)
+		t.Logf("s1r1 behind, s1r2 down: overview through replica %d: %d, %v", i, n, err)
+		if st := statusError(0); !errors.As(err, &st) || st != http.StatusServiceUnavailable {
+			t.Errorf("overview through replica %d with shard 1's caught-up replica down: %d, %v; want a 503", i, n, err)
+		}
+	}
+	testenv.ClusterScript(t, "start", "s1r2")
 	resume()
 	_, took = cs.waitReplicasEqual(want, 60*time.Second)
 	t.Logf("s1r1 caught up %v after its fetches resumed; whole test %v", took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
