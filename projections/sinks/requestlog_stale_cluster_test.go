@@ -71,6 +71,24 @@ func TestClusterReturningReplicaOffsets(t *testing.T) {
 	if st := r.Stats(); st.Inserted != 0 {
 		t.Errorf("the new group inserted %d rows again (stats %+v), want 0", st.Inserted, st)
 	}
+
+	// s1r2 fails too: no replica of shard 1 is caught up, so the offset
+	// check of another new group fails and its batch waits, saying so,
+	// until s1r2 is back.
+	testenv.ClusterScript(t, "kill", "s1r2")
+	t.Cleanup(func() { testenv.ClusterScript(t, "start", "s1r2") })
+	third, _ := e.clusterSink("third", nil)
+	waitFor(t, "the third group's sink to say it is not keeping up", func() bool { return third.Ready(context.Background()) != nil })
+	time.Sleep(2 * time.Second)
+	if st := third.Stats(); st.Inserted != 0 || st.Skipped >= 800 {
+		t.Fatalf("with shard 1's caught-up replica down, the third group went on: %+v", st)
+	}
+	t.Logf("third group waits: %v", third.Ready(context.Background()))
+	testenv.ClusterScript(t, "start", "s1r2")
+	waitFor(t, "the third group to read the topic once s1r2 is back", func() bool { st := third.Stats(); return st.Skipped+st.Inserted >= 800 })
+	if st := third.Stats(); st.Inserted != 0 {
+		t.Errorf("the third group inserted %d rows again (stats %+v), want 0", st.Inserted, st)
+	}
 	resume()
 	testenv.ExactRequestLogs(t, conn, 800)
 }

@@ -113,12 +113,17 @@ func ClusterHoldFetches(t testing.TB, db, node string) (conn driver.Conn, resume
 	}
 	t.Cleanup(func() { _ = fetches("START") })
 	start := time.Now()
+	first := ""
 	for {
 		var readonly, queue, delay uint64
 		err := conn.QueryRow(ctx, "SELECT toUInt64(max(is_readonly)), toUInt64(sum(queue_size)), toUInt64(max(absolute_delay)) "+
 			"FROM system.replicas WHERE database = currentDatabase()").Scan(&readonly, &queue, &delay)
+		if first == "" && err == nil {
+			first = fmt.Sprintf("read-only %d, %d entries queued, absolute delay %d s", readonly, queue, delay)
+		}
 		if err == nil && readonly == 0 && queue > 0 {
-			t.Logf("%s active %v after its fetches were held: %d entries queued, absolute delay %d s", node, time.Since(start).Round(time.Millisecond), queue, delay)
+			t.Logf("%s active %v after its fetches were held: %d entries queued, absolute delay %d s (when they were held: %s)",
+				node, time.Since(start).Round(time.Millisecond), queue, delay, first)
 			return conn, resume
 		}
 		if time.Since(start) > 60*time.Second {
