@@ -47,7 +47,8 @@ func withClickHouseCluster(name string) depsOption {
 // answers, before it has fetched what the other replica took meanwhile:
 // the statistics would come out too low. 18.16 reports such a replica's
 // delay as the age of the oldest insert it has not fetched (without end
-// while it is read-only), so it is passed over until it caught up; with
+// until it has loaded its replication queue), so it is passed over until
+// it caught up; with
 // no replica of a shard under a second behind, a read fails rather than
 // answer short (clusterConn makes that a 503). The request-log sink reads
 // its offset check with its own settings (sinks.RequestLogs).

@@ -338,8 +338,8 @@ func (s *RequestLogs) clusterContext(ctx context.Context) context.Context {
 // back), and through replicas less than a second behind only
 // (max_replica_delay_for_distributed_queries=1 and no fallback to stale
 // ones: a replica just restarted reports a delay as old as the first
-// insert it has not fetched, or without end while read-only), which hold
-// what was inserted before. No such replica in a shard: the read fails
+// insert it has not fetched, or without end until it has loaded its
+// replication queue), which hold what was inserted before. No such replica in a shard: the read fails
 // and the batch waits, rather than trust one that is behind.
 func (s *RequestLogs) heldReads(ctx context.Context) []context.Context {
 	if s.cfg.Cluster == "" {
