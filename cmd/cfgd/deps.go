@@ -31,7 +31,42 @@ type deps struct {
 	events *store.Store
 }
 
-func openDeps(ctx context.Context, c settings.Core) (*deps, error) {
+// depsOption configures openDeps.
+type depsOption func(*depsConfig)
+
+type depsConfig struct{ clickHouseCluster string }
+
+// withClickHouseCluster opens ClickHouse for a cluster (CLICKHOUSE__CLUSTER;
+// empty: one server): clusterReads and clusterConn.
+func withClickHouseCluster(name string) depsOption {
+	return func(c *depsConfig) { c.clickHouseCluster = name }
+}
+
+// clusterReads makes every query of the connection read through replicas
+// less than a second behind only. With load_balancing in_order a shard's
+// first replica that fails and returns is read again as soon as it
+// answers, before it has fetched what the other replica took meanwhile:
+// the statistics would come out too low. 18.16 reports such a replica's
+// delay as the age of the oldest insert it has not fetched (without end
+// until it has loaded its replication queue), so it is passed over until
+// it caught up; with
+// no replica of a shard under a second behind, a read fails rather than
+// answer short (clusterConn makes that a 503). The request-log sink reads
+// its offset check with its own settings (sinks.RequestLogs).
+func clusterReads(o *clickhouse.Options) {
+	if o.Settings == nil {
+		o.Settings = clickhouse.Settings{}
+	}
+	// Numbers: 18.16 takes no string setting from this driver.
+	o.Settings["max_replica_delay_for_distributed_queries"] = 1
+	o.Settings["fallback_to_stale_replicas_for_distributed_queries"] = 0
+}
+
+func openDeps(ctx context.Context, c settings.Core, opts ...depsOption) (*deps, error) {
+	var cfg depsConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	pgCfg, err := pgxpool.ParseConfig(c.PostgresURL)
 	if err != nil {
 		return nil, fmt.Errorf("POSTGRES__URL: %w", err)
@@ -48,10 +83,16 @@ func openDeps(ctx context.Context, c settings.Core) (*deps, error) {
 		return nil, fmt.Errorf("CLICKHOUSE__URL: %w", err)
 	}
 	chOpts.DialTimeout = 2 * time.Second
+	if cfg.clickHouseCluster != "" {
+		clusterReads(chOpts)
+	}
 	ch, err := clickhouse.Open(chOpts)
 	if err != nil {
 		pg.Close()
 		return nil, fmt.Errorf("clickhouse: %w", err)
+	}
+	if cfg.clickHouseCluster != "" {
+		ch = clusterConn{ch}
 	}
 	redisOpts, err := redis.ParseURL(c.RedisURL)
 	if err != nil {

@@ -84,7 +84,9 @@ func parseReplay(names []string, all, list, partial bool, batch int, stdout io.W
 // with list) from the registry serve runs: the modules, built as serve
 // builds them but with the Kafka a command talks to.
 func runReplay(ctx context.Context, log *slog.Logger, app appSettings, names []string, all, list bool, cfg replay.Config, stdout io.Writer) error {
-	d, err := openDeps(ctx, app.Core)
+	// On a cluster the replay's loss check reads the live tables through
+	// caught-up replicas only, as serve's reads do.
+	d, err := openDeps(ctx, app.Core, withClickHouseCluster(app.RequestLog.Sink.Cluster))
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 		log.Info("embedded kafka started", "addr", emb.Addr(), "data_dir", c.KafkaDataDir)
 	}
 
-	d, err := openDeps(ctx, c)
+	d, err := openDeps(ctx, c, withClickHouseCluster(app.RequestLog.Sink.Cluster))
 	if err != nil {
 		return err
 	}

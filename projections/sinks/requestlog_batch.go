@@ -178,8 +178,10 @@ func (s *RequestLogs) checkTopic(ctx context.Context) error {
 	recreated, err := s.fence.Recreated(ctx, s.topic, id, func(ctx context.Context) (map[int32]int64, error) {
 		next := map[int32]int64{}
 		q := "SELECT kafka_partition, max(kafka_offset) FROM " + requestlogview.RawTable + " GROUP BY kafka_partition"
-		if err := s.scanHeld(ctx, q, func(p int32, off int64) { next[p] = off + 1 }); err != nil {
-			return nil, fmt.Errorf("held offsets: %w", err)
+		for _, rctx := range s.heldReads(ctx) {
+			if err := s.scanHeld(rctx, q, func(p int32, off int64) { next[p] = max(next[p], off+1) }); err != nil {
+				return nil, fmt.Errorf("held offsets: %w", err)
+			}
 		}
 		return next, nil
 	})
@@ -263,12 +265,14 @@ func (s *RequestLogs) loadHeld(ctx context.Context, b *batch) error {
 			agg = "maxMerge(kafka_offset)"
 		}
 		q := fmt.Sprintf("SELECT kafka_partition, %s FROM %s WHERE kafka_partition IN (%s) GROUP BY kafka_partition", agg, table, in)
-		if err := s.scanHeld(ctx, q, func(p int32, off int64) {
-			h := found[p]
-			h[t] = off
-			found[p] = h
-		}); err != nil {
-			return fmt.Errorf("held offsets of %s: %w", table, err)
+		for _, rctx := range s.heldReads(ctx) {
+			if err := s.scanHeld(rctx, q, func(p int32, off int64) {
+				h := found[p]
+				h[t] = max(h[t], off)
+				found[p] = h
+			}); err != nil {
+				return fmt.Errorf("held offsets of %s: %w", table, err)
+			}
 		}
 	}
 	for p, h := range found {

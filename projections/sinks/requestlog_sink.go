@@ -335,6 +335,30 @@ func (s *RequestLogs) clusterContext(ctx context.Context) context.Context {
 	return clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_distributed_sync": 1}))
 }
 
+// heldReads are the contexts the offset check reads each table with; it
+// takes the highest offset any of them finds. One server: ctx. A cluster:
+// a shard's first replica that fails and returns answers reads before it
+// has fetched what the other replica took meanwhile, so its offsets are
+// too low, and the sink would insert those rows again. So the check reads
+// twice: as the inserts go (load_balancing in_order: the first replica
+// up, caught up or not, which holds every batch inserted since it was
+// back), and through replicas less than a second behind only
+// (max_replica_delay_for_distributed_queries=1 and no fallback to stale
+// ones: a replica just restarted reports a delay as old as the first
+// insert it has not fetched, or without end until it has loaded its
+// replication queue), which hold what was inserted before. No such replica in a shard: the read fails
+// and the batch waits, rather than trust one that is behind.
+func (s *RequestLogs) heldReads(ctx context.Context) []context.Context {
+	if s.cfg.Cluster == "" {
+		return []context.Context{ctx}
+	}
+	return []context.Context{
+		clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"max_replica_delay_for_distributed_queries": 0})),
+		clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"max_replica_delay_for_distributed_queries": 1,
+			"fallback_to_stale_replicas_for_distributed_queries": 0})),
+	}
+}
+
 // checkLoadBalancing: on a cluster, inserts and the offset checks must go
 // to the same replica of a shard, the first one up (load_balancing
 // in_order), or the sink could read back a replica still catching up and

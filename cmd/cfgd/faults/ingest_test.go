@@ -159,8 +159,9 @@ func openPostgres(t testing.TB, url string) *pgxpool.Pool {
 // usage counts the posts the key authenticated (never the events'
 // api_key_id): at most every post made, at least minUsage (the posts
 // acknowledged by a process that was not killed afterwards: a SIGKILL
-// loses the uses it had not sent yet).
-func (in *ingester) checkIngested(t testing.TB, ch driver.Conn, pg *pgxpool.Pool, timeout time.Duration, minUsage int) {
+// loses the uses it had not sent yet). It returns the rows held: the
+// acknowledged events and those of posts cut off after they were stored.
+func (in *ingester) checkIngested(t testing.TB, ch driver.Conn, pg *pgxpool.Pool, timeout time.Duration, minUsage int) int {
 	t.Helper()
 	in.mu.Lock()
 	sent, acked, attempts := in.sent, in.acked, in.attempts
@@ -241,6 +242,7 @@ func (in *ingester) checkIngested(t testing.TB, ch driver.Conn, pg *pgxpool.Pool
 	}
 	t.Logf("sent %d, acknowledged %d, held %d (distinct %d), usage %d of %d posts; caught up in %v",
 		len(sent), len(acked), len(rows), len(held), usage, attempts, took.Round(time.Millisecond))
+	return len(rows)
 }
 
 // TestSIGKILLDuringIngestion kills serve while several clients post

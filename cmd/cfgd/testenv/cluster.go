@@ -67,3 +67,74 @@ func ClusterScript(t testing.TB, args ...string) {
 func ClusterDial(_ context.Context, addr string) (driver.Conn, error) {
 	return clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, DialTimeout: time.Second})
 }
+
+// ClusterHoldFetches stops the fetches of database db's replicated tables
+// on node, a replica just started again after a kill -9 (its ZooKeeper
+// session of before the kill keeps it read-only until that times out, so
+// it has fetched nothing yet), and waits until it has loaded its
+// replication queue: it is then back, answering reads, and behind by what
+// it missed. Held fetches stand in for a replica with much to fetch after
+// a long outage (the tests' parts are small and fetched within
+// milliseconds). It returns a connection to node in db and resume, which
+// lets the fetches go (so does the end of t).
+func ClusterHoldFetches(t testing.TB, db, node string) (conn driver.Conn, resume func()) {
+	t.Helper()
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{ClusterNodeAddr(node)}, Auth: clickhouse.Auth{Database: db}, DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ctx := context.Background()
+	var tables []string
+	rs, err := conn.Query(ctx, "SELECT table FROM system.replicas WHERE database = currentDatabase()")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rs.Next() {
+		var name string
+		if err := rs.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		tables = append(tables, name)
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil || len(tables) == 0 {
+		t.Fatalf("replicated tables of %s on %s: %v %v", db, node, tables, err)
+	}
+	fetches := func(verb string) error {
+		for _, name := range tables {
+			if err := conn.Exec(ctx, "SYSTEM "+verb+" FETCHES "+db+"."+name); err != nil {
+				return fmt.Errorf("%s fetches of %s on %s: %w", verb, name, node, err)
+			}
+		}
+		return nil
+	}
+	if err := fetches("STOP"); err != nil {
+		t.Fatal(err)
+	}
+	resume = func() {
+		if err := fetches("START"); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { _ = fetches("START") })
+	start := time.Now()
+	first := ""
+	for {
+		var readonly, queue, delay uint64
+		err := conn.QueryRow(ctx, "SELECT toUInt64(max(is_readonly)), toUInt64(sum(queue_size)), toUInt64(max(absolute_delay)) "+
+			"FROM system.replicas WHERE database = currentDatabase()").Scan(&readonly, &queue, &delay)
+		if first == "" && err == nil {
+			first = fmt.Sprintf("read-only %d, %d entries queued, absolute delay %d s", readonly, queue, delay)
+		}
+		if err == nil && readonly == 0 && queue > 0 {
+			t.Logf("%s active %v after its fetches were held: %d entries queued, absolute delay %d s (when they were held: %s)",
+				node, time.Since(start).Round(time.Millisecond), queue, delay, first)
+			return conn, resume
+		}
+		if time.Since(start) > 60*time.Second {
+			t.Fatalf("%s did not load its replication queue within 60s: read-only %d, %d entries queued, err %v", node, readonly, queue, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
