@@ -60,15 +60,16 @@ proto:
 	@command -v protoc >/dev/null || deploy/scripts/local/stack.sh up
 	api/protos/generate.sh
 
-## lint: gofmt, go vet, no dead code (deadcode: functions that neither a main nor a test reaches), and
+## lint: gofmt, go vet, no dead code (deadcode: functions that neither a main nor a test reaches; both with
+## the `cluster` tag, so make test-cluster's tests are checked too), and
 ## docs/openapi.yaml through Redocly's linter (rules in docs/redocly.yaml; nodejs and npm from apt when missing)
 DEADCODE := golang.org/x/tools/cmd/deadcode@v0.52.0
 # 1.34.x: the last line that runs on Debian 12's Node 18 as well as on Node 20 (2.x needs Node >= 20.19).
 REDOCLY  := @redocly/cli@1.34.20
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
-	$(GO) vet ./...
-	@dead="$$($(GO) run $(DEADCODE) -test ./...)"; test -z "$$dead" || { echo "dead code:"; echo "$$dead"; exit 1; }
+	$(GO) vet -tags cluster ./...
+	@dead="$$($(GO) run $(DEADCODE) -test -tags cluster ./...)"; test -z "$$dead" || { echo "dead code:"; echo "$$dead"; exit 1; }
 	@command -v npx >/dev/null || { echo "lint: installing nodejs npm (apt-get)"; \
 		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); $$sudo apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; }
