@@ -2,11 +2,14 @@ package requestlogview_test
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
@@ -48,13 +51,8 @@ func TestRollupReadsUseSmallBuffers(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
-	if err := conn.Exec(ctx, "SYSTEM FLUSH LOGS"); err != nil {
-		t.Fatal(err)
-	}
 	for name := range questions {
-		var buffer string
-		err := conn.QueryRow(ctx, "SELECT Settings.Values[indexOf(Settings.Names, 'max_read_buffer_size')] FROM system.query_log WHERE type = 2 AND query_id = ?",
-			prefix+name).Scan(&buffer)
+		buffer, err := loggedSetting(ctx, conn, prefix+name, "max_read_buffer_size")
 		if err != nil {
 			t.Fatalf("%s in the query log: %v", name, err)
 		}
@@ -62,4 +60,24 @@ func TestRollupReadsUseSmallBuffers(t *testing.T) {
 			t.Errorf("%s read the rollups with max_read_buffer_size %q, want 65536", name, buffer)
 		}
 	}
+}
+
+// loggedSetting is the setting a finished query ran with, from the query
+// log. The server logs a query when it has let go of it, which can be
+// just after the client read the last row: hence the wait.
+func loggedSetting(ctx context.Context, conn driver.Conn, queryID, setting string) (string, error) {
+	var err error
+	for range 50 {
+		if err = conn.Exec(ctx, "SYSTEM FLUSH LOGS"); err != nil {
+			return "", err
+		}
+		var v string
+		err = conn.QueryRow(ctx, "SELECT Settings.Values[indexOf(Settings.Names, ?)] FROM system.query_log WHERE type = 2 AND query_id = ?",
+			setting, queryID).Scan(&v)
+		if !errors.Is(err, sql.ErrNoRows) {
+			return v, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return "", err
 }
