@@ -97,8 +97,9 @@ func window(now time.Time, hours int) []span {
 }
 
 // The rollup columns each statistic reads. A question costs about its
-// columns times the parts it reads (a 720-hour window reads 30 daily parts
-// of the day rollup, each column a file of its own), and ClickHouse 18.16
+// columns times the parts it reads (a 720-hour window reads five or six
+// weekly parts of the day rollup, each column a file of its own, and 30
+// daily parts in tables from before week partitions), and ClickHouse 18.16
 // reads every column a UNION ALL branch names, used or not: so each
 // statistic names only its own.
 var (
@@ -122,7 +123,8 @@ var (
 // granules of each column, tens of KiB.
 const rollupReadBuffer = 64 << 10
 
-// rollupRead is ctx for a query of the rollups: small read buffers.
+// rollupRead is ctx for a query of the rollups: small read buffers. It
+// replaces any ClickHouse settings ctx carries (none on the read path).
 func rollupRead(ctx context.Context) context.Context {
 	return clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"max_read_buffer_size": rollupReadBuffer}))
 }
