@@ -63,7 +63,7 @@ func (s *Store) Latency(ctx context.Context, f SeriesFilter) (Latency, error) {
 		c, a := notInternal()
 		q, args = q+" AND "+c, append(args, a...)
 	}
-	rows, err := s.conn.Query(ctx, q+" GROUP BY t ORDER BY t", args...)
+	rows, err := s.conn.Query(rollupRead(ctx), q+" GROUP BY t ORDER BY t", args...)
 	if err != nil {
 		return Latency{}, fmt.Errorf("latency: %w", err)
 	}

@@ -186,7 +186,10 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, at := range []time.Time{now, now.AddDate(0, 0, -29), now.AddDate(0, 0, -31), now.AddDate(0, 0, -40)} {
+	// Inside the window: now (Monday 23 November) and 29 days ago (Sunday
+	// 25 October); older than the cutoff: Friday 23 October (the same week
+	// as the 25th), Wednesday 14 October and Monday 14 September.
+	for _, at := range []time.Time{now, now.AddDate(0, 0, -29), now.AddDate(0, 0, -31), now.AddDate(0, 0, -40), now.AddDate(0, 0, -70)} {
 		if err := b.Append(uint64(at.Unix()), at, "s", "m", "success", uint32(1)); err != nil {
 			t.Fatal(err)
 		}
@@ -198,17 +201,34 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 8 { // two old days in each of four tables
-		t.Fatalf("dropped %d partitions, want 8", n)
+	// The raw table and the minute rollup drop each old day. The hour and
+	// day rollups are partitioned by week: they drop the weeks of 14
+	// October and 14 September, and keep the week of 19 October, which
+	// holds a bucket inside the window, with the 23rd.
+	if n != 10 {
+		t.Fatalf("dropped %d partitions, want 10 (3 days of raw and minute rows, 2 weeks of hours and days)", n)
 	}
-	for _, table := range requestlogview.LiveTables().All() {
+	left := map[string]uint64{
+		requestlogview.RawTable: 2, requestlogview.MinuteTable: 2,
+		requestlogview.HourTable: 3, requestlogview.DayTable: 3,
+	}
+	for table, want := range left {
 		var rows uint64
 		if err := conn.QueryRow(ctx, "SELECT count() FROM "+table).Scan(&rows); err != nil {
 			t.Fatal(err)
 		}
-		if rows != 2 {
-			t.Errorf("%s holds %d rows after retention, want 2", table, rows)
+		if rows != want {
+			t.Errorf("%s holds %d rows after retention, want %d", table, rows, want)
 		}
+	}
+	// What the rollups keep beyond the retention stays outside the
+	// statistics' window.
+	o, err := requestlogview.New(conn, func() time.Time { return now }, nil).Overview(ctx, 30*24)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.TotalRequests != 2 {
+		t.Errorf("overview over the retention counts %d requests, want the 2 inside it", o.TotalRequests)
 	}
 	// Down drops the column, then every table and view; up brings them back.
 	p, err := migrate.NewClickHouseProvider(db, migrate.Schema{Owner: "readmodels/requestlogview", FS: schema})
@@ -227,15 +247,15 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 	if _, err := p.DownTo(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	var left uint64
-	if err := db.QueryRowContext(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name LIKE 'requestlog%'").Scan(&left); err != nil || left != 0 {
-		t.Fatalf("%d request-log tables after down, %v", left, err)
+	var tables uint64
+	if err := db.QueryRowContext(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name LIKE 'requestlog%'").Scan(&tables); err != nil || tables != 0 {
+		t.Fatalf("%d request-log tables after down, %v", tables, err)
 	}
 	if _, err := p.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.QueryRowContext(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name LIKE 'requestlog%'").Scan(&left); err != nil || left != 7 {
-		t.Fatalf("%d request-log tables after up, %v", left, err)
+	if err := db.QueryRowContext(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name LIKE 'requestlog%'").Scan(&tables); err != nil || tables != 7 {
+		t.Fatalf("%d request-log tables after up, %v", tables, err)
 	}
 }
 
@@ -459,6 +479,11 @@ func TestClickHouseSchemaOnACluster(t *testing.T) {
 		if !strings.Contains(up, want) {
 			t.Errorf("cluster migration lacks %q:\n%s", want, up)
 		}
+	}
+	// The replicated tables are laid out as on one server.
+	if d, w, g := strings.Count(up, "PARTITION BY toYYYYMMDD("), strings.Count(up, "PARTITION BY toMonday(bucket, 'UTC')"),
+		strings.Count(up, "SETTINGS index_granularity = 1024"); d != 2 || w != 2 || g != 3 {
+		t.Errorf("%d tables partitioned by day, %d by week, %d with granules of 1024; want 2 (raw, minute), 2 (hour, day), 3 (rollups)", d, w, g)
 	}
 	if n := strings.Count(up, "ON CLUSTER cfgd"); n != 11 {
 		t.Errorf("%d statements ON CLUSTER, want 11 (4 local, 4 distributed, 3 views)", n)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
 )
 
 // Overview is the answer of /api/grpc/monitor/overview/.
@@ -95,8 +97,9 @@ func window(now time.Time, hours int) []span {
 }
 
 // The rollup columns each statistic reads. A question costs about its
-// columns times the parts it reads (a 720-hour window reads 30 daily parts
-// of the day rollup, each column a file of its own), and ClickHouse 18.16
+// columns times the parts it reads (a 720-hour window reads five or six
+// weekly parts of the day rollup, each column a file of its own, and 30
+// daily parts in tables from before week partitions), and ClickHouse 18.16
 // reads every column a UNION ALL branch names, used or not: so each
 // statistic names only its own.
 var (
@@ -110,6 +113,21 @@ var (
 		return cols
 	}()
 )
+
+// rollupReadBuffer is the read buffer of each column a rollup read opens
+// (max_read_buffer_size). ClickHouse 18.16 gives every column of every
+// part it reads a buffer of that size, 1 MiB by default, however little it
+// reads there: a 720-hour services question (27 columns, a few parts of
+// each rollup) allocated 160 MB to read 18 MB, and took half again as long
+// as with 64 KiB buffers (docs/benchmarks.md). A rollup read takes a few
+// granules of each column, tens of KiB.
+const rollupReadBuffer = 64 << 10
+
+// rollupRead is ctx for a query of the rollups: small read buffers. It
+// replaces any ClickHouse settings ctx carries (none on the read path).
+func rollupRead(ctx context.Context) context.Context {
+	return clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"max_read_buffer_size": rollupReadBuffer}))
+}
 
 // histogram is the SQL of the cumulative duration counts, as one array.
 var histogram = func() string {
@@ -247,7 +265,7 @@ func (s *Store) Overview(ctx context.Context, hours int) (Overview, error) {
 	src, args := source(window(s.now(), hours), overviewCols, "")
 	var t totals
 	var services uint64
-	err := s.conn.QueryRow(ctx, "SELECT "+aggregates+", uniqExact(service_name) FROM "+src, args...).
+	err := s.conn.QueryRow(rollupRead(ctx), "SELECT "+aggregates+", uniqExact(service_name) FROM "+src, args...).
 		Scan(&t.total, &t.ok, &t.failed, &t.duration, &services)
 	if err != nil {
 		return Overview{}, fmt.Errorf("overview: %w", err)
@@ -269,7 +287,7 @@ func (s *Store) Services(ctx context.Context, hours int) ([]Service, error) {
 	}
 	spans := window(s.now(), hours)
 	src, args := source(spans, groupCols, "")
-	rows, err := s.conn.Query(ctx, "SELECT service_name, "+aggregates+", uniqExact(method_name), "+extremes+", "+histogram+
+	rows, err := s.conn.Query(rollupRead(ctx), "SELECT service_name, "+aggregates+", uniqExact(method_name), "+extremes+", "+histogram+
 		" FROM "+src+" GROUP BY service_name ORDER BY total DESC, service_name", args...)
 	if err != nil {
 		return nil, fmt.Errorf("services: %w", err)
@@ -315,7 +333,7 @@ func (s *Store) Methods(ctx context.Context, hours int, service string) ([]Metho
 	}
 	spans := window(s.now(), hours)
 	src, args := source(spans, groupCols, service)
-	rows, err := s.conn.Query(ctx, "SELECT service_name, method_name, "+aggregates+", "+extremes+", "+histogram+
+	rows, err := s.conn.Query(rollupRead(ctx), "SELECT service_name, method_name, "+aggregates+", "+extremes+", "+histogram+
 		" FROM "+src+" GROUP BY service_name, method_name ORDER BY total DESC, service_name, method_name", args...)
 	if err != nil {
 		return nil, fmt.Errorf("methods: %w", err)

@@ -63,7 +63,7 @@ func (s *Store) Timeline(ctx context.Context, hours int, service string) (Timeli
 		args = append(args, service)
 	}
 	q += " GROUP BY t ORDER BY t"
-	rows, err := s.conn.Query(ctx, q, args...)
+	rows, err := s.conn.Query(rollupRead(ctx), q, args...)
 	if err != nil {
 		return Timeline{}, fmt.Errorf("timeline: %w", err)
 	}

@@ -227,7 +227,9 @@ func TestUpClickHouse(t *testing.T) {
 		t.Fatalf("%d request-log tables and views, %v", n, err)
 	}
 	// Issue #20 point 6: partitions are UTC days whatever the server's
-	// time zone (this test server runs in UTC, so the DDL is what shows it).
+	// time zone (this test server runs in UTC, so the DDL is what shows it);
+	// the hour and day rollups, which long windows read, UTC weeks (issue
+	// #22 point 7).
 	rows, err := conn.Query(ctx, "SELECT name, engine_full FROM system.tables WHERE database = currentDatabase() AND engine LIKE '%MergeTree' AND name LIKE 'requestlog%'")
 	if err != nil {
 		t.Fatal(err)
@@ -239,8 +241,16 @@ func TestUpClickHouse(t *testing.T) {
 		if err := rows.Scan(&name, &engine); err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(engine, "PARTITION BY toYYYYMMDD(") || !strings.Contains(engine, ", 'UTC')") {
-			t.Errorf("%s: not partitioned by UTC day: %s", name, engine)
+		want := map[string]string{
+			"requestlog_raw": "PARTITION BY toYYYYMMDD(created_at, 'UTC')", "requestlog_minute": "PARTITION BY toYYYYMMDD(bucket, 'UTC')",
+			"requestlog_hour": "PARTITION BY toMonday(bucket, 'UTC')", "requestlog_day": "PARTITION BY toMonday(bucket, 'UTC')",
+		}[name]
+		if want == "" || !strings.Contains(engine, want) {
+			t.Errorf("%s: want %q: %s", name, want, engine)
+		}
+		// Issue #22 point 7: a window's rollup read takes whole granules.
+		if rollup := name != "requestlog_raw"; rollup != strings.Contains(engine, "index_granularity = 1024") {
+			t.Errorf("%s: want granules of 1024 rows in the rollups only: %s", name, engine)
 		}
 		tables++
 	}
