@@ -102,6 +102,10 @@ func (s *Store) rawWindow(f BreakdownFilter) (string, []any, error) {
 // f.Limit. The rollups do not keep callers, so this reads the raw rows of
 // the window.
 func (s *Store) Callers(ctx context.Context, f BreakdownFilter) ([]Caller, error) {
+	return retry(ctx, func() ([]Caller, error) { return s.callersAttempt(ctx, f) })
+}
+
+func (s *Store) callersAttempt(ctx context.Context, f BreakdownFilter) ([]Caller, error) {
 	if f.Limit == 0 {
 		f.Limit = DefaultBreakdownLimit
 	}
@@ -142,6 +146,10 @@ func (s *Store) Callers(ctx context.Context, f BreakdownFilter) ([]Caller, error
 // StatusCodes returns the requests of the window per gRPC status code,
 // commonest first. Like Callers it reads the raw rows.
 func (s *Store) StatusCodes(ctx context.Context, f BreakdownFilter) ([]StatusCode, error) {
+	return retry(ctx, func() ([]StatusCode, error) { return s.statusCodesAttempt(ctx, f) })
+}
+
+func (s *Store) statusCodesAttempt(ctx context.Context, f BreakdownFilter) ([]StatusCode, error) {
 	cond, args, err := s.rawWindow(f)
 	if err != nil {
 		return nil, err

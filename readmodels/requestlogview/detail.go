@@ -9,7 +9,11 @@ import (
 
 // Request returns the request logged with id, or a not_found error.
 func (s *Store) Request(ctx context.Context, id uint64) (Request, error) {
-	rs, _, err := s.Requests(ctx, Filter{ID: &id, PageSize: 1})
+	return retry(ctx, func() (Request, error) { return s.requestAttempt(ctx, id) })
+}
+
+func (s *Store) requestAttempt(ctx context.Context, id uint64) (Request, error) {
+	rs, _, err := s.requestsAttempt(ctx, Filter{ID: &id, PageSize: 1})
 	if err != nil {
 		return Request{}, err
 	}

@@ -45,6 +45,10 @@ type SeriesFilter struct {
 // the current one (Partial) last. Buckets are those of Timeline: minutes up
 // to a day, hours beyond, read from the matching rollup, never raw rows.
 func (s *Store) Latency(ctx context.Context, f SeriesFilter) (Latency, error) {
+	return retry(ctx, func() (Latency, error) { return s.latencyAttempt(ctx, f) })
+}
+
+func (s *Store) latencyAttempt(ctx context.Context, f SeriesFilter) (Latency, error) {
 	if _, err := parseInt("hours", fmt.Sprint(f.Hours), 1, MaxTimelineHours); err != nil {
 		return Latency{}, err
 	}

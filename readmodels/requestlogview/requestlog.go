@@ -69,10 +69,10 @@ type Store struct {
 }
 
 // New returns a store over conn's database. activeKeys may be nil (then
-// active_api_keys is 0). A query that meets a replay's swap half done asks
-// again (swapTolerant).
+// active_api_keys is 0). A question that meets a replay's swap half done
+// is asked again (retry).
 func New(conn driver.Conn, now func() time.Time, activeKeys ActiveAPIKeys) *Store {
-	return &Store{conn: swapTolerant{conn}, now: now, activeKeys: activeKeys}
+	return &Store{conn: conn, now: now, activeKeys: activeKeys}
 }
 
 // Request is one record of SPEC.md 2.7: the event as ingested, with the id
@@ -137,6 +137,18 @@ const selectRequest = `SELECT id, request_id, service_name, method_name, status,
 // Requests returns one page of the requests matching f, newest first, and
 // how many match in all.
 func (s *Store) Requests(ctx context.Context, f Filter) ([]Request, int64, error) {
+	type page struct {
+		rows  []Request
+		count int64
+	}
+	p, err := retry(ctx, func() (page, error) {
+		rows, count, err := s.requestsAttempt(ctx, f)
+		return page{rows, count}, err
+	})
+	return p.rows, p.count, err
+}
+
+func (s *Store) requestsAttempt(ctx context.Context, f Filter) ([]Request, int64, error) {
 	if err := f.Validate(); err != nil {
 		return nil, 0, err
 	}

@@ -259,6 +259,10 @@ func (t totals) avg() float64 {
 
 // Overview answers over the last hours hours.
 func (s *Store) Overview(ctx context.Context, hours int) (Overview, error) {
+	return retry(ctx, func() (Overview, error) { return s.overviewAttempt(ctx, hours) })
+}
+
+func (s *Store) overviewAttempt(ctx context.Context, hours int) (Overview, error) {
 	if _, err := parseInt("hours", fmt.Sprint(hours), 1, MaxHours); err != nil {
 		return Overview{}, err
 	}
@@ -282,6 +286,10 @@ func (s *Store) Overview(ctx context.Context, hours int) (Overview, error) {
 
 // Services answers per service over the last hours hours, busiest first.
 func (s *Store) Services(ctx context.Context, hours int) ([]Service, error) {
+	return retry(ctx, func() ([]Service, error) { return s.servicesAttempt(ctx, hours) })
+}
+
+func (s *Store) servicesAttempt(ctx context.Context, hours int) ([]Service, error) {
 	if _, err := parseInt("hours", fmt.Sprint(hours), 1, MaxHours); err != nil {
 		return nil, err
 	}
@@ -328,6 +336,10 @@ func (s *Store) Services(ctx context.Context, hours int) ([]Service, error) {
 // Methods answers per method over the last hours hours, optionally of one
 // service only, busiest first.
 func (s *Store) Methods(ctx context.Context, hours int, service string) ([]Method, error) {
+	return retry(ctx, func() ([]Method, error) { return s.methodsAttempt(ctx, hours, service) })
+}
+
+func (s *Store) methodsAttempt(ctx context.Context, hours int, service string) ([]Method, error) {
 	if _, err := parseInt("hours", fmt.Sprint(hours), 1, MaxHours); err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
 )
 
@@ -19,14 +18,6 @@ const (
 	unknownTable             = 60
 	allConnectionTriesFailed = 279
 )
-
-// swapTolerant asks again when a query names a table that does not exist
-// at that instant. `cfgd replay requestlog.clickhouse` swaps the rebuilt
-// tables in with one RENAME TABLE (on a cluster, ON CLUSTER: every node
-// renames its replicated tables), which ClickHouse 18.16 carries out one
-// table after another: a query arriving between two of them would find a
-// live name missing for a few milliseconds.
-type swapTolerant struct{ driver.Conn }
 
 func isUnknownTable(err error) bool {
 	var ex *proto.Exception
@@ -52,7 +43,15 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // retry runs try until it does not fail on a missing table, waiting
-// swapWaits between attempts, and returns the last answer.
+// swapWaits between attempts, and returns the last answer. Every question
+// of a Store is asked through it, whole: `cfgd replay
+// requestlog.clickhouse` swaps the rebuilt tables in with one RENAME TABLE
+// (on a cluster, ON CLUSTER: every node renames its replicated tables at
+// its own moment), which ClickHouse 18.16 carries out one table after
+// another, so a question arriving between two of them finds a live name
+// missing for a few milliseconds. Through a Distributed table a shard's
+// error can arrive after other shards' rows were read: only asking the
+// whole question again gives a right answer then.
 func retry[T any](ctx context.Context, try func() (T, error)) (T, error) {
 	v, err := try()
 	for _, d := range swapWaits {
@@ -62,98 +61,6 @@ func retry[T any](ctx context.Context, try func() (T, error)) (T, error) {
 		v, err = try()
 	}
 	return v, err
-}
-
-func (c swapTolerant) Query(ctx context.Context, query string, args ...any) (driver.Rows, error) {
-	again := func() (driver.Rows, error) { return c.Conn.Query(ctx, query, args...) }
-	rows, err := retry(ctx, again)
-	if err != nil {
-		return rows, err
-	}
-	return &tolerantRows{Rows: rows, ctx: ctx, again: again}, nil
-}
-
-// QueryRow asks again when the query or its Scan meets a missing table:
-// through a Distributed table a shard's error arrives with the result, not
-// when the query is sent.
-func (c swapTolerant) QueryRow(ctx context.Context, query string, args ...any) driver.Row {
-	return tolerantRow{ctx: ctx, row: c.Conn.QueryRow(ctx, query, args...),
-		again: func() driver.Row { return c.Conn.QueryRow(ctx, query, args...) }}
-}
-
-type tolerantRow struct {
-	ctx   context.Context
-	row   driver.Row
-	again func() driver.Row
-}
-
-func (r tolerantRow) Err() error { return r.row.Err() }
-
-func (r tolerantRow) Scan(dest ...any) error {
-	row := r.row
-	_, err := retry(r.ctx, func() (struct{}, error) {
-		if row == nil {
-			row = r.again()
-		}
-		err := row.Scan(dest...)
-		row = nil
-		return struct{}{}, err
-	})
-	return err
-}
-
-func (r tolerantRow) ScanStruct(dest any) error {
-	row := r.row
-	_, err := retry(r.ctx, func() (struct{}, error) {
-		if row == nil {
-			row = r.again()
-		}
-		err := row.ScanStruct(dest)
-		row = nil
-		return struct{}{}, err
-	})
-	return err
-}
-
-// tolerantRows asks again when the first Next meets a missing table (a
-// shard's error, through a Distributed table); once a row was read, an
-// error is the caller's.
-type tolerantRows struct {
-	driver.Rows
-	ctx   context.Context
-	again func() (driver.Rows, error)
-	read  bool
-	err   error // the last attempt's, when it failed to start
-}
-
-func (r *tolerantRows) Next() bool {
-	if r.err == nil && r.Rows.Next() {
-		r.read = true
-		return true
-	}
-	for _, d := range swapWaits {
-		if r.read || !isUnknownTable(r.Err()) || !sleep(r.ctx, d) {
-			return false
-		}
-		rows, err := r.again()
-		if r.err = err; err != nil {
-			continue
-		}
-		_ = r.Rows.Close()
-		r.Rows = rows
-		if r.Rows.Next() {
-			r.read = true
-			return true
-		}
-	}
-	return false
-}
-
-func (r *tolerantRows) Err() error {
-	if r.err != nil {
-		return r.err
-	}
-	return r.Rows.Err()
 }
 
 // A replay on a cluster builds its set of tables beside the live one with

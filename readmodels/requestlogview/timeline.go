@@ -46,6 +46,10 @@ type Timeline struct {
 // every bucket of the window, empty ones included. It reads the minute
 // rollup (hour rollup beyond a day), never raw rows.
 func (s *Store) Timeline(ctx context.Context, hours int, service string) (Timeline, error) {
+	return retry(ctx, func() (Timeline, error) { return s.timelineAttempt(ctx, hours, service) })
+}
+
+func (s *Store) timelineAttempt(ctx context.Context, hours int, service string) (Timeline, error) {
 	if _, err := parseInt("hours", fmt.Sprint(hours), 1, MaxTimelineHours); err != nil {
 		return Timeline{}, err
 	}
