@@ -23,6 +23,14 @@ func TestClusterMigrate(t *testing.T) {
 	ctx := context.Background()
 	db := fmt.Sprintf("cfgd_cl_%d", time.Now().UnixNano())
 	dsn := "clickhouse://" + testenv.ClusterNodeAddr("s1r1") + "/" + db
+	t.Cleanup(func() {
+		// The replicas' ZooKeeper paths go with the tables.
+		conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{testenv.ClusterNodeAddr("s1r1")}})
+		if err == nil {
+			_ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" ON CLUSTER "+testenv.ClusterName)
+			_ = conn.Close()
+		}
+	})
 	for range 2 {
 		if err := schemas.UpClickHouseOn(ctx, dsn, testenv.ClusterName, 30, slog.New(slog.DiscardHandler)); err != nil {
 			t.Fatal(err)
