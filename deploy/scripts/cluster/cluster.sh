@@ -23,6 +23,8 @@ DIR="$DATA/cluster"
 SHIFT="${CFGD_CLUSTER_PORT_SHIFT:-0}"
 ZK_PORT="${CFGD_CLUSTER_ZK_PORT:-2181}"
 NODES=(s1r1 s1r2 s2r1 s2r2)
+# shellcheck source=../lib/clickhouse.sh
+. "$ROOT/deploy/scripts/lib/clickhouse.sh"
 
 log() { printf 'cluster: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -78,7 +80,7 @@ CFG
 # --- ClickHouse nodes -----------------------------------------------------
 ch_config() { # node index
 	local node="$1" i="$2" dir="$DIR/$1" shard="${1:1:1}"
-	mkdir -p "$dir/data" "$dir/tmp" "$dir/user_files" "$dir/format_schemas"
+	mkdir -p "$dir"
 	local shards="" s r
 	for s in 1 2; do
 		shards+="<shard><internal_replication>true</internal_replication>"
@@ -97,30 +99,15 @@ ch_config() { # node index
     <max_connections>256</max_connections>
     <max_concurrent_queries>100</max_concurrent_queries>
     <mark_cache_size>268435456</mark_cache_size>
-    <path>$dir/data/</path>
-    <tmp_path>$dir/tmp/</tmp_path>
-    <user_files_path>$dir/user_files/</user_files_path>
-    <format_schema_path>$dir/format_schemas/</format_schema_path>
-    <users_config>$dir/users.xml</users_config>
-    <default_profile>default</default_profile>
-    <default_database>default</default_database>
-    <timezone>UTC</timezone>
+$(ch_paths "$dir")
     <remote_servers><cfgd>$shards</cfgd></remote_servers>
     <zookeeper><node><host>127.0.0.1</host><port>$ZK_PORT</port></node><session_timeout_ms>10000</session_timeout_ms></zookeeper>
     <macros><shard>$shard</shard><replica>$node</replica></macros>
     <distributed_ddl><path>/clickhouse/task_queue/ddl</path></distributed_ddl>
 </yandex>
 XML
-	cat >"$dir/users.xml" <<XML
-<?xml version="1.0"?>
-<yandex>
-    <profiles><default><max_memory_usage>2000000000</max_memory_usage><load_balancing>in_order</load_balancing></default></profiles>
-    <users><default><password></password><networks><ip>127.0.0.1</ip><ip>::1</ip></networks><profile>default</profile><quota>default</quota></default></users>
-    <quotas><default><interval><duration>3600</duration><queries>0</queries><errors>0</errors><result_rows>0</result_rows><read_rows>0</read_rows><execution_time>0</execution_time></interval></default></quotas>
-</yandex>
-XML
+	ch_users "$dir" 2000000000 in_order
 }
-ch_bin() { command -v clickhouse-server 2>/dev/null || echo /usr/sbin/clickhouse-server; }
 node_up() {
 	local node="$1" i pidf
 	i="$(index_of "$node")"

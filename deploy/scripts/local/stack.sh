@@ -20,6 +20,8 @@ PG_SOCK=/var/run/postgresql
 CH_TCP_PORT="${CFGD_CH_PORT:-9000}"
 CH_HTTP_PORT="${CFGD_CH_HTTP_PORT:-8123}"
 REDIS_PORT="${CFGD_REDIS_PORT:-6379}"
+# shellcheck source=../lib/clickhouse.sh
+. "$ROOT/deploy/scripts/lib/clickhouse.sh"
 
 log() { printf 'stack: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -104,7 +106,7 @@ pg_down() {
 # --- ClickHouse -----------------------------------------------------------
 ch_config() {
 	local dir="$DATA/clickhouse"
-	mkdir -p "$dir/data" "$dir/tmp" "$dir/user_files" "$dir/format_schemas"
+	mkdir -p "$dir"
 	cat >"$dir/config.xml" <<XML
 <?xml version="1.0"?>
 <yandex>
@@ -116,26 +118,11 @@ ch_config() {
     <keep_alive_timeout>3</keep_alive_timeout>
     <max_concurrent_queries>100</max_concurrent_queries>
     <mark_cache_size>1073741824</mark_cache_size>
-    <path>$dir/data/</path>
-    <tmp_path>$dir/tmp/</tmp_path>
-    <user_files_path>$dir/user_files/</user_files_path>
-    <format_schema_path>$dir/format_schemas/</format_schema_path>
-    <users_config>$dir/users.xml</users_config>
-    <default_profile>default</default_profile>
-    <default_database>default</default_database>
-    <timezone>UTC</timezone>
+$(ch_paths "$dir")
 </yandex>
 XML
-	cat >"$dir/users.xml" <<XML
-<?xml version="1.0"?>
-<yandex>
-    <profiles><default><max_memory_usage>4000000000</max_memory_usage><load_balancing>random</load_balancing></default></profiles>
-    <users><default><password></password><networks><ip>127.0.0.1</ip><ip>::1</ip></networks><profile>default</profile><quota>default</quota></default></users>
-    <quotas><default><interval><duration>3600</duration><queries>0</queries><errors>0</errors><result_rows>0</result_rows><read_rows>0</read_rows><execution_time>0</execution_time></interval></default></quotas>
-</yandex>
-XML
+	ch_users "$dir" 4000000000 random
 }
-ch_bin() { command -v clickhouse-server 2>/dev/null || echo /usr/sbin/clickhouse-server; }
 ch_up() {
 	local pidf="$DATA/clickhouse.pid"
 	if pid_alive "$pidf" && port_open "$CH_TCP_PORT"; then
