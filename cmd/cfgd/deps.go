@@ -37,7 +37,7 @@ type depsOption func(*depsConfig)
 type depsConfig struct{ clickHouseCluster string }
 
 // withClickHouseCluster opens ClickHouse for a cluster (CLICKHOUSE__CLUSTER;
-// empty: one server): clusterReads and clusterConn.
+// empty: one server): clusterReads.
 func withClickHouseCluster(name string) depsOption {
 	return func(c *depsConfig) { c.clickHouseCluster = name }
 }
@@ -51,7 +51,7 @@ func withClickHouseCluster(name string) depsOption {
 // until it has loaded its replication queue), so it is passed over until
 // it caught up; with
 // no replica of a shard under a second behind, a read fails rather than
-// answer short (clusterConn makes that a 503). The request-log sink reads
+// answer short (the read model answers that 503: requestlogview). The request-log sink reads
 // its offset check with its own settings (sinks.RequestLogs).
 func clusterReads(o *clickhouse.Options) {
 	if o.Settings == nil {
@@ -90,9 +90,6 @@ func openDeps(ctx context.Context, c settings.Core, opts ...depsOption) (*deps, 
 	if err != nil {
 		pg.Close()
 		return nil, fmt.Errorf("clickhouse: %w", err)
-	}
-	if cfg.clickHouseCluster != "" {
-		ch = clusterConn{ch}
 	}
 	redisOpts, err := redis.ParseURL(c.RedisURL)
 	if err != nil {

@@ -8,15 +8,20 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
+	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
 // ClickHouse's error codes for a table that is missing: UNKNOWN_TABLE,
 // and ALL_CONNECTION_TRIES_FAILED, which a query through a Distributed
 // table gets when no replica of a shard has the table it reads (on a
 // cluster the swap renames on every node), "There is no table" in its log.
+// ALL_REPLICAS_ARE_STALE is the answer when no replica of a shard is
+// caught up enough to read (max_replica_delay_for_distributed_queries
+// without fallback, set on a cluster: docs/scaling.md).
 const (
 	unknownTable             = 60
 	allConnectionTriesFailed = 279
+	allReplicasAreStale      = 369
 )
 
 func isUnknownTable(err error) bool {
@@ -60,7 +65,19 @@ func retry[T any](ctx context.Context, try func() (T, error)) (T, error) {
 		}
 		v, err = try()
 	}
-	return v, err
+	return v, unavailable(err)
+}
+
+// unavailable is err, as errcode.Unavailable (a 503 that says to retry
+// shortly) when a shard had no replica to read: none answered, none is
+// caught up, or each still lacked a table a swap renames. That is a server
+// down or catching up, and passes; any other error stays what it was.
+func unavailable(err error) error {
+	var ex *proto.Exception
+	if errors.As(err, &ex) && (ex.Code == allConnectionTriesFailed || ex.Code == allReplicasAreStale) {
+		return errcode.Wrap(errcode.Unavailable, errcode.MessageUnavailable, err)
+	}
+	return err
 }
 
 // A replay on a cluster builds its set of tables beside the live one with

@@ -1,11 +1,11 @@
-package main
+package requestlogview
 
 import (
 	"errors"
 	"fmt"
 	"testing"
 
-	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
 
 	"github.com/cfgd/cfgd/deploy/errcode"
 )
@@ -17,12 +17,12 @@ func TestNoReplicaIsUnavailable(t *testing.T) {
 		err  error
 		want errcode.Code
 	}{
-		{&clickhouse.Exception{Code: chAllReplicasAreStale, Message: "Could not find enough connections to up-to-date replicas"}, errcode.Unavailable},
-		{fmt.Errorf("overview: %w", &clickhouse.Exception{Code: chAllConnectionTriesFailed}), errcode.Unavailable},
-		{&clickhouse.Exception{Code: 60, Message: "Table doesn't exist"}, errcode.Internal},
+		{&proto.Exception{Code: allReplicasAreStale, Message: "Could not find enough connections to up-to-date replicas"}, errcode.Unavailable},
+		{fmt.Errorf("overview: %w", &proto.Exception{Code: allConnectionTriesFailed}), errcode.Unavailable},
+		{&proto.Exception{Code: unknownTable, Message: "Table doesn't exist"}, errcode.Internal},
 		{errors.New("boom"), errcode.Internal},
 	} {
-		got := noReplica(tc.err)
+		got := unavailable(tc.err)
 		if c := errcode.From(got).Code; c != tc.want {
 			t.Errorf("%v: %s, want %s", tc.err, c, tc.want)
 		}
@@ -30,7 +30,7 @@ func TestNoReplicaIsUnavailable(t *testing.T) {
 			t.Errorf("%v: the cause is lost", tc.err)
 		}
 	}
-	if noReplica(nil) != nil {
-		t.Error("noReplica(nil) is not nil")
+	if unavailable(nil) != nil {
+		t.Error("unavailable(nil) is not nil")
 	}
 }
