@@ -154,24 +154,35 @@ func (c ClickHouseConfig) Validate() error {
 
 // ErrPartial refuses to replace the request-log tables with a rebuild
 // that lacks rows they hold: Kafka's retention deleted the records those
-// rows came from. Kafka must keep the request-log topic at least as long
-// as ClickHouse keeps the rows (CLICKHOUSE__RETENTION_DAYS), or the
-// replay needs AllowPartial (`cfgd replay --allow-partial`).
+// rows came from, or the rebuild could not read records the live sink
+// stored (dead-lettered now, e.g. unsigned records an older cfgd wrote).
+// Kafka must keep the request-log topic at least as long as ClickHouse
+// keeps the rows (CLICKHOUSE__RETENTION_DAYS), or the replay needs
+// AllowPartial (`cfgd replay --allow-partial`).
 var ErrPartial = errors.New("the rebuild would lose rows the live tables hold")
 
 // Loss is what a rebuild would lose: live rows, within the retention, of
-// records the topic no longer holds.
+// records the topic no longer holds (Rows, on Days), and of records the
+// topic holds but the rebuild dead-lettered (Unread).
 type Loss struct {
 	Rows int64
 	// Days are the UTC days of those rows (2006-01-02), oldest first.
-	Days []string
+	Days   []string
+	Unread int64
 }
 
 // Error describes l as ErrPartial.
 func (l Loss) Error() string {
-	return fmt.Sprintf("Kafka's retention has deleted the records of %d rows the live request-log tables hold (days %s, UTC); "+
-		"keep the request-log topic at least as long as CLICKHOUSE__RETENTION_DAYS, or run the replay with --allow-partial to rebuild without them",
-		l.Rows, strings.Join(l.Days, ", "))
+	var parts []string
+	if l.Rows > 0 {
+		parts = append(parts, fmt.Sprintf("Kafka's retention has deleted the records of %d rows the live request-log tables hold (days %s, UTC); "+
+			"keep the request-log topic at least as long as CLICKHOUSE__RETENTION_DAYS", l.Rows, strings.Join(l.Days, ", ")))
+	}
+	if l.Unread > 0 {
+		parts = append(parts, fmt.Sprintf("the rebuild dead-lettered records of %d rows the live request-log tables hold "+
+			"(see the dead-letter topic: records from before signed bus records, or signed with a key this cfgd does not have)", l.Unread))
+	}
+	return strings.Join(parts, "; ") + "; run the replay with --allow-partial to rebuild without them"
 }
 
 // Unwrap makes a Loss ErrPartial.
@@ -779,6 +790,9 @@ func (r *ClickHouse) catchUpAndSwap(ctx context.Context, target map[int32]int64)
 	if err := r.checkLoss(ctx, below); err != nil {
 		return err
 	}
+	if err := r.checkUnread(ctx, below, final); err != nil {
+		return err
+	}
 
 	// From here on the swap runs to its end whatever happens to ctx: a
 	// half-done swap is worse than a late Ctrl-C.
@@ -866,6 +880,73 @@ func (r *ClickHouse) checkLoss(ctx context.Context, below map[int32]int64) error
 		return l
 	}
 	r.res.Lost = max(r.res.Lost, l.Rows)
+	return nil
+}
+
+// checkUnread returns a Loss when the live raw table holds more rows than
+// the shadow of some partition's records the rebuild read (offsets from
+// from[p] to below to[p], within the retention): records the live sink
+// stored and the rebuild dead-lettered, such as unsigned records an older
+// cfgd wrote. With AllowPartial it notes them in the result instead.
+func (r *ClickHouse) checkUnread(ctx context.Context, from, to map[int32]int64) error {
+	cutoff := time.Now().UTC().AddDate(0, 0, -r.cfg.RetentionDays).Truncate(24 * time.Hour).Unix()
+	base, err := r.fence.bases(ctx, r.topic)
+	if err != nil {
+		return err
+	}
+	count := func(table string, shift map[int32]int64) (map[int32]int64, error) {
+		var conds []string
+		args := []any{cutoff}
+		for _, p := range r.partitions {
+			if from[p] < to[p] {
+				conds = append(conds, "(kafka_partition = ? AND kafka_offset >= ? AND kafka_offset < ?)")
+				args = append(args, p, from[p]+shift[p], to[p]+shift[p])
+			}
+		}
+		out := map[int32]int64{}
+		if len(conds) == 0 {
+			return out, nil
+		}
+		rows, err := r.conn.Query(ctx, "SELECT kafka_partition, count() FROM "+table+
+			" WHERE created_at >= toDateTime(?) AND ("+strings.Join(conds, " OR ")+") GROUP BY kafka_partition", args...)
+		if err != nil {
+			return nil, fmt.Errorf("compare %s with the rebuild: %w", table, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var p uint16
+			var n uint64
+			if err := rows.Scan(&p, &n); err != nil {
+				return nil, fmt.Errorf("compare %s with the rebuild: %w", table, err)
+			}
+			out[int32(p)] = int64(n)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("compare %s with the rebuild: %w", table, err)
+		}
+		return out, nil
+	}
+	// The live sink stores a recreated topic's records above the old
+	// topic's (PostgresFence.Recreated); the rebuild from offset 0.
+	live, err := count(r.live.Raw, base)
+	if err != nil {
+		return err
+	}
+	shadow, err := count(r.shadow.Raw, nil)
+	if err != nil {
+		return err
+	}
+	var l Loss
+	for p, n := range live {
+		l.Unread += max(0, n-shadow[p])
+	}
+	if l.Unread == 0 {
+		return nil
+	}
+	if !r.cfg.AllowPartial {
+		return l
+	}
+	r.res.Lost += l.Unread
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
@@ -179,4 +180,63 @@ func TestReplayIgnoresLostRowsBeyondTheRetention(t *testing.T) {
 		t.Fatalf("replay: %+v, %v; want it swapped in, nothing lost", res, err)
 	}
 	testenv.ExactRequestLogs(t, e.conn, 2000)
+}
+
+// Records the live sink stored but the rebuild dead-letters (here records
+// an older cfgd wrote unsigned, which this one's codec refuses) would be
+// lost without a word: their rows are in the live tables, the topic still
+// holds them, and the rebuild skips them. A replay refuses, saying how
+// many rows; with AllowPartial it swaps in the rebuild and counts them
+// as lost.
+func TestReplayRefusesToLoseRowsItCannotRead(t *testing.T) {
+	t.Parallel()
+	for _, partial := range []bool{false, true} {
+		t.Run(fmt.Sprintf("allow partial %v", partial), func(t *testing.T) {
+			t.Parallel()
+			e := newCHEnv(t, 2)
+			// 1,500 events unsigned (an older cfgd), then 1,500 signed.
+			e.spread(1500, time.Now().UTC().Add(-2*time.Hour), time.Second)
+			signer := testenv.Signer(t)
+			pc := requestlogkafka.DefaultProducerConfig(e.bus)
+			pc.PackEvents, pc.Timeout, pc.Signer = 50, 10*time.Second, signer
+			signed, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer signed.Close()
+			evs := testenv.RequestLogSpread(&e.seq, 1500, time.Now().UTC().Add(-time.Hour), time.Second)
+			for i := 0; i < len(evs); i += 200 {
+				if err := signed.Produce(context.Background(), evs[i:min(i+200, len(evs))]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.fencedSink() // an older cfgd's sink: it stored both
+			testenv.ExactRequestLogs(t, e.conn, 3000)
+			before := chSnapshot(t, e.conn)
+
+			cfg := replay.DefaultClickHouseConfig(e.bus)
+			cfg.BatchRows = 1000
+			cfg.AllowPartial = partial
+			target, err := replay.NewClickHouse(cfg, e.conn, e.pool, sinks.RequestLogCodec{Signer: signer})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := replay.Rebuild(context.Background(), e.pool, target, nil)
+			if partial {
+				if err != nil || !res.Swapped || res.Lost != 1500 {
+					t.Fatalf("replay with AllowPartial: %+v, %v; want it swapped in without 1500 rows", res, err)
+				}
+				testenv.ExactRequestLogs(t, e.conn, 1500)
+				return
+			}
+			want := "the rebuild dead-lettered records of 1500 rows the live request-log tables hold"
+			if !errors.Is(err, replay.ErrPartial) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--allow-partial") {
+				t.Fatalf("replay: %+v, %v; want replay.ErrPartial saying %q", res, err, want)
+			}
+			after := chSnapshot(t, e.conn)
+			for table, rows := range before {
+				sameLines(t, table+" after a refused replay", after[table], rows)
+			}
+		})
+	}
 }
