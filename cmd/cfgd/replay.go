@@ -55,7 +55,7 @@ from, its tables, checkpoint and lag.`,
 	cmd.Flags().BoolVar(&list, "list", false, "list the projections with their tables, checkpoint and lag")
 	cmd.Flags().IntVar(&batch, "batch", replay.DefaultBatchSize, "events per transaction")
 	cmd.Flags().BoolVar(&partial, "allow-partial", false, "swap in a rebuild of "+replay.RequestLogName+
-		" although Kafka's retention deleted records of rows the live tables hold (they are lost)")
+		" although it lacks rows the live tables hold: records Kafka's retention deleted, or records it dead-lettered (they are lost)")
 	return cmd
 }
 
