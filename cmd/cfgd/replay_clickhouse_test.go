@@ -45,28 +45,7 @@ func TestReplayClickHouseCommand(t *testing.T) {
 	ctx := context.Background()
 
 	// Records signed with the key the commands verify them with.
-	key := strings.Repeat("replay-signing-key-", 2)
-	t.Setenv("EVENTS__SIGNING_KEY", key)
-	signer, err := events.NewSigner([]byte(key))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc := requestlogkafka.DefaultProducerConfig(c)
-	pc.PackEvents = 10
-	pc.Timeout = 10 * time.Second
-	pc.Signer = signer
-	prod, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
-	evs := make([]requestlog.Event, 500)
-	for i := range evs {
-		evs[i] = requestlog.Event{ServiceName: "svc", MethodName: "M", Status: requestlog.StatusSuccess, CreatedAt: time.Now().UTC()}
-	}
-	if err := prod.Produce(ctx, evs); err != nil {
-		t.Fatal(err)
-	}
+	signer := produceSignedRequestLogs(t, c)
 
 	// The live sink, as serve runs it: its group, behind the fence.
 	pool, err := pgxpool.New(ctx, pgURL)
@@ -150,4 +129,34 @@ func TestReplayClickHouseCommand(t *testing.T) {
 	if err := chConn.QueryRow(ctx, "SELECT count() FROM "+requestlogview.RawTable).Scan(&n); err != nil || n != 470 {
 		t.Fatalf("rows after a partial replay: %d, %v", n, err)
 	}
+}
+
+// produceSignedRequestLogs sets EVENTS__SIGNING_KEY for the commands and
+// produces 500 request-log events to bus c, 10 a record, signed with that
+// key; it returns the signer.
+func produceSignedRequestLogs(t *testing.T, c kafka.Config) *events.Signer {
+	t.Helper()
+	key := strings.Repeat("replay-signing-key-", 2)
+	t.Setenv("EVENTS__SIGNING_KEY", key)
+	signer, err := events.NewSigner([]byte(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := requestlogkafka.DefaultProducerConfig(c)
+	pc.PackEvents = 10
+	pc.Timeout = 10 * time.Second
+	pc.Signer = signer
+	prod, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	evs := make([]requestlog.Event, 500)
+	for i := range evs {
+		evs[i] = requestlog.Event{ServiceName: "svc", MethodName: "M", Status: requestlog.StatusSuccess, CreatedAt: time.Now().UTC()}
+	}
+	if err := prod.Produce(context.Background(), evs); err != nil {
+		t.Fatal(err)
+	}
+	return signer
 }

@@ -15,9 +15,6 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/cfgd/schemas"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/requestlog"
-	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections/replay"
 )
 
@@ -48,28 +45,7 @@ func TestClusterReplayCommand(t *testing.T) {
 	t.Setenv("CLICKHOUSE__URL", url)
 	t.Setenv("CLICKHOUSE__CLUSTER", testenv.ClusterName)
 
-	key := strings.Repeat("replay-signing-key-", 2)
-	t.Setenv("EVENTS__SIGNING_KEY", key)
-	signer, err := events.NewSigner([]byte(key))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc := requestlogkafka.DefaultProducerConfig(c)
-	pc.PackEvents = 10
-	pc.Timeout = 10 * time.Second
-	pc.Signer = signer
-	prod, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
-	evs := make([]requestlog.Event, 500)
-	for i := range evs {
-		evs[i] = requestlog.Event{ServiceName: "svc", MethodName: "M", Status: requestlog.StatusSuccess, CreatedAt: time.Now().UTC()}
-	}
-	if err := prod.Produce(ctx, evs); err != nil {
-		t.Fatal(err)
-	}
+	produceSignedRequestLogs(t, c)
 
 	for _, args := range [][]string{{"replay", replay.RequestLogName}, {"replay", "--all"}} {
 		var stdout, stderr bytes.Buffer

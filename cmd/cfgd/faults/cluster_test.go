@@ -248,35 +248,20 @@ func TestClusterServe(t *testing.T) {
 	for i, in := range ins {
 		waits = append(waits, in.run(ctx, fmt.Sprintf("r%d", i), 2))
 	}
-	acked := func() int {
-		n := 0
-		for _, in := range ins {
-			_, _, calls := in.counts()
-			n += calls
-		}
-		return n
-	}
-	waitAcked := func(n int) {
-		eventually(t, fmt.Sprintf("%d acknowledged batches", n), 60*time.Second, func() error {
-			if got := acked(); got < n {
-				return fmt.Errorf("%d acknowledged", got)
-			}
-			return nil
-		})
-	}
-	waitAcked(20)
+	load := ingesters(ins)
+	load.waitAcked(t, 20)
 	testenv.ClusterScript(t, "kill", "s1r2")
 	// Up again whatever happens: an ON CLUSTER statement waits for every
 	// server.
 	t.Cleanup(func() { testenv.ClusterScript(t, "start", "s1r2") })
 	cs.replicas[1].kill()
-	waitAcked(acked() + 20)
+	load.waitAcked(t, load.acked()+20)
 	restarted := time.Now()
 	testenv.ClusterScript(t, "start", "s1r2")
 	cs.replicas[1].start()
 	cs.replicas[1].waitReady(60 * time.Second)
 	t.Logf("s1r2 and replica 1 back (%v after their restart)", time.Since(restarted).Round(time.Millisecond))
-	waitAcked(acked() + 20)
+	load.waitAcked(t, load.acked()+20)
 	cancel()
 	for _, w := range waits {
 		w()

@@ -129,6 +129,30 @@ func (in *ingester) waitAcked(t testing.TB, n int, timeout time.Duration) time.D
 	})
 }
 
+// ingesters are several replicas' ingesters, counted together.
+type ingesters []*ingester
+
+// acked is the batches all of them had acknowledged.
+func (is ingesters) acked() int {
+	n := 0
+	for _, in := range is {
+		_, _, calls := in.counts()
+		n += calls
+	}
+	return n
+}
+
+// waitAcked waits until at least n batches were acknowledged in all.
+func (is ingesters) waitAcked(t testing.TB, n int) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%d acknowledged batches", n), 60*time.Second, func() error {
+		if got := is.acked(); got < n {
+			return fmt.Errorf("%d acknowledged", got)
+		}
+		return nil
+	})
+}
+
 func openClickHouse(t testing.TB, url string) driver.Conn {
 	t.Helper()
 	opts, err := clickhouse.ParseDSN(url)

@@ -187,32 +187,17 @@ func TestReplicas(t *testing.T) {
 		ins[i] = newIngester(r, key, keyID, 50, 20*time.Millisecond)
 		waits = append(waits, ins[i].run(ctx, fmt.Sprintf("r%d", i), 1))
 	}
-	acked := func() int {
-		n := 0
-		for _, in := range ins {
-			_, _, calls := in.counts()
-			n += calls
-		}
-		return n
-	}
-	waitAcked := func(n int) {
-		eventually(t, fmt.Sprintf("%d acknowledged batches", n), 60*time.Second, func() error {
-			if got := acked(); got < n {
-				return fmt.Errorf("%d acknowledged", got)
-			}
-			return nil
-		})
-	}
+	load := ingesters(ins)
 	s := newSigner(replicas[0], mail)
 	otp := &otpUses{replicas: replicas, s: s}
 	waits = append(waits, otp.run(ctx, 2, 50*time.Millisecond))
 
-	waitAcked(15)
+	load.waitAcked(t, 15)
 	s.waitSigned(t, 5, 60*time.Second)
 	replicas[1].kill()
 	// The others keep taking load; the killed one's partitions wait for it
 	// (static members) or for the session timeout, whichever comes first.
-	waitAcked(acked() + 10)
+	load.waitAcked(t, load.acked()+10)
 	replicas[1].start()
 	replicas[1].waitReady(60 * time.Second)
 	for i, r := range replicas {
@@ -220,7 +205,7 @@ func TestReplicas(t *testing.T) {
 		r.srv.signal(t, syscall.SIGTERM, 30*time.Second)
 		r.start()
 		r.waitReady(60 * time.Second)
-		waitAcked(acked() + 5)
+		load.waitAcked(t, load.acked()+5)
 		t.Logf("replica %d restarted (%v in)", i, time.Since(start).Round(time.Millisecond))
 	}
 	checkGroups(t, busEnv, len(replicas))
