@@ -85,7 +85,7 @@ func (h *LoginHandler) Handle(ctx context.Context, cmd Login) (LoginResult, erro
 			}
 			// Signing is pure: the token is handed out only once the
 			// writes committed.
-			t, err := h.tokens.Issue(token.Spec{Kind: token.Web, UserID: cur.ID, SessionID: sid, UserVersion: userVersion, ExpiresAt: exp})
+			t, err := h.tokens.Issue(token.Spec{Kind: token.Web, UserID: cur.ID, SessionID: sid, UserVersion: userVersion, IssuedAt: now, ExpiresAt: exp})
 			if err != nil {
 				return none{}, err
 			}

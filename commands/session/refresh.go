@@ -88,13 +88,13 @@ func (h *RefreshHandler) Handle(ctx context.Context, cmd Refresh) (RefreshResult
 					return none{}, err
 				}
 				d.Writes = []store.Write{{Stream: stream, Expected: s.Version, Events: []events.Envelope{env}}}
-				r, err := h.tokens.Issue(token.Spec{Kind: token.Refresh, UserID: s.UserID, SessionID: s.ID, ID: next, UserVersion: s.UserVersion, ExpiresAt: exp})
+				r, err := h.tokens.Issue(token.Spec{Kind: token.Refresh, UserID: s.UserID, SessionID: s.ID, ID: next, UserVersion: s.UserVersion, IssuedAt: now, ExpiresAt: exp})
 				if err != nil {
 					return none{}, err
 				}
 				d.Result.Refresh = &r
 			}
-			access, err := h.tokens.Issue(token.Spec{Kind: token.Access, UserID: s.UserID, SessionID: s.ID, UserVersion: s.UserVersion})
+			access, err := h.tokens.Issue(token.Spec{Kind: token.Access, UserID: s.UserID, SessionID: s.ID, UserVersion: s.UserVersion, IssuedAt: now})
 			if err != nil {
 				return none{}, err
 			}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/commands/session"
 	"github.com/cfgd/cfgd/commands/token"
@@ -90,4 +92,61 @@ func TestLoginDecisions(t *testing.T) {
 	if _, err := lo.Handle(ctx, session.Logout{SessionID: "not-a-uuid", UserID: 9001}); !errors.Is(err, session.ErrNoSession) {
 		t.Fatalf("logout of a bad id: %v", err)
 	}
+}
+
+// TestTokensCarryTheCommandsInstant: every token a command issues has the
+// command's instant as iat, so exp - iat is exactly the TTL even when the
+// token service's own clock moves on between the two reads (a CI run once
+// saw a refresh token with 168 h - 1 s when they crossed a second).
+func TestTokensCarryTheCommandsInstant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	keys, err := token.Load(token.HS256, strings.Repeat("s", 32), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The command's clock stands still; the token service's moves a
+	// second at every read, as if each read crossed a second.
+	at := time.Now().Truncate(time.Second)
+	var ticks int64
+	ticking := func() time.Time { ticks++; return at.Add(time.Duration(ticks) * time.Second) }
+	cfg := token.Config{Issuer: "i", Audience: "a", AccessTTL: time.Minute, RefreshTTL: time.Hour, WebTTL: 2 * time.Hour, Now: ticking}
+	tokens, err := token.New(cfg, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	still := func() time.Time { return at }
+	exact := func(name string, c token.Claims, ttl time.Duration) {
+		t.Helper()
+		if !c.IssuedAt.Time.Equal(at) || c.ExpiresAt.Sub(c.IssuedAt.Time) != ttl {
+			t.Errorf("%s: iat %v exp %v, want iat %v and exp - iat = %v", name, c.IssuedAt, c.ExpiresAt, at, ttl)
+		}
+	}
+
+	w, pair, err := session.StartAPI(tokens, uuid.NewString(), 9101, 1, events.Metadata{}, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact("api access", pair.Access.Claims, cfg.AccessTTL)
+	exact("api refresh", pair.Refresh.Claims, cfg.RefreshTTL)
+	if _, err := store.Append(ctx, pool, w.Stream, w.Expected, w.Events...); err != nil {
+		t.Fatal(err)
+	}
+	// Parse checks exp and nbf against the ticking clock: keep it near.
+	ticks = 0
+	res, err := session.NewRefreshHandler(pool, tokens, true, still).Handle(ctx, session.Refresh{Token: pair.Refresh.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact("refreshed access", res.Access.Claims, cfg.AccessTTL)
+	exact("rotated refresh", res.Refresh.Claims, cfg.RefreshTTL)
+
+	register(t, pool, 9102, "instant@example.com", "pw-instant-1", true, true)
+	ticks = 0
+	login, err := session.NewLoginHandler(pool, tokens, still).Handle(ctx, session.Login{Email: "instant@example.com", Password: "pw-instant-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact("web", login.Token.Claims, cfg.WebTTL)
 }

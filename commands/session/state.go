@@ -110,11 +110,11 @@ func StartAPI(tokens Tokens, sid string, userID, userVersion int64, md events.Me
 	if err != nil {
 		return store.Write{}, Pair{}, err
 	}
-	access, err := tokens.Issue(token.Spec{Kind: token.Access, UserID: userID, SessionID: sid, UserVersion: userVersion})
+	access, err := tokens.Issue(token.Spec{Kind: token.Access, UserID: userID, SessionID: sid, UserVersion: userVersion, IssuedAt: now})
 	if err != nil {
 		return store.Write{}, Pair{}, err
 	}
-	refresh, err := tokens.Issue(token.Spec{Kind: token.Refresh, UserID: userID, SessionID: sid, ID: refreshID, UserVersion: userVersion, ExpiresAt: exp})
+	refresh, err := tokens.Issue(token.Spec{Kind: token.Refresh, UserID: userID, SessionID: sid, ID: refreshID, UserVersion: userVersion, IssuedAt: now, ExpiresAt: exp})
 	if err != nil {
 		return store.Write{}, Pair{}, err
 	}

@@ -321,12 +321,19 @@ type Spec struct {
 	SessionID   string
 	ID          string
 	UserVersion int64
-	ExpiresAt   time.Time // zero: now + the kind's TTL
+	// IssuedAt is the token's iat: the instant of the command that issues
+	// it, so an expiry the command computed from the same instant gives
+	// exp - iat exactly the TTL (zero: the service's clock).
+	IssuedAt  time.Time
+	ExpiresAt time.Time // zero: iat + the kind's TTL
 }
 
 // Issue signs a token.
 func (s *Service) Issue(sp Spec) (Issued, error) {
-	now := s.cfg.Now()
+	now := sp.IssuedAt
+	if now.IsZero() {
+		now = s.cfg.Now()
+	}
 	exp := sp.ExpiresAt
 	if exp.IsZero() {
 		exp = now.Add(s.TTL(sp.Kind))
