@@ -89,7 +89,7 @@ func main() {
 	flag.BoolVar(&o.unsigned, "unsigned", false, "produce unsigned records and verify none (before request-log records were signed), to measure what signing costs")
 	flag.StringVar(&o.queryDB, "query-db", "", "database of the query benchmark, kept afterwards and loaded only when empty (so two builds can be timed in turn on the same rows); empty: a scratch database")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the replay rounds to this file")
-	flag.StringVar(&o.postgres, "postgres", "postgres:///postgres?host=/var/run/postgresql&user=postgres", "Postgres for the replay's advisory lock")
+	flag.StringVar(&o.postgres, "postgres", "postgres:///postgres?host=/var/run/postgresql&user=postgres", "Postgres server of the replay bench's scratch database (migrated, dropped afterwards)")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
@@ -17,6 +19,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/schemas"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/events/requestlogkafka"
@@ -37,11 +40,11 @@ func benchReplay(ctx context.Context, o options) error {
 		return err
 	}
 	defer closeBus()
-	pool, err := pgxpool.New(ctx, o.postgres)
+	pool, dropPG, err := scratchPostgres(ctx, o.postgres)
 	if err != nil {
-		return fmt.Errorf("postgres (the replay's lock): %w", err)
+		return err
 	}
-	defer pool.Close()
+	defer dropPG()
 	conn, drop, err := scratch(ctx, o, "cfgd_bench_replay_")
 	if err != nil {
 		return err
@@ -278,4 +281,44 @@ func buildOnly(ctx context.Context, cfg replay.ClickHouseConfig, conn driver.Con
 	res := t.Result()
 	res.Elapsed = time.Since(start)
 	return res, err
+}
+
+// scratchPostgres creates a database beside admin's, migrated as `cfgd
+// migrate` would (the replay reads the request-log writers' offset bases and
+// takes its lock there), and returns a pool on it and the func that drops
+// it. A scratch database, not the served one, so a benchmark never fences
+// or bases a running cfgd's request log.
+func scratchPostgres(ctx context.Context, admin string) (*pgxpool.Pool, func(), error) {
+	cfg, err := pgxpool.ParseConfig(admin)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-postgres: %w", err)
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := "cfgd_bench_replay_" + hex.EncodeToString(b)
+	adm, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres (the replay's lock and offset bases): %w", err)
+	}
+	if _, err := adm.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		adm.Close()
+		return nil, nil, fmt.Errorf("postgres (the replay's lock and offset bases): %w", err)
+	}
+	drop := func() {
+		_, _ = adm.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		adm.Close()
+	}
+	cfg.ConnConfig.Database = name
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		err = schemas.UpPostgres(ctx, pool, quiet())
+	}
+	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
+		drop()
+		return nil, nil, fmt.Errorf("postgres scratch database: %w", err)
+	}
+	return pool, func() { pool.Close(); drop() }, nil
 }
