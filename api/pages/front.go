@@ -2,19 +2,20 @@ package pages
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
-	"runtime/debug"
 	"time"
 
 	"github.com/gorilla/mux"
 	"github.com/munnerz/goautoneg"
 
 	"github.com/cfgd/cfgd/api/rest"
+	"github.com/cfgd/cfgd/deploy/buildinfo"
 	"github.com/cfgd/cfgd/docs"
 )
 
@@ -36,18 +37,16 @@ const (
 type FrontConfig struct {
 	// Name is shown as the index's name.
 	Name string
-	// Version is shown as the index's version; DefaultFrontConfig takes the
-	// main module's version from the build information.
+	// Version and Commit are shown as the index's; DefaultFrontConfig
+	// takes them from the binary (deploy/buildinfo).
 	Version string
+	Commit  string
 }
 
 // DefaultFrontConfig is the configuration without overrides.
 func DefaultFrontConfig() FrontConfig {
-	v := "devel"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version
-	}
-	return FrontConfig{Name: "cfgd", Version: v}
+	in := buildinfo.Read()
+	return FrontConfig{Name: "cfgd", Version: in.Version, Commit: in.ShortCommit()}
 }
 
 // Validate reports every problem at once.
@@ -85,6 +84,7 @@ func baseLinks() []Link {
 type Index struct {
 	Name    string            `json:"name"`
 	Version string            `json:"version"`
+	Commit  string            `json:"commit"`
 	Links   map[string]string `json:"links"`
 	Admin   map[string]string `json:"admin"`
 }
@@ -144,7 +144,7 @@ type index struct {
 
 func newIndex(cfg FrontConfig, assets *Assets, admin []Link) (*index, error) {
 	links := baseLinks()
-	idx := &index{json: Index{Name: cfg.Name, Version: cfg.Version, Links: map[string]string{}, Admin: map[string]string{}}}
+	idx := &index{json: Index{Name: cfg.Name, Version: cfg.Version, Commit: cmp.Or(cfg.Commit, buildinfo.Unknown), Links: map[string]string{}, Admin: map[string]string{}}}
 	seen := map[string]bool{}
 	for _, group := range []struct {
 		links []Link
@@ -159,7 +159,7 @@ func newIndex(cfg FrontConfig, assets *Assets, admin []Link) (*index, error) {
 		}
 	}
 	html, err := render("index", indexHTML, map[string]any{
-		"Name": cfg.Name, "Version": cfg.Version, "CSS": assets.URL("cfgd/front.css"), "Links": links, "Admin": admin,
+		"Name": cfg.Name, "Version": cfg.Version, "Commit": cmp.Or(cfg.Commit, buildinfo.Unknown), "CSS": assets.URL("cfgd/front.css"), "Links": links, "Admin": admin,
 	})
 	if err != nil {
 		return nil, err
@@ -226,7 +226,7 @@ const (
 </head>
 <body>
 <h1>{{.Name}}</h1>
-<p class="version">version {{.Version}}</p>
+<p class="version">version {{.Version}} (commit {{.Commit}})</p>
 <ul>
 {{- range .Links}}
 <li><a href="{{.Href}}">{{.Title}}</a> <code>{{.Href}}</code></li>

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 
+	"github.com/cfgd/cfgd/deploy/buildinfo"
 	"github.com/cfgd/cfgd/events/kafka"
 )
 
@@ -18,6 +19,7 @@ import (
 // settings file can serve the broker and its clients.
 func broker(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Writer) error {
 	c := app.Core
+	log.Info("cfgd broker starting", buildinfo.Read().LogAttrs()...)
 	emb, err := kafka.StartEmbedded(c.KafkaDataDir, c.KafkaEmbeddedAddr)
 	if err != nil {
 		return fmt.Errorf("embedded kafka (KAFKA__EMBEDDED_ADDR, KAFKA__DATA_DIR): %w", err)

@@ -5,16 +5,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/cfgd/cfgd/deploy/buildinfo"
 )
 
 // newRootCommand builds the command tree, writing to stdout and stderr.
 // Errors are returned, never printed here: main prints them once.
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
-	info, ok := debug.ReadBuildInfo()
 	root := &cobra.Command{
 		Use:   "cfgd",
 		Short: "cfgd runs the whole service from one binary",
@@ -23,7 +23,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 
 Settings come from the environment, then the .env file named by
 CFGD_ENV_FILE (default ./.env), then defaults. See docs/cli.md.`,
-		Version: versionOf(info, ok),
+		Version: versionText(buildinfo.Read()),
 		// A runnable root with Args of its own reports an unknown
 		// command with one line and exit code 2 (see commandArgs).
 		Args:                       commandArgs,
@@ -50,8 +50,7 @@ CFGD_ENV_FILE (default ./.env), then defaults. See docs/cli.md.`,
 	root.AddCommand(
 		plainCommand("serve", "run HTTP, gRPC, the event relay, the projections and every module's runners",
 			"serve runs every module until interrupted: HTTP and gRPC, the event relay, the\nprojections, reactors and sinks. It applies migrations at start.", serve),
-		plainCommand("migrate", "apply database migrations and exit",
-			"migrate applies the Postgres migrations and creates the ClickHouse tables, then exits.", migrate),
+		migrateCommand(),
 		plainCommand("worker", "run a task worker process (TASKS__* settings)",
 			"worker runs one task worker process on the queues of TASKS__QUEUES until interrupted.", runWorker),
 		plainCommand("broker", "run the embedded Kafka broker alone for serve, workers and the CLI to share",
@@ -226,28 +225,13 @@ func respell(root *cobra.Command, args []string, stderr io.Writer) []string {
 	return out
 }
 
-// versionOf reads the version, commit and commit time the Go toolchain
-// stamps into the binary; "unknown" where it stamped nothing (go run, a
-// build with -buildvcs=false or outside a repository).
-func versionOf(info *debug.BuildInfo, ok bool) string {
-	version, commit, date, modified := "unknown", "unknown", "unknown", false
-	if ok && info != nil {
-		if info.Main.Version != "" {
-			version = info.Main.Version
-		}
-		for _, s := range info.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				commit = s.Value
-			case "vcs.time":
-				date = s.Value
-			case "vcs.modified":
-				modified = s.Value == "true"
-			}
-		}
-	}
-	if modified && commit != "unknown" {
+// versionText is what --version prints after "cfgd version ": the
+// release, then the commit and its time the toolchain stamped ("unknown"
+// where it stamped nothing: go run, -buildvcs=false, no git checkout).
+func versionText(in buildinfo.Info) string {
+	commit := in.Commit
+	if in.Modified && commit != buildinfo.Unknown {
 		commit += " (modified)"
 	}
-	return fmt.Sprintf("%s\ncommit %s\ndate   %s", version, commit, date)
+	return fmt.Sprintf("%s\ncommit %s\ndate   %s", in.Version, commit, in.Date)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cfgd/cfgd/api/rest"
 	"github.com/cfgd/cfgd/cmd/cfgd/schemas"
+	"github.com/cfgd/cfgd/deploy/buildinfo"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/projections/pipeline"
@@ -28,8 +29,10 @@ import (
 // the embedded broker.
 func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Writer) error {
 	c := app.Core
+	build := buildinfo.Read()
+	log.Info("cfgd serve starting", build.LogAttrs()...)
 	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), build.Collector())
 
 	busCfg := kafka.Config{Brokers: c.KafkaBrokers, Partitions: c.KafkaPartitions, TopicPrefix: c.KafkaTopicPrefix,
 		SASL:    kafka.SASL{Mechanism: c.KafkaSASLMechanism, User: c.KafkaSASLUser, Password: c.KafkaSASLPassword.Reveal()},

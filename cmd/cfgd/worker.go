@@ -9,12 +9,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cfgd/cfgd/api/worker"
+	"github.com/cfgd/cfgd/deploy/buildinfo"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/tasks"
 )
 
 // worker runs one worker process (TASKS__* settings) until ctx ends.
 func runWorker(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Writer) error {
+	log.Info("cfgd worker starting", buildinfo.Read().LogAttrs()...)
 	rdb, err := taskRedis(app)
 	if err != nil {
 		return err

@@ -120,3 +120,36 @@ func Fingerprint() (string, error) {
 	}
 	return migrate.Fingerprint(s...)
 }
+
+// PlanPostgres is every Postgres migration with its state on pool's
+// database (`cfgd migrate status`, `--dry-run`); it changes nothing.
+func PlanPostgres(ctx context.Context, pool *pgxpool.Pool) ([]migrate.Step, error) {
+	s, err := Postgres()
+	if err != nil {
+		return nil, err
+	}
+	return migrate.PostgresPlan(ctx, pool, s...)
+}
+
+// PlanClickHouse is every ClickHouse migration, rendered as UpClickHouseOn
+// would render it for that server (and cluster), with its state in the
+// database dsn names; it creates nothing.
+func PlanClickHouse(ctx context.Context, dsn, cluster string, retentionDays int) ([]migrate.Step, error) {
+	opts, err := clickhouse.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse dsn: %w", err)
+	}
+	c := requestlogview.Cluster{Name: cluster, Database: cmp.Or(opts.Auth.Database, "default")}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	admin := *opts
+	admin.Auth.Database = "default"
+	db := clickhouse.OpenDB(&admin)
+	defer db.Close()
+	s, err := ClickHouse(ctx, db, retentionDays, c)
+	if err != nil {
+		return nil, err
+	}
+	return migrate.ClickHousePlan(ctx, dsn, s...)
+}
