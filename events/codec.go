@@ -32,6 +32,9 @@ func Headers(env Envelope) map[string]string {
 	if env.Metadata.CorrelationID != "" {
 		h[HeaderCorrelationID] = env.Metadata.CorrelationID
 	}
+	for k, v := range SchemaHeaders(env.Metadata.SchemaVersion) {
+		h[k] = v
+	}
 	return h
 }
 

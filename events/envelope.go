@@ -13,14 +13,17 @@ import (
 
 // Envelope is one stored event.
 type Envelope struct {
-	ID         uuid.UUID       `json:"id"`
-	Stream     string          `json:"stream"`
-	Version    int64           `json:"version"`  // 1-based position inside Stream
-	Position   int64           `json:"position"` // global, assigned by the store; 0 until appended
-	Type       string          `json:"type"`
-	OccurredAt time.Time       `json:"occurred_at"`
-	Metadata   Metadata        `json:"metadata"`
-	Data       json.RawMessage `json:"data"`
+	ID       uuid.UUID `json:"id"`
+	Stream   string    `json:"stream"`
+	Version  int64     `json:"version"`  // 1-based position inside Stream
+	Position int64     `json:"position"` // global, assigned by the store; 0 until appended
+	Type     string    `json:"type"`
+	// SchemaVersion is the version of Data's shape (events.Versioned); 0
+	// in events stored before payloads had versions, which are version 1.
+	SchemaVersion int             `json:"schema_version,omitempty"`
+	OccurredAt    time.Time       `json:"occurred_at"`
+	Metadata      Metadata        `json:"metadata"`
+	Data          json.RawMessage `json:"data"`
 }
 
 // Metadata travels with every event.
@@ -28,6 +31,11 @@ type Metadata struct {
 	CorrelationID string `json:"correlation_id,omitempty"`
 	CausationID   string `json:"causation_id,omitempty"`
 	Actor         string `json:"actor,omitempty"`
+	// SchemaVersion is the version of the payload's shape (Versioned),
+	// set by New; 0 in events stored before payloads had versions, which
+	// are version 1. Kept in the metadata so the event store's columns and
+	// every reader of them stay as they are.
+	SchemaVersion int `json:"schema_version,omitempty"`
 }
 
 // Event is implemented by every event payload; the name is the stable type

@@ -32,6 +32,14 @@ type Use struct {
 // is unreadable to this code.
 const usesVersion = 1
 
+// UsesFormat names the record format of the API-key usage topic, and
+// UsesVersion is the version this build writes (the first byte of each
+// record, and its events.HeaderSchemaVersion).
+const (
+	UsesFormat  = "apikey.usage"
+	UsesVersion = usesVersion
+)
+
 // AppendUses encodes uses as one record value: a version byte, then per
 // use the key id, the count and the last use in Unix microseconds (what
 // Postgres keeps), as varints.
@@ -174,9 +182,9 @@ func (r *UsageRecorder) Flush(ctx context.Context) error {
 	var msgs []*sarama.ProducerMessage
 	for i := 0; i < len(uses); i += 20_000 {
 		buf := AppendUses(nil, uses[i:min(i+20_000, len(uses))])
-		m := &sarama.ProducerMessage{Topic: r.topic, Value: sarama.ByteEncoder(buf)}
+		m := &sarama.ProducerMessage{Topic: r.topic, Value: sarama.ByteEncoder(buf), Headers: kafka.SchemaHeaders(UsesVersion)}
 		if r.cfg.Signer != nil {
-			m.Headers = []sarama.RecordHeader{{Key: []byte(events.HeaderSignature), Value: []byte(r.cfg.Signer.Sign(buf))}}
+			m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte(events.HeaderSignature), Value: []byte(r.cfg.Signer.Sign(buf))})
 		}
 		msgs = append(msgs, m)
 	}

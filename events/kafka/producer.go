@@ -13,6 +13,8 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/eapache/go-resiliency/breaker"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/cfgd/cfgd/events"
 )
 
 // Producer defaults, used where Config leaves them zero.
@@ -404,4 +406,16 @@ func (p *Producer) Close() error {
 	p.sending.Unlock()
 	p.done.Wait()
 	return nil
+}
+
+// SchemaHeaders are the schema headers (events.HeaderSchemaLevel,
+// events.HeaderSchemaVersion) of a record of format version version that
+// this build writes, so a reader of an older build can tell it needs a
+// newer cfgd instead of skipping the record.
+func SchemaHeaders(version int) []sarama.RecordHeader {
+	h := events.SchemaHeaders(version)
+	return []sarama.RecordHeader{
+		{Key: []byte(events.HeaderSchemaLevel), Value: []byte(h[events.HeaderSchemaLevel])},
+		{Key: []byte(events.HeaderSchemaVersion), Value: []byte(h[events.HeaderSchemaVersion])},
+	}
 }

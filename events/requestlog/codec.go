@@ -16,6 +16,14 @@ import (
 // codec_test.go's benchmarks).
 const formatV1 byte = 1
 
+// BatchFormat names the record format of the request-log topic, and
+// BatchVersion is the version this build writes (the first byte of each
+// record, and its events.HeaderSchemaVersion).
+const (
+	BatchFormat  = "requestlog.batch"
+	BatchVersion = int(formatV1)
+)
+
 const (
 	fRequestID protowire.Number = iota + 1
 	fServiceName

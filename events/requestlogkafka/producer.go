@@ -107,9 +107,9 @@ func (p *Producer) Produce(ctx context.Context, evs []requestlog.Event) error {
 	for i := 0; i < len(evs); i += p.cfg.PackEvents {
 		chunk := evs[i:min(i+p.cfg.PackEvents, len(evs))]
 		buf := requestlog.AppendBatch(make([]byte, 0, len(chunk)*160), chunk)
-		m := &sarama.ProducerMessage{Topic: p.topic, Value: sarama.ByteEncoder(buf)}
+		m := &sarama.ProducerMessage{Topic: p.topic, Value: sarama.ByteEncoder(buf), Headers: kafka.SchemaHeaders(requestlog.BatchVersion)}
 		if p.cfg.Signer != nil {
-			m.Headers = []sarama.RecordHeader{{Key: []byte(events.HeaderSignature), Value: []byte(p.cfg.Signer.Sign(buf))}}
+			m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte(events.HeaderSignature), Value: []byte(p.cfg.Signer.Sign(buf))})
 		}
 		msgs = append(msgs, m)
 	}

@@ -58,8 +58,8 @@ func (p *Producer) message(rec Lifecycle) (*sarama.ProducerMessage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lifecycle record: %w", err)
 	}
-	return &sarama.ProducerMessage{Topic: p.topic, Key: sarama.StringEncoder(rec.TaskID), Value: sarama.ByteEncoder(b),
-		Headers: []sarama.RecordHeader{{Key: []byte(events.HeaderSignature), Value: []byte(p.signer.Sign(b))}}}, nil
+	h := append(kafka.SchemaHeaders(LifecycleVersion), sarama.RecordHeader{Key: []byte(events.HeaderSignature), Value: []byte(p.signer.Sign(b))})
+	return &sarama.ProducerMessage{Topic: p.topic, Key: sarama.StringEncoder(rec.TaskID), Value: sarama.ByteEncoder(b), Headers: h}, nil
 }
 
 // Connect connects now instead of on the first record.

@@ -227,6 +227,14 @@ const (
 	StepFailed = "failed"
 )
 
+// LifecycleFormat names the record format of the lifecycle topic (JSON of
+// Lifecycle), and LifecycleVersion is the version this build writes (its
+// events.HeaderSchemaVersion).
+const (
+	LifecycleFormat  = "tasks.lifecycle"
+	LifecycleVersion = 1
+)
+
 // Lifecycle is one step of one task. (TaskID, Step, Attempt) identifies it:
 // a step produced twice is one step.
 type Lifecycle struct {
