@@ -5,7 +5,7 @@ BIN      := $(CURDIR)/bin/cfgd
 export CFGD_DATA_DIR := $(DATA_DIR)
 export KAFKA__DATA_DIR ?= $(DATA_DIR)/kafka
 
-.PHONY: all build run test test-short test-cluster bench bench-ingest bench-replay bench-replay-clickhouse bench-replay-postgres mutate proto stack-up stack-down stack-status migrate lint fmt clean
+.PHONY: all build run test test-short test-cluster bench bench-ingest bench-replay bench-replay-clickhouse bench-replay-postgres mutate proto protos-release stack-up stack-down stack-status migrate lint fmt clean
 
 all: build
 
@@ -61,11 +61,16 @@ proto:
 	api/protos/generate.sh
 
 ## lint: gofmt, go vet, no dead code (deadcode: functions that neither a main nor a test reaches; both with
-## the `cluster` tag, so make test-cluster's tests are checked too), and
-## docs/openapi.yaml through Redocly's linter (rules in docs/redocly.yaml; nodejs and npm from apt when missing)
+## the `cluster` tag, so make test-cluster's tests are checked too),
+## docs/openapi.yaml through Redocly's linter (rules in docs/redocly.yaml; nodejs and npm from apt when missing),
+## and buf breaking: no breaking change to the public protos since the last release
 DEADCODE := golang.org/x/tools/cmd/deadcode@v0.52.0
 # 1.34.x: the last line that runs on Debian 12's Node 18 as well as on Node 20 (2.x needs Node >= 20.19).
 REDOCLY  := @redocly/cli@1.34.20
+# buf from npm (a prebuilt binary; building it with go run takes minutes): refuses a breaking change to the
+# public protos against the image of the last release (api/protos/releases, written by make protos-release)
+BUF      := @bufbuild/buf@1.75.0
+RELEASE  := $(shell sed -n 's/^const Release = "\(.*\)"/\1/p' deploy/buildinfo/buildinfo.go)
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet -tags cluster ./...
@@ -74,6 +79,12 @@ lint:
 		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); $$sudo apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; }
 	REDOCLY_TELEMETRY=off NO_UPDATE_NOTIFIER=1 npx --yes $(REDOCLY) lint --config docs/redocly.yaml docs/openapi.yaml
+	cd api/protos && NO_UPDATE_NOTIFIER=1 npx --yes $(BUF) breaking . --against releases/v$(RELEASE).binpb
+
+## protos-release: the image of the public protos that later changes are checked against (make lint), for the
+## release in deploy/buildinfo (run when cutting a release, see docs/upgrading.md)
+protos-release:
+	cd api/protos && NO_UPDATE_NOTIFIER=1 npx --yes $(BUF) build . -o releases/v$(RELEASE).binpb
 
 fmt:
 	gofmt -w .

@@ -8,14 +8,17 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/cfgd/cfgd/api/protos"
 	_ "github.com/cfgd/cfgd/api/protos/cfgd/apikeys/v1"
 	_ "github.com/cfgd/cfgd/api/protos/cfgd/auth/v1"
 	_ "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
 	_ "github.com/cfgd/cfgd/api/protos/cfgd/monitor/v1"
+	"github.com/cfgd/cfgd/deploy/buildinfo"
 )
 
 // The committed Go code is what `make proto` makes from the committed
@@ -133,5 +136,34 @@ func TestCheckLabel(t *testing.T) {
 		if err := protos.CheckLabel(label); (err == nil) != ok {
 			t.Errorf("%q: %v", label, err)
 		}
+	}
+}
+
+// The image make lint checks breaking changes against (buf breaking) is
+// there for the release every build reports, and holds every public proto
+// file: a release cut without `make protos-release` would leave lint
+// comparing against an older release, and a new proto file unchecked.
+func TestReleaseImageHoldsEveryProto(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("releases", "v"+buildinfo.Release+".binpb"))
+	if err != nil {
+		t.Fatalf("%v: run make protos-release when cutting release %s", err, buildinfo.Release)
+	}
+	// A buf image is wire-compatible with a FileDescriptorSet.
+	var set descriptorpb.FileDescriptorSet
+	if err := proto.Unmarshal(b, &set); err != nil {
+		t.Fatal(err)
+	}
+	in := map[string]bool{}
+	for _, f := range set.GetFile() {
+		in[f.GetName()] = true
+	}
+	err = filepath.WalkDir("cfgd", func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".proto") && !in[filepath.ToSlash(path)] {
+			t.Errorf("%s is not in the image of release %s: a proto added since is not checked by buf breaking until the next release's image", path, buildinfo.Release)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -14,11 +14,9 @@ import (
 
 	"github.com/cfgd/cfgd/api/pages"
 	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/apikey"
-	"github.com/cfgd/cfgd/events/identity"
+	"github.com/cfgd/cfgd/events/catalog"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog/ingestmetrics"
-	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/projections/sinks"
 )
 
@@ -51,13 +49,7 @@ type wiring struct {
 }
 
 // eventTypes is the explicit registry of every event type cfgd stores.
-func eventTypes() []events.Event {
-	var all []events.Event
-	all = append(all, identity.Events()...)
-	all = append(all, apikey.Events()...)
-	all = append(all, tasks.Events()...)
-	return all
-}
+func eventTypes() []events.Event { return catalog.Events() }
 
 // buildModules builds every capability. A new capability is one more
 // constructor here and nothing else.
