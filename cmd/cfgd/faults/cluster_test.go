@@ -5,7 +5,6 @@ package faults
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -21,35 +20,6 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
-
-// statusError is an answer other than 200.
-type statusError int
-
-func (e statusError) Error() string { return fmt.Sprintf("answered %d", int(e)) }
-
-// overview reads the overview total through c's REST API with auth.
-func (c *cfgd) overview(ctx context.Context, auth string) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url()+"/api/grpc/monitor/overview/?hours=24", nil)
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Authorization", auth)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, statusError(resp.StatusCode)
-	}
-	var o requestlogview.Overview
-	if err := json.NewDecoder(resp.Body).Decode(&o); err != nil {
-		return 0, fmt.Errorf("overview: %w", err)
-	}
-	return o.TotalRequests, nil
-}
 
 // clusterNodeConn connects to the named nodes of the cluster (in order)
 // in database db.

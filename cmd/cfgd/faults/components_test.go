@@ -235,13 +235,20 @@ func startClickHouse(t testing.TB) (*server, string) {
 // external cluster: KAFKA__BROKERS and the login from its client.properties.
 func startBroker(t testing.TB) (*server, map[string]string) {
 	t.Helper()
+	bin := cfgdBinary(t)
+	return startBrokerOf(t, func() string { return bin })
+}
+
+// startBrokerOf is startBroker with the binary bin names at each start
+// (an upgrade restarts the broker with another build).
+func startBrokerOf(t testing.TB, bin func() string) (*server, map[string]string) {
+	t.Helper()
 	dir := t.TempDir()
 	data := filepath.Join(dir, "kafka")
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	bin := cfgdBinary(t)
 	env := append(os.Environ(), "CFGD_ENV_FILE="+filepath.Join(dir, "no.env"), "KAFKA__DATA_DIR="+data, "KAFKA__EMBEDDED_ADDR="+addr)
 	s := newServer(t, "broker", addr, syscall.SIGTERM, func() *exec.Cmd {
-		cmd := exec.Command(bin, "broker")
+		cmd := exec.Command(bin(), "broker")
 		cmd.Env = env
 		return cmd
 	})
