@@ -41,7 +41,7 @@ func seedCalls(t *testing.T, calls []call) driver.Conn {
 	t.Helper()
 	ctx := context.Background()
 	_, conn := testenv.ClickHouse(t)
-	if err := requestlogview.CreateTables(ctx, conn, requestlogview.LiveTables(), 30); err != nil {
+	if err := requestlogview.CreateTables(ctx, conn, requestlogview.LiveTables()); err != nil {
 		t.Fatal(err)
 	}
 	b, err := conn.PrepareBatch(ctx, "INSERT INTO requestlog_raw (id, created_at, created_ms, request_id, service_name, method_name, status, grpc_status_code, duration_ms, client_ip, user_id, username, is_authenticated, api_key_id, api_key_name, error_message, reported_by)")
