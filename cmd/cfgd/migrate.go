@@ -53,7 +53,7 @@ func runMigrations(ctx context.Context, log *slog.Logger, app appSettings) error
 	if err := schemas.UpPostgres(ctx, d.pg, log); err != nil {
 		return err
 	}
-	if err := schemas.UpClickHouseOn(ctx, c.ClickHouseURL, app.RequestLog.Sink.Cluster, app.RequestLog.Sink.RetentionDays, log); err != nil {
+	if err := schemas.UpClickHouseOn(ctx, c.ClickHouseURL, app.RequestLog.Sink.Cluster, log); err != nil {
 		return fmt.Errorf("clickhouse (CLICKHOUSE__URL): %w", err)
 	}
 	log.InfoContext(ctx, "migrations applied")

@@ -27,7 +27,7 @@ func TestClusterReplayCommand(t *testing.T) {
 	ctx := context.Background()
 	db := fmt.Sprintf("cfgd_cluster_cmd_%d", time.Now().UnixNano())
 	url := "clickhouse://" + testenv.ClusterNodeAddr("s1r1") + "," + testenv.ClusterNodeAddr("s2r1") + "/" + db
-	if err := schemas.UpClickHouseOn(ctx, url, testenv.ClusterName, 30, testenv.Quiet()); err != nil {
+	if err := schemas.UpClickHouseOn(ctx, url, testenv.ClusterName, testenv.Quiet()); err != nil {
 		t.Fatal(err)
 	}
 	var nodes []driver.Conn

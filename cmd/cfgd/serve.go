@@ -109,7 +109,7 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 			// down. The sink waits for the tables and says to migrate.
 			if app.RequestLog.Sink.Cluster == "" {
 				if err := retry(ctx, log, "clickhouse", func(ctx context.Context) error {
-					return schemas.UpClickHouse(ctx, c.ClickHouseURL, app.RequestLog.Sink.RetentionDays, log)
+					return schemas.UpClickHouse(ctx, c.ClickHouseURL, log)
 				}); err != nil {
 					return nil
 				}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ func TestServeCountsAPIKeyUsage(t *testing.T) {
 		return regexp.MustCompile(`(?m)^cfgd_[A-Za-z0-9_-]{43}$`).FindString(out.String()), regexp.MustCompile(`id=(\d+)`).FindStringSubmatch(out.String())[1]
 	}
 	keyA, idA := newKey("a")
-	_, idB := newKey("b")
+	keyB, idB := newKey("b")
 	r := start(t)
 
 	// Reports claiming key B: one at a time within the window (stored, as
@@ -54,11 +55,11 @@ func TestServeCountsAPIKeyUsage(t *testing.T) {
 	body := fmt.Sprintf(`[{"service_name":%[3]q,"method_name":"m","status":"success","api_key_id":%[1]s,"created_at":%[4]q},
 		{"service_name":%[3]q,"method_name":"m","status":"error","api_key_id":%[1]s,"created_at":%[2]q},
 		{"service_name":%[3]q,"method_name":"m","status":"success"}]`, idB, forged.Format(time.RFC3339Nano), svc, recent.Format(time.RFC3339Nano))
-	post := func() int {
+	postAs := func(key string) int {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, r.base+"/api/grpc/monitor/ingest/", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-API-Key", keyA)
+		req.Header.Set("X-API-Key", key)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -66,6 +67,7 @@ func TestServeCountsAPIKeyUsage(t *testing.T) {
 		res.Body.Close()
 		return res.StatusCode
 	}
+	post := func() int { t.Helper(); return postAs(keyA) }
 	// The key works once the serve process has projected it; until then
 	// it is refused (401) and nothing is counted.
 	before := time.Now()
@@ -137,6 +139,43 @@ func TestServeCountsAPIKeyUsage(t *testing.T) {
 			t.Errorf("row %+v, want reported by api_key:%s, claiming %s or none", row, idA, idB)
 		}
 	}
+	// The callers breakdown keys rows by the reporter cfgd checked and
+	// the claim: B's own report is one row, A's claims of B another,
+	// reported by A, never one that looks like B's own.
+	body = fmt.Sprintf(`[{"service_name":%q,"method_name":"m","status":"success","api_key_id":%s,"api_key_name":"b"}]`, svc, idB)
+	if code := postAs(keyB); code != http.StatusAccepted {
+		t.Fatalf("B's own report answered %d", code)
+	}
+	type caller struct {
+		ReportedBy  string `json:"reported_by"`
+		ClaimedKind string `json:"claimed_kind"`
+		ClaimedID   int64  `json:"claimed_id"`
+		Total       int64  `json:"total_requests"`
+	}
+	want := []caller{
+		{"api_key:" + idA, "anonymous", 0, 2},
+		{"api_key:" + idA, "api_key", mustInt(t, idB), 2},
+		{"api_key:" + idB, "api_key", mustInt(t, idB), 1},
+	}
+	var callers struct {
+		Callers []caller `json:"callers"`
+	}
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && fmt.Sprint(callers.Callers) != fmt.Sprint(want); time.Sleep(100 * time.Millisecond) {
+		req, _ := http.NewRequest(http.MethodGet, r.base+"/api/grpc/monitor/callers/?hours=1&service="+svc, nil)
+		req.SetBasicAuth("usage@example.com", "usage password 1")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = json.NewDecoder(res.Body).Decode(&callers)
+		res.Body.Close()
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("callers: %d %v", res.StatusCode, err)
+		}
+	}
+	if fmt.Sprint(callers.Callers) != fmt.Sprint(want) {
+		t.Errorf("callers %+v, want %+v", callers.Callers, want)
+	}
 	body = `[{"service_name":"s","method_name":"m","status":"success","reported_by":"api_key:` + idB + `"}]`
 	if code := post(); code != http.StatusBadRequest {
 		t.Errorf("a report naming its reporter answered %d, want 400", code)
@@ -154,4 +193,13 @@ func TestServeCountsAPIKeyUsage(t *testing.T) {
 	if code, _ := get(t, r.base+src[1]); code != http.StatusOK {
 		t.Errorf("%s: %d", src[1], code)
 	}
+}
+
+func mustInt(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

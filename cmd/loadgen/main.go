@@ -191,7 +191,7 @@ func open(ctx context.Context, o options, prefix, name string) (driver.Conn, fun
 		}
 		_ = admin.Close()
 	}
-	if err := requestlogview.CreateTables(ctx, conn, requestlogview.LiveTables(), 30); err != nil {
+	if err := requestlogview.CreateTables(ctx, conn, requestlogview.LiveTables()); err != nil {
 		drop()
 		return nil, nil, err
 	}

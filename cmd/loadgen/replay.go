@@ -214,11 +214,7 @@ func rawConsume(ctx context.Context, bc kafka.Config) (int64, error) {
 // reads the topic.
 func insertCeiling(ctx context.Context, conn driver.Conn, n int, events []requestlog.Event, from time.Time, step time.Duration) (float64, error) {
 	t := requestlogview.LiveTables().Suffixed("__ceiling")
-	f, err := requestlogview.ServerFeatures(ctx, conn)
-	if err != nil {
-		return 0, err
-	}
-	stmts, err := requestlogview.TableDDL(t, f, 30)
+	stmts, err := requestlogview.TableDDL(t)
 	if err != nil {
 		return 0, err
 	}

@@ -199,7 +199,6 @@ type ClickHouse struct {
 	progress          Progress
 	topic             string
 	live, shadow, old requestlogview.Tables
-	features          requestlogview.Features
 	res               Result
 	records, events   atomic.Int64
 	poisoned, total   atomic.Int64
@@ -252,10 +251,6 @@ func (r *ClickHouse) Result() Result {
 // the rollups and gives them their views.
 func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) error {
 	r.progress = progress
-	var err error
-	if r.features, err = requestlogview.ServerFeatures(ctx, r.conn); err != nil {
-		return err
-	}
 	if r.cfg.Cluster != "" {
 		var db string
 		if err := r.conn.QueryRow(ctx, "SELECT currentDatabase()").Scan(&db); err != nil {
@@ -271,10 +266,10 @@ func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) error {
 	}
 	r.building = true
 	// No views yet: the bulk load fills the raw table alone.
-	stmts, err := requestlogview.TableDDL(r.shadow, r.features, r.cfg.RetentionDays)
+	stmts, err := requestlogview.TableDDL(r.shadow)
 	if r.cluster.On() {
 		// Paths no earlier replay's tables can hold: they only grow.
-		stmts, err = requestlogview.ClusterTableDDL(r.shadow, r.features, r.cfg.RetentionDays, r.cluster,
+		stmts, err = requestlogview.ClusterTableDDL(r.shadow, r.cluster,
 			fmt.Sprintf("_%x", time.Now().UnixNano()))
 	}
 	if err != nil {
@@ -497,9 +492,9 @@ func (r *ClickHouse) allReplicasActive(ctx context.Context) error {
 // ClickHouse migration would.
 func (r *ClickHouse) createLive(ctx context.Context) error {
 	if !r.cluster.On() {
-		return requestlogview.CreateTables(ctx, r.conn, r.live, r.cfg.RetentionDays)
+		return requestlogview.CreateTables(ctx, r.conn, r.live)
 	}
-	stmts, err := requestlogview.ClusterTableDDL(r.live, r.features, r.cfg.RetentionDays, r.cluster, "")
+	stmts, err := requestlogview.ClusterTableDDL(r.live, r.cluster, "")
 	if err != nil {
 		return err
 	}
@@ -517,9 +512,9 @@ func (r *ClickHouse) createLive(ctx context.Context) error {
 // createViews creates the materialized views of set t: on a cluster on
 // every server, over its replicated tables.
 func (r *ClickHouse) createViews(ctx context.Context, t requestlogview.Tables) error {
-	views, err := requestlogview.ViewDDL(t, r.features)
+	views, err := requestlogview.ViewDDL(t)
 	if r.cluster.On() {
-		views, err = requestlogview.ClusterViewDDL(t, r.features, r.cluster)
+		views, err = requestlogview.ClusterViewDDL(t, r.cluster)
 	}
 	if err != nil {
 		return err

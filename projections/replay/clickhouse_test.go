@@ -46,7 +46,7 @@ func newCHEnv(t *testing.T, partitions int) *chEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	if err := requestlogview.CreateTables(context.Background(), conn, requestlogview.LiveTables(), 30); err != nil {
+	if err := requestlogview.CreateTables(context.Background(), conn, requestlogview.LiveTables()); err != nil {
 		t.Fatal(err)
 	}
 	return &chEnv{t: t, bus: c, conn: conn, prod: p, pool: testenv.Postgres(t)}

@@ -423,7 +423,7 @@ func BenchmarkClusterReplay(b *testing.B) {
 	ctx := context.Background()
 	db := fmt.Sprintf("cfgd_cluster_bench_%d", time.Now().UnixNano())
 	addrs := []string{testenv.ClusterNodeAddr("s1r1"), testenv.ClusterNodeAddr("s2r1")}
-	if err := schemas.UpClickHouseOn(ctx, "clickhouse://"+strings.Join(addrs, ",")+"/"+db, testCluster, 30, testenv.Quiet()); err != nil {
+	if err := schemas.UpClickHouseOn(ctx, "clickhouse://"+strings.Join(addrs, ",")+"/"+db, testCluster, testenv.Quiet()); err != nil {
 		b.Fatal(err)
 	}
 	conn, err := clickhouse.Open(&clickhouse.Options{Addr: addrs, Auth: clickhouse.Auth{Database: db}, ConnOpenStrategy: clickhouse.ConnOpenInOrder})

@@ -32,7 +32,7 @@ func clusterDB(t *testing.T) (string, driver.Conn, map[string]driver.Conn) {
 	t.Helper()
 	ctx := context.Background()
 	db := fmt.Sprintf("cfgd_cluster_%d", time.Now().UnixNano())
-	if err := schemas.UpClickHouseOn(ctx, "clickhouse://"+testenv.ClusterNodeAddr("s1r1")+","+testenv.ClusterNodeAddr("s2r1")+"/"+db, testCluster, 30, testenv.Quiet()); err != nil {
+	if err := schemas.UpClickHouseOn(ctx, "clickhouse://"+testenv.ClusterNodeAddr("s1r1")+","+testenv.ClusterNodeAddr("s2r1")+"/"+db, testCluster, testenv.Quiet()); err != nil {
 		t.Fatal(err)
 	}
 	open := func(addrs ...string) driver.Conn {

@@ -51,20 +51,28 @@ type BreakdownFilter struct {
 	Limit           int
 }
 
-// Caller kinds: who made a request, by the credentials it carried.
+// Caller kinds: who a request's reporter says made it, by the ids it put
+// in the row (api_key_id, else user_id).
 const (
 	CallerAPIKey    = "api_key"
 	CallerUser      = "user"
 	CallerAnonymous = "anonymous"
 )
 
-// Caller is one row of /api/grpc/monitor/callers/: the requests of one API
-// key (when the request carried one), else of one signed-in user, else of
-// all anonymous callers together.
+// Caller is one row of /api/grpc/monitor/callers/: the requests one
+// reporter posted with one claimed caller. ReportedBy is the reporter
+// cfgd authenticated at ingest (requestlog.Event.ReportedBy: api_key:<id>,
+// user:<id>, cfgd; ” for rows stored before it was recorded); the Claimed
+// fields are what that reporter wrote in the rows (the API key when the
+// row names one, else the user, else anonymous), which cfgd cannot check.
+// Rows are keyed by both, so a reporter claiming another key's id or a
+// made-up name gets a row of its own, never one that looks like the other
+// key's.
 type Caller struct {
-	Kind               string  `json:"kind"`
-	ID                 int64   `json:"id"`
-	Name               string  `json:"name"`
+	ReportedBy         string  `json:"reported_by"`
+	ClaimedKind        string  `json:"claimed_kind"`
+	ClaimedID          int64   `json:"claimed_id"`
+	ClaimedName        string  `json:"claimed_name"`
 	TotalRequests      int64   `json:"total_requests"`
 	SuccessfulRequests int64   `json:"successful_requests"`
 	FailedRequests     int64   `json:"failed_requests"`
@@ -98,9 +106,9 @@ func (s *Store) rawWindow(f BreakdownFilter) (string, []any, error) {
 	return cond, args, nil
 }
 
-// Callers returns the busiest callers of the window, busiest first, at most
-// f.Limit. The rollups do not keep callers, so this reads the raw rows of
-// the window.
+// Callers returns the busiest (reporter, claimed caller) pairs of the
+// window, busiest first, at most f.Limit. The rollups keep neither, so
+// this reads the raw rows of the window.
 func (s *Store) Callers(ctx context.Context, f BreakdownFilter) ([]Caller, error) {
 	return retry(ctx, func() ([]Caller, error) { return s.callersAttempt(ctx, f) })
 }
@@ -116,10 +124,13 @@ func (s *Store) callersAttempt(ctx context.Context, f BreakdownFilter) ([]Caller
 	if err != nil {
 		return nil, err
 	}
-	q := `SELECT multiIf(api_key_id != 0, '` + CallerAPIKey + `', user_id != 0, '` + CallerUser + `', '` + CallerAnonymous + `') AS kind,
-	if(api_key_id != 0, api_key_id, user_id) AS cid, any(if(api_key_id != 0, api_key_name, username)),
+	// The claimed name is part of the key: one reporter naming the same id
+	// two ways gets two rows, not one showing either name.
+	q := `SELECT reported_by, multiIf(api_key_id != 0, '` + CallerAPIKey + `', user_id != 0, '` + CallerUser + `', '` + CallerAnonymous + `') AS kind,
+	if(api_key_id != 0, api_key_id, user_id) AS cid, multiIf(api_key_id != 0, api_key_name, user_id != 0, username, '') AS cname,
 	count() AS total, countIf(status = 'success'), countIf(status IN ('error', 'timeout', 'cancelled')), sum(duration_ms)
-	FROM ` + RawTable + cond + ` GROUP BY kind, cid ORDER BY total DESC, kind, cid LIMIT ` + strconv.Itoa(f.Limit)
+	FROM ` + RawTable + cond + ` GROUP BY reported_by, kind, cid, cname
+	ORDER BY total DESC, reported_by, kind, cid, cname LIMIT ` + strconv.Itoa(f.Limit)
 	rows, err := s.conn.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("callers: %w", err)
@@ -130,10 +141,10 @@ func (s *Store) callersAttempt(ctx context.Context, f BreakdownFilter) ([]Caller
 		var c Caller
 		var id uint64
 		var t totals
-		if err := rows.Scan(&c.Kind, &id, &c.Name, &t.total, &t.ok, &t.failed, &t.duration); err != nil {
+		if err := rows.Scan(&c.ReportedBy, &c.ClaimedKind, &id, &c.ClaimedName, &t.total, &t.ok, &t.failed, &t.duration); err != nil {
 			return nil, fmt.Errorf("callers: %w", err)
 		}
-		c.ID, c.TotalRequests, c.SuccessfulRequests, c.FailedRequests = int64(id), int64(t.total), int64(t.ok), int64(t.failed)
+		c.ClaimedID, c.TotalRequests, c.SuccessfulRequests, c.FailedRequests = int64(id), int64(t.total), int64(t.ok), int64(t.failed)
 		c.SuccessRate, c.AvgDurationMS = t.rate(), t.avg()
 		out = append(out, c)
 	}

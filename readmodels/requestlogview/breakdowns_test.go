@@ -30,6 +30,9 @@ type call struct {
 	username string
 	keyID    uint64
 	keyName  string
+	// reportedBy is who posted the row (reported_by), '' as in rows
+	// stored before it was recorded.
+	reportedBy string
 }
 
 // seedCalls inserts calls into the raw table of a fresh database, ids
@@ -38,10 +41,10 @@ func seedCalls(t *testing.T, calls []call) driver.Conn {
 	t.Helper()
 	ctx := context.Background()
 	_, conn := testenv.ClickHouse(t)
-	if err := requestlogview.CreateTables(ctx, conn, requestlogview.LiveTables(), 30); err != nil {
+	if err := requestlogview.CreateTables(ctx, conn, requestlogview.LiveTables()); err != nil {
 		t.Fatal(err)
 	}
-	b, err := conn.PrepareBatch(ctx, "INSERT INTO requestlog_raw (id, created_at, created_ms, request_id, service_name, method_name, status, grpc_status_code, duration_ms, client_ip, user_id, username, is_authenticated, api_key_id, api_key_name, error_message)")
+	b, err := conn.PrepareBatch(ctx, "INSERT INTO requestlog_raw (id, created_at, created_ms, request_id, service_name, method_name, status, grpc_status_code, duration_ms, client_ip, user_id, username, is_authenticated, api_key_id, api_key_name, error_message, reported_by)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +54,7 @@ func seedCalls(t *testing.T, calls []call) driver.Conn {
 			auth = 1
 		}
 		if err := b.Append(uint64(i), c.at.Truncate(time.Second), uint16(c.at.Nanosecond()/1e6), fmt.Sprintf("req-%d", i+1), c.service, "M", c.status, c.code,
-			c.duration, "10.0.0.1", c.userID, c.username, auth, c.keyID, c.keyName, ""); err != nil {
+			c.duration, "10.0.0.1", c.userID, c.username, auth, c.keyID, c.keyName, "", c.reportedBy); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -81,6 +84,10 @@ func randomCalls(r *rand.Rand, n int) []call {
 		if r.IntN(4) == 0 {
 			c.service = health
 		}
+		// Reporters: one key, another, a staff user, cfgd itself, and none
+		// (rows from before reporters were recorded), each claiming any
+		// caller below.
+		c.reportedBy = []string{requestlog.ReportedByKey(1), requestlog.ReportedByKey(2), requestlog.ReportedByUser(1), requestlog.ReportedBySelf, ""}[r.IntN(5)]
 		switch r.IntN(3) {
 		case 0:
 			c.keyID, c.keyName, c.userID, c.username = uint64(1+r.IntN(3)), "", uint64(1+r.IntN(2)), "u"
@@ -229,8 +236,9 @@ func TestBreakdownsCountTheWindow(t *testing.T) {
 	}{{1, "", false}, {6, "", true}, {24, health, true}, {24, "", false}, {24, health, false}} {
 		t.Run(fmt.Sprintf("%dh %s internal=%v", tc.hours, tc.service, tc.includeInternal), func(t *testing.T) {
 			type key struct {
-				kind string
-				id   int64
+				reporter, kind string
+				id             int64
+				name           string
 			}
 			callers := map[key]*requestlogview.Caller{}
 			codes := map[string]int64{}
@@ -241,16 +249,16 @@ func TestBreakdownsCountTheWindow(t *testing.T) {
 					(tc.service != "" && c.service != tc.service) || (!tc.includeInternal && c.service == health) {
 					continue
 				}
-				k, name := key{requestlogview.CallerAnonymous, 0}, ""
+				k := key{c.reportedBy, requestlogview.CallerAnonymous, 0, ""}
 				switch {
 				case c.keyID != 0:
-					k, name = key{requestlogview.CallerAPIKey, int64(c.keyID)}, c.keyName
+					k.kind, k.id, k.name = requestlogview.CallerAPIKey, int64(c.keyID), c.keyName
 				case c.userID != 0:
-					k, name = key{requestlogview.CallerUser, int64(c.userID)}, c.username
+					k.kind, k.id, k.name = requestlogview.CallerUser, int64(c.userID), c.username
 				}
 				w := callers[k]
 				if w == nil {
-					w = &requestlogview.Caller{Kind: k.kind, ID: k.id, Name: name}
+					w = &requestlogview.Caller{ReportedBy: k.reporter, ClaimedKind: k.kind, ClaimedID: k.id, ClaimedName: k.name}
 					callers[k] = w
 				}
 				w.TotalRequests++
@@ -271,8 +279,8 @@ func TestBreakdownsCountTheWindow(t *testing.T) {
 				t.Fatalf("%d callers, want %d: %+v", len(got), len(callers), got)
 			}
 			for i, c := range got {
-				w := callers[key{c.Kind, c.ID}]
-				if w == nil || c.Name != w.Name || c.TotalRequests != w.TotalRequests || c.SuccessfulRequests != w.SuccessfulRequests || c.FailedRequests != w.FailedRequests {
+				w := callers[key{c.ReportedBy, c.ClaimedKind, c.ClaimedID, c.ClaimedName}]
+				if w == nil || c.TotalRequests != w.TotalRequests || c.SuccessfulRequests != w.SuccessfulRequests || c.FailedRequests != w.FailedRequests {
 					t.Errorf("caller %+v, want %+v", c, w)
 				}
 				if i > 0 && c.TotalRequests > got[i-1].TotalRequests {
@@ -302,6 +310,56 @@ func TestBreakdownsCountTheWindow(t *testing.T) {
 		if _, err := store.Callers(ctx, f); !errors.As(err, &inv) || inv.Code != errcode.Invalid {
 			t.Errorf("%+v: %v", f, err)
 		}
+	}
+}
+
+// A key's rows claiming another key's id and name, or a made-up one, are
+// the reporting key's: rows are keyed by the reporter cfgd checked and the
+// claim, so key B's own row counts only what B reported.
+func TestCallersKeyRowsByTheirReporter(t *testing.T) {
+	t.Parallel()
+	a, b := requestlog.ReportedByKey(1), requestlog.ReportedByKey(2)
+	at := now.Add(-10 * time.Minute)
+	row := func(reporter string, keyID, userID uint64, name string) call {
+		c := call{at: at, service: "shop.Orders", status: "success", code: "OK", duration: 5, keyID: keyID, userID: userID, reportedBy: reporter}
+		if keyID != 0 {
+			c.keyName = name
+		} else {
+			c.username = name
+		}
+		return c
+	}
+	calls := []call{
+		row(b, 2, 0, "beta"), row(b, 2, 0, "beta"), row(b, 2, 0, "beta"), // B's own
+		row(a, 2, 0, "beta"), row(a, 2, 0, "beta"), // A claiming to be B
+		row(a, 2, 0, "root"),   // A claiming B's id under a made-up name
+		row(a, 99, 0, "admin"), // A claiming a key that does not exist
+		row(a, 0, 5, "ann"),    // A claiming a user
+	}
+	store := requestlogview.New(seedCalls(t, calls), clock, nil)
+	got, err := store.Callers(context.Background(), requestlogview.BreakdownFilter{Hours: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type caller struct {
+		reporter, kind string
+		id             int64
+		name           string
+		total          int64
+	}
+	var rows []caller
+	for _, c := range got {
+		rows = append(rows, caller{c.ReportedBy, c.ClaimedKind, c.ClaimedID, c.ClaimedName, c.TotalRequests})
+	}
+	want := []caller{
+		{b, requestlogview.CallerAPIKey, 2, "beta", 3},
+		{a, requestlogview.CallerAPIKey, 2, "beta", 2},
+		{a, requestlogview.CallerAPIKey, 2, "root", 1},
+		{a, requestlogview.CallerAPIKey, 99, "admin", 1},
+		{a, requestlogview.CallerUser, 5, "ann", 1},
+	}
+	if !slices.Equal(rows, want) {
+		t.Fatalf("callers\n%+v\nwant\n%+v", rows, want)
 	}
 }
 

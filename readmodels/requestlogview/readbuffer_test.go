@@ -24,7 +24,7 @@ func TestRollupReadsUseSmallBuffers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	opts, conn := testenv.ClickHouse(t)
-	if err := requestlogview.CreateTables(ctx, conn, requestlogview.LiveTables(), 30); err != nil {
+	if err := requestlogview.CreateTables(ctx, conn, requestlogview.LiveTables()); err != nil {
 		t.Fatal(err)
 	}
 	logged := *opts

@@ -29,7 +29,7 @@ func seed(t *testing.T, rows ...row) driver.Conn {
 	t.Helper()
 	ctx := context.Background()
 	_, conn := testenv.ClickHouse(t)
-	if err := requestlogview.CreateTables(ctx, conn, requestlogview.LiveTables(), 30); err != nil {
+	if err := requestlogview.CreateTables(ctx, conn, requestlogview.LiveTables()); err != nil {
 		t.Fatal(err)
 	}
 	b, err := conn.PrepareBatch(ctx, "INSERT INTO requestlog_raw (id, created_at, created_ms, request_id, service_name, method_name, status, grpc_status_code, duration_ms, client_ip, user_id, username, is_authenticated, api_key_id, api_key_name, error_message)")
@@ -325,7 +325,7 @@ func TestRequestIDsOfOldRowsFitInAJSONNumber(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, conn := testenv.ClickHouse(t)
-	if err := requestlogview.CreateTables(ctx, conn, requestlogview.LiveTables(), 30); err != nil {
+	if err := requestlogview.CreateTables(ctx, conn, requestlogview.LiveTables()); err != nil {
 		t.Fatal(err)
 	}
 	old := uint64(2)<<52 | uint64(5)<<12 | 3

@@ -68,43 +68,31 @@ var durationBounds = [...]int{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 50
 // ascending order.
 func DurationBounds() []int { return slices.Clone(durationBounds[:]) }
 
-// Features are the optional server features the schema uses when the
-// server has them. Everything else in the schema runs on 18.16.
-type Features struct {
-	// LowCardinality dictionary-encodes the repetitive name columns
-	// (experimental behind a setting before 19.3).
-	LowCardinality bool
-	// Codecs adds Delta/ZSTD column codecs (19.10 and later).
-	Codecs bool
-	// TTL lets the server expire rows itself (19.6 and later), as a backstop
-	// to the partition drops that work on every version.
-	TTL bool
-}
+// MinServerVersion is the oldest ClickHouse the schema runs on. The DDL
+// renders the same for every server from it on: no statement depends on
+// the version. The branches that once did (LowCardinality names from 19.3,
+// TTL from 19.6, Delta/ZSTD codecs from 19.10) were never needed (the
+// partition drops of DropExpired keep the retention on every version,
+// the rest only saved disk) and never ran on a server here, which runs
+// 18.16; TestClickHouseSchemaIsTheSameOnEveryVersion holds it so.
+const MinServerVersion = "18.16"
 
-// FeaturesFor chooses the features by server version ("18.16.1",
-// "24.3.2.23"). This is the one place the schema depends on the version.
-func FeaturesFor(version string) (Features, error) {
+// CheckServerVersion refuses a server older than MinServerVersion
+// (version as version() gives it: "18.16.1", "24.8.4.13").
+func CheckServerVersion(version string) error {
 	parts := strings.SplitN(version, ".", 3)
 	if len(parts) < 2 {
-		return Features{}, fmt.Errorf("clickhouse version %q: want major.minor", version)
+		return fmt.Errorf("clickhouse version %q: want major.minor", version)
 	}
 	major, err1 := strconv.Atoi(parts[0])
 	minor, err2 := strconv.Atoi(parts[1])
 	if err1 != nil || err2 != nil {
-		return Features{}, fmt.Errorf("clickhouse version %q: want major.minor", version)
+		return fmt.Errorf("clickhouse version %q: want major.minor", version)
 	}
-	atLeast := func(ma, mi int) bool { return major > ma || (major == ma && minor >= mi) }
-	return Features{LowCardinality: atLeast(19, 3), Codecs: atLeast(19, 10), TTL: atLeast(19, 6)}, nil
-}
-
-// ServerFeatures are the features of conn's server (FeaturesFor its
-// version).
-func ServerFeatures(ctx context.Context, conn driver.Conn) (Features, error) {
-	var version string
-	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&version); err != nil {
-		return Features{}, fmt.Errorf("clickhouse version: %w", err)
+	if major < 18 || (major == 18 && minor < 16) {
+		return fmt.Errorf("clickhouse version %s: the request-log schema needs %s or later", version, MinServerVersion)
 	}
-	return FeaturesFor(version)
+	return nil
 }
 
 //go:embed schema/*.sql schema/clickhouse/*.sql.tmpl
@@ -113,17 +101,13 @@ var schemaFS embed.FS
 // stmt is the data of one statement template in
 // schema/clickhouse/statements.sql.tmpl.
 type stmt struct {
-	Features
-	RetentionDays int
-	Bounds        []int
+	Bounds []int
 	// Name is the table the statement creates or fills; a rollup's view is
 	// Name + "_mv".
 	Name string
 	// Source is the table a view or fill reads, Seconds its bucket size.
 	Source  string
 	Seconds int
-	// TimeColumn is the column a TTL counts from.
-	TimeColumn string
 	// PartitionBy is the table's partition key, Granularity its
 	// index_granularity (0: the server's default, 8192).
 	PartitionBy string
@@ -143,8 +127,6 @@ type stmt struct {
 type schemaData struct {
 	Raw     stmt
 	Rollups []stmt
-	// TTL are the tables whose TTL is (re)set, none without the feature.
-	TTL []stmt
 }
 
 // Partition keys, all in UTC whatever the server's zone. A read of a
@@ -166,10 +148,10 @@ const (
 // 8192 read 34,000 (a 720-hour window of 100 methods).
 const rollupGranularity = 1024
 
-func plan(t Tables, f Features, retentionDays int) schemaData {
-	base := stmt{Features: f, RetentionDays: retentionDays, Bounds: DurationBounds()}
+func plan(t Tables) schemaData {
+	base := stmt{Bounds: DurationBounds()}
 	d := schemaData{Raw: base}
-	d.Raw.Name, d.Raw.TimeColumn, d.Raw.ReportedBy = t.Raw, "created_at", true
+	d.Raw.Name, d.Raw.ReportedBy = t.Raw, true
 	d.Raw.PartitionBy = fmt.Sprintf(dayPartition, "created_at")
 	for _, r := range []struct {
 		name      string
@@ -177,12 +159,9 @@ func plan(t Tables, f Features, retentionDays int) schemaData {
 		partition string
 	}{{t.Minute, 60, dayPartition}, {t.Hour, 3600, weekPartition}, {t.Day, 86400, weekPartition}} {
 		s := base
-		s.Name, s.Source, s.Seconds, s.TimeColumn, s.View = r.name, t.Raw, r.seconds, "bucket", r.name+"_mv"
+		s.Name, s.Source, s.Seconds, s.View = r.name, t.Raw, r.seconds, r.name+"_mv"
 		s.PartitionBy, s.Granularity = fmt.Sprintf(r.partition, "bucket"), rollupGranularity
 		d.Rollups = append(d.Rollups, s)
-	}
-	if f.TTL {
-		d.TTL = append([]stmt{d.Raw}, d.Rollups...)
 	}
 	return d
 }
@@ -224,39 +203,33 @@ func render(fill func(*renderer)) ([]string, error) {
 }
 
 // DDL returns the statements that create the tables and views of set t,
-// each idempotent, for a server with features f and the given retention:
-// the statements of the ClickHouse migration, for any set of names.
-func DDL(t Tables, f Features, retentionDays int) ([]string, error) {
-	d := plan(t, f, retentionDays)
+// each idempotent: the statements of the ClickHouse migration, for any set
+// of names.
+func DDL(t Tables) ([]string, error) {
+	d := plan(t)
 	return render(func(r *renderer) {
 		r.add("create_raw", d.Raw)
 		for _, s := range d.Rollups {
 			r.add("create_rollup_offsets", s)
 			r.add("create_view_offsets", s)
 		}
-		for _, s := range d.TTL {
-			r.add("modify_ttl", s)
-		}
 	})
 }
 
 // TableDDL is DDL without the materialized views: the tables of set t.
-func TableDDL(t Tables, f Features, retentionDays int) ([]string, error) {
-	d := plan(t, f, retentionDays)
+func TableDDL(t Tables) ([]string, error) {
+	d := plan(t)
 	return render(func(r *renderer) {
 		r.add("create_raw", d.Raw)
 		for _, s := range d.Rollups {
 			r.add("create_rollup_offsets", s)
 		}
-		for _, s := range d.TTL {
-			r.add("modify_ttl", s)
-		}
 	})
 }
 
 // ViewDDL is DDL's materialized views of set t alone.
-func ViewDDL(t Tables, f Features) ([]string, error) {
-	d := plan(t, f, 1)
+func ViewDDL(t Tables) ([]string, error) {
+	d := plan(t)
 	return render(func(r *renderer) {
 		for _, s := range d.Rollups {
 			r.add("create_view_offsets", s)
@@ -270,7 +243,7 @@ func ViewDDL(t Tables, f Features) ([]string, error) {
 // load and only then creates the views: cheaper than the views folding
 // every insert block into all three rollups.
 func RollupFill(t Tables) ([]string, error) {
-	d := plan(t, Features{}, 1)
+	d := plan(t)
 	minute, hour, day := d.Rollups[0], d.Rollups[1], d.Rollups[2]
 	hour.Source, day.Source = t.Minute, t.Hour
 	return render(func(r *renderer) {
@@ -285,7 +258,7 @@ func RollupFill(t Tables) ([]string, error) {
 // partition at offsets from to to: the sink's repair of a rollup that
 // missed an insert into the raw table.
 func RollupRefill(t Tables, rollup string, partition int32, from, to int64) (string, error) {
-	d := plan(t, Features{}, 1)
+	d := plan(t)
 	for _, s := range d.Rollups {
 		if s.Name == rollup {
 			// A subquery: in the aggregating SELECT kafka_offset names the
@@ -302,15 +275,11 @@ func RollupRefill(t Tables, rollup string, partition int32, from, to int64) (str
 }
 
 // CreateTables creates the tables and views of set t in conn's database
-// if they are missing, choosing features by the server's version. The live
-// set is created by the ClickHouse migration (ClickHouseSchema); this is
-// for the sets a replay builds beside it, and for putting the live set back.
-func CreateTables(ctx context.Context, conn driver.Conn, t Tables, retentionDays int) error {
-	f, err := ServerFeatures(ctx, conn)
-	if err != nil {
-		return err
-	}
-	stmts, err := DDL(t, f, retentionDays)
+// if they are missing. The live set is created by the ClickHouse migration
+// (ClickHouseSchema); this is for the sets a replay builds beside it, and
+// for putting the live set back.
+func CreateTables(ctx context.Context, conn driver.Conn, t Tables) error {
+	stmts, err := DDL(t)
 	if err != nil {
 		return err
 	}
@@ -377,8 +346,8 @@ const LocalSuffix = "_local"
 
 // clusterPlan is plan for set t of cluster c (the live set for the
 // migration, a replay's beside it).
-func clusterPlan(t Tables, f Features, retentionDays int, c Cluster) schemaData {
-	d := plan(t, f, retentionDays)
+func clusterPlan(t Tables, c Cluster) schemaData {
+	d := plan(t)
 	qualify := func(s *stmt) {
 		s.Cluster, s.Database = c.Name, c.Database
 		s.Local = s.Name + LocalSuffix
@@ -393,20 +362,20 @@ func clusterPlan(t Tables, f Features, retentionDays int, c Cluster) schemaData 
 	for i := range d.Rollups {
 		qualify(&d.Rollups[i])
 	}
-	d.TTL = nil
-	if f.TTL {
-		d.TTL = append([]stmt{d.Raw}, d.Rollups...)
-	}
 	return d
 }
 
 // ClickHouseSchema are the ClickHouse migrations of the live request-log
-// tables for a server with features f, rendered from
+// tables for a server of the given version (refused before
+// MinServerVersion; the same for every later one), rendered from
 // schema/clickhouse/NNNNN_*.sql.tmpl, for deploy/migrate. On a cluster
 // (c.On()), migration 00001 creates the whole schema ON CLUSTER
 // (cluster.sql.tmpl) and the later ones are empty: a cluster starts from
 // the current schema.
-func ClickHouseSchema(f Features, retentionDays int, c ...Cluster) (fs.FS, error) {
+func ClickHouseSchema(version string, c ...Cluster) (fs.FS, error) {
+	if err := CheckServerVersion(version); err != nil {
+		return nil, err
+	}
 	tpl, err := templates()
 	if err != nil {
 		return nil, err
@@ -420,7 +389,7 @@ func ClickHouseSchema(f Features, retentionDays int, c ...Cluster) (fs.FS, error
 		if err := c[0].Validate(); err != nil {
 			return nil, err
 		}
-		d := clusterPlan(LiveTables(), f, retentionDays, c[0])
+		d := clusterPlan(LiveTables(), c[0])
 		for i, name := range names {
 			tname := "cluster_empty"
 			if i == 0 {
@@ -436,7 +405,7 @@ func ClickHouseSchema(f Features, retentionDays int, c ...Cluster) (fs.FS, error
 	}
 	// The migrations build the schema step by step: 00001 creates the
 	// raw table as it first was, 00003 adds reported_by.
-	d := plan(LiveTables(), f, retentionDays)
+	d := plan(LiveTables())
 	d.Raw.ReportedBy = false
 	for _, name := range names {
 		var b bytes.Buffer

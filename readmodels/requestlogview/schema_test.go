@@ -10,102 +10,106 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/migrate"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
-func TestFeaturesFor(t *testing.T) {
-	cases := []struct {
-		version string
-		want    requestlogview.Features
-		bad     bool
-	}{
-		{version: "18.16.1"},
-		{version: "19.3.4", want: requestlogview.Features{LowCardinality: true}},
-		{version: "19.6.1", want: requestlogview.Features{LowCardinality: true, TTL: true}},
-		{version: "19.10.1.5", want: requestlogview.Features{LowCardinality: true, TTL: true, Codecs: true}},
-		{version: "24.3.2.23", want: requestlogview.Features{LowCardinality: true, TTL: true, Codecs: true}},
-		{version: "", bad: true},
-		{version: "x.y", bad: true},
+// The ClickHouse migrations render the same for every server version
+// from MinServerVersion on, alone and on a cluster: the tests here run on
+// 18.16 and the compose file runs 24.8, so no statement may depend on the
+// version (the LowCardinality, codec and TTL branches the schema once had
+// never ran on a server here). Older servers are refused.
+func TestClickHouseSchemaIsTheSameOnEveryVersion(t *testing.T) {
+	render := func(version string, c ...requestlogview.Cluster) map[string]string {
+		t.Helper()
+		fsys, err := requestlogview.ClickHouseSchema(version, c...)
+		if err != nil {
+			t.Fatalf("%s: %v", version, err)
+		}
+		names, _ := fs.Glob(fsys, "*.sql")
+		out := map[string]string{}
+		for _, name := range names {
+			b, err := fs.ReadFile(fsys, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[name] = string(b)
+		}
+		return out
 	}
-	for _, c := range cases {
-		got, err := requestlogview.FeaturesFor(c.version)
-		if (err != nil) != c.bad || got != c.want {
-			t.Errorf("FeaturesFor(%q) = %+v, %v; want %+v, bad=%v", c.version, got, err, c.want, c.bad)
+	for _, c := range [][]requestlogview.Cluster{nil, {{Name: "cfgd", Database: "logs"}}} {
+		tested := render("18.16.1", c...)
+		if len(tested) != 3 {
+			t.Fatalf("%d migrations", len(tested))
+		}
+		for _, v := range []string{"18.16", "19.3.4", "19.6.1", "19.10.1.5", "24.3.2.23", "24.8.4.13", "25.3.1.1"} {
+			for name, sql := range render(v, c...) {
+				if sql != tested[name] {
+					t.Errorf("%s renders for %s other than for 18.16 (cluster %v):\n%s\nagainst\n%s", name, v, c, sql, tested[name])
+				}
+			}
+		}
+		for name, sql := range tested {
+			for _, branch := range []string{"LowCardinality", "CODEC", "TTL"} {
+				if strings.Contains(sql, branch) {
+					t.Errorf("%s uses %s", name, branch)
+				}
+			}
+		}
+	}
+	for _, v := range []string{"", "x.y", "18.14.17", "1.1.54394"} {
+		if _, err := requestlogview.ClickHouseSchema(v); err == nil {
+			t.Errorf("version %q accepted", v)
 		}
 	}
 }
 
-// The migration rendered for each server version uses exactly the modern
-// features that version has.
-func TestClickHouseSchemaFollowsVersion(t *testing.T) {
-	cases := []struct {
-		version    string
-		want, lack []string
-	}{
-		{version: "18.16.1", want: []string{"service_name String,", "duration_ms UInt32,"},
-			lack: []string{"LowCardinality", "CODEC", "TTL"}},
-		{version: "19.3.4", want: []string{"service_name LowCardinality(String),"}, lack: []string{"CODEC", "TTL"}},
-		{version: "19.6.1", want: []string{"ORDER BY (created_at, id) TTL created_at + INTERVAL 9 DAY;",
-			"ALTER TABLE requestlog_day MODIFY TTL bucket + INTERVAL 9 DAY;"}, lack: []string{"CODEC"}},
-		{version: "24.3.2.23", want: []string{"LowCardinality(String)", "id UInt64 CODEC(Delta, LZ4),",
-			"error_message String CODEC(ZSTD),", "TTL bucket + INTERVAL 9 DAY", "MODIFY TTL created_at + INTERVAL 9 DAY"}},
+// The migrations build the schema step by step; each creates and drops
+// what it should.
+func TestClickHouseSchemaMigrations(t *testing.T) {
+	fsys, err := requestlogview.ClickHouseSchema(requestlogview.MinServerVersion)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, c := range cases {
-		t.Run(c.version, func(t *testing.T) {
-			f, err := requestlogview.FeaturesFor(c.version)
-			if err != nil {
-				t.Fatal(err)
-			}
-			fsys, err := requestlogview.ClickHouseSchema(f, 9)
-			if err != nil {
-				t.Fatal(err)
-			}
-			names, _ := fs.Glob(fsys, "*.sql")
-			if strings.Join(names, " ") != "00001_requestlog.sql 00003_reported_by.sql 00004_requestlog_offsets.sql" {
-				t.Fatalf("migrations %v", names)
-			}
-			first, err := fs.ReadFile(fsys, names[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			// 00001 creates the raw table as it first was: 18.16 cannot add
-			// a column only if missing, so 00003 must find it missing.
-			if strings.Contains(string(first), "reported_by") {
-				t.Error("00001 creates reported_by")
-			}
-			if b, err := fs.ReadFile(fsys, names[1]); err != nil || !strings.Contains(string(b), "ALTER TABLE requestlog_raw ADD COLUMN reported_by String DEFAULT '';") {
-				t.Errorf("00003: %s %v", b, err)
-			}
-			var sql string
-			for _, name := range names {
-				b, err := fs.ReadFile(fsys, name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				sql += string(b)
-			}
-			for _, s := range c.want {
-				if !strings.Contains(sql, s) {
-					t.Errorf("lacks %q", s)
-				}
-			}
-			for _, s := range c.lack {
-				if strings.Contains(sql, s) {
-					t.Errorf("uses %q", s)
-				}
-			}
-			for _, s := range append(requestlogview.LiveTables().All(), requestlogview.LiveTables().Views()...) {
-				if !strings.Contains(sql, "CREATE TABLE IF NOT EXISTS "+s+" (") && !strings.Contains(sql, "VIEW IF NOT EXISTS "+s+" TO") {
-					t.Errorf("does not create %s", s)
-				}
-				if !strings.Contains(sql, "DROP TABLE IF EXISTS "+s+";") {
-					t.Errorf("down does not drop %s", s)
-				}
-			}
-		})
+	names, _ := fs.Glob(fsys, "*.sql")
+	if strings.Join(names, " ") != "00001_requestlog.sql 00003_reported_by.sql 00004_requestlog_offsets.sql" {
+		t.Fatalf("migrations %v", names)
+	}
+	first, err := fs.ReadFile(fsys, names[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 00001 creates the raw table as it first was: 18.16 cannot add
+	// a column only if missing, so 00003 must find it missing.
+	if strings.Contains(string(first), "reported_by") {
+		t.Error("00001 creates reported_by")
+	}
+	if b, err := fs.ReadFile(fsys, names[1]); err != nil || !strings.Contains(string(b), "ALTER TABLE requestlog_raw ADD COLUMN reported_by String DEFAULT '';") {
+		t.Errorf("00003: %s %v", b, err)
+	}
+	var sql string
+	for _, name := range names {
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sql += string(b)
+	}
+	for _, s := range []string{"service_name String,", "duration_ms UInt32,"} {
+		if !strings.Contains(sql, s) {
+			t.Errorf("lacks %q", s)
+		}
+	}
+	for _, s := range append(requestlogview.LiveTables().All(), requestlogview.LiveTables().Views()...) {
+		if !strings.Contains(sql, "CREATE TABLE IF NOT EXISTS "+s+" (") && !strings.Contains(sql, "VIEW IF NOT EXISTS "+s+" TO") {
+			t.Errorf("does not create %s", s)
+		}
+		if !strings.Contains(sql, "DROP TABLE IF EXISTS "+s+";") {
+			t.Errorf("down does not drop %s", s)
+		}
 	}
 }
 
@@ -119,11 +123,10 @@ func TestDDLNamesItsSet(t *testing.T) {
 		}
 		return strings.Join(s, "\n")
 	}
-	f := requestlogview.Features{LowCardinality: true, Codecs: true, TTL: true}
 	for name, got := range map[string]string{
-		"DDL":        all(requestlogview.DDL(shadow, f, 30)),
-		"TableDDL":   all(requestlogview.TableDDL(shadow, f, 30)),
-		"ViewDDL":    all(requestlogview.ViewDDL(shadow, f)),
+		"DDL":        all(requestlogview.DDL(shadow)),
+		"TableDDL":   all(requestlogview.TableDDL(shadow)),
+		"ViewDDL":    all(requestlogview.ViewDDL(shadow)),
 		"RollupFill": all(requestlogview.RollupFill(shadow)),
 	} {
 		for _, w := range strings.FieldsFunc(got, func(r rune) bool { return r == ' ' || r == '\n' || r == '\t' || r == '(' || r == ')' || r == ',' }) {
@@ -132,10 +135,10 @@ func TestDDLNamesItsSet(t *testing.T) {
 			}
 		}
 	}
-	if tables := all(requestlogview.TableDDL(shadow, f, 30)); strings.Contains(tables, "MATERIALIZED VIEW") {
+	if tables := all(requestlogview.TableDDL(shadow)); strings.Contains(tables, "MATERIALIZED VIEW") {
 		t.Error("TableDDL creates views")
 	}
-	if views := all(requestlogview.ViewDDL(shadow, f)); strings.Count(views, "CREATE MATERIALIZED VIEW") != 3 || strings.Contains(views, "CREATE TABLE") {
+	if views := all(requestlogview.ViewDDL(shadow)); strings.Count(views, "CREATE MATERIALIZED VIEW") != 3 || strings.Contains(views, "CREATE TABLE") {
 		t.Errorf("ViewDDL:\n%s", views)
 	}
 }
@@ -150,12 +153,8 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 	opts, conn := testenv.ClickHouse(t)
 	db := clickhouse.OpenDB(opts)
 	defer db.Close()
-	f, err := requestlogview.ServerFeatures(ctx, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Half made before goose ran: the migration completes it.
-	stmts, err := requestlogview.DDL(requestlogview.LiveTables(), f, 30)
+	stmts, err := requestlogview.DDL(requestlogview.LiveTables())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +166,7 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 	if err := conn.Exec(ctx, before); err != nil {
 		t.Fatal(err)
 	}
-	schema, err := requestlogview.ClickHouseSchema(f, 30)
+	schema, err := requestlogview.ClickHouseSchema(serverVersion(t, conn))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +176,7 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := requestlogview.CreateTables(ctx, conn, requestlogview.LiveTables(), 30); err != nil { // idempotent beside it
+	if err := requestlogview.CreateTables(ctx, conn, requestlogview.LiveTables()); err != nil { // idempotent beside it
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
@@ -269,11 +268,7 @@ func TestOffsetsMigrationKeepsData(t *testing.T) {
 	opts, conn := testenv.ClickHouse(t)
 	db := clickhouse.OpenDB(opts)
 	defer db.Close()
-	f, err := requestlogview.ServerFeatures(ctx, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	schema, err := requestlogview.ClickHouseSchema(f, 30)
+	schema, err := requestlogview.ClickHouseSchema(serverVersion(t, conn))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,10 +332,6 @@ func TestDropExpiredWhateverTheZone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, conn := testenv.ClickHouse(t)
-	f, err := requestlogview.ServerFeatures(ctx, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Date(2026, 11, 23, 3, 0, 0, 0, time.UTC).In(time.FixedZone("UTC+5", 5*3600))
 	cutoff := now.AddDate(0, 0, -30).UTC()
 	rows := []time.Time{
@@ -352,7 +343,7 @@ func TestDropExpiredWhateverTheZone(t *testing.T) {
 	for i, zone := range []string{"UTC", "America/Los_Angeles", "Asia/Tokyo"} {
 		t.Run(zone, func(t *testing.T) {
 			set := requestlogview.LiveTables().Suffixed(fmt.Sprint("_z", i))
-			stmts, err := requestlogview.DDL(set, f, 30)
+			stmts, err := requestlogview.DDL(set)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -411,12 +402,8 @@ func TestDropExpiredCountsUTCDays(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
-	f, err := requestlogview.ServerFeatures(ctx, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
 	set := requestlogview.LiveTables()
-	stmts, err := requestlogview.DDL(set, f, 30)
+	stmts, err := requestlogview.DDL(set)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,7 +444,7 @@ func TestDropExpiredCountsUTCDays(t *testing.T) {
 // qualified (the other servers run it in database default); 00003 and
 // 00004 are empty. Names that would not be plain identifiers are refused.
 func TestClickHouseSchemaOnACluster(t *testing.T) {
-	fsys, err := requestlogview.ClickHouseSchema(requestlogview.Features{}, 30, requestlogview.Cluster{Name: "cfgd", Database: "logs"})
+	fsys, err := requestlogview.ClickHouseSchema(requestlogview.MinServerVersion, requestlogview.Cluster{Name: "cfgd", Database: "logs"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,8 +485,18 @@ func TestClickHouseSchemaOnACluster(t *testing.T) {
 		}
 	}
 	for _, c := range []requestlogview.Cluster{{Name: "cf-gd", Database: "logs"}, {Name: "cfgd", Database: "lo`gs"}, {Name: "cfgd"}} {
-		if _, err := requestlogview.ClickHouseSchema(requestlogview.Features{}, 30, c); err == nil {
+		if _, err := requestlogview.ClickHouseSchema(requestlogview.MinServerVersion, c); err == nil {
 			t.Errorf("cluster %+v accepted", c)
 		}
 	}
+}
+
+// serverVersion is version() of conn's server.
+func serverVersion(t *testing.T, conn driver.Conn) string {
+	t.Helper()
+	var v string
+	if err := conn.QueryRow(context.Background(), "SELECT version()").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

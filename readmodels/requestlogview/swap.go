@@ -94,11 +94,11 @@ func unavailable(err error) error {
 // table keeps its path when renamed, so the set a replay renames to the
 // live names still holds the path it was created with: each replay's set
 // needs paths of its own.
-func ClusterTableDDL(t Tables, f Features, retentionDays int, c Cluster, zk string) ([]string, error) {
+func ClusterTableDDL(t Tables, c Cluster, zk string) ([]string, error) {
 	if err := clusterCheck(c, zk); err != nil {
 		return nil, err
 	}
-	d := clusterPlan(t, f, retentionDays, c)
+	d := clusterPlan(t, c)
 	// The templates end a replicated table's ZooKeeper path in .Local;
 	// the Distributed table still reads the table under its own name.
 	path := func(s stmt) stmt { s.Local += zk; return s }
@@ -109,20 +109,17 @@ func ClusterTableDDL(t Tables, f Features, retentionDays int, c Cluster, zk stri
 			r.add("create_rollup_offsets", path(s))
 			r.add("create_distributed", s)
 		}
-		for _, s := range d.TTL {
-			r.add("modify_ttl", s)
-		}
 	})
 }
 
 // ClusterViewDDL returns the materialized views of set t on cluster c, ON
 // CLUSTER: on every node each feeds its replicated rollup from its
 // replicated raw table.
-func ClusterViewDDL(t Tables, f Features, c Cluster) ([]string, error) {
+func ClusterViewDDL(t Tables, c Cluster) ([]string, error) {
 	if err := clusterCheck(c, ""); err != nil {
 		return nil, err
 	}
-	d := clusterPlan(t, f, 1, c)
+	d := clusterPlan(t, c)
 	return render(func(r *renderer) {
 		for _, s := range d.Rollups {
 			r.add("create_view_offsets", s)

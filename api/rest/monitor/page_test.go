@@ -54,11 +54,20 @@ func pageStack(t *testing.T) (*authtest.Env, string, string) {
 		}
 		e := requestlog.Event{RequestID: fmt.Sprintf("req-%d", i), ServiceName: "shop.v1.Orders", MethodName: []string{"Get", "List", "Create"}[i%3], Status: st,
 			GRPCStatusCode: code, DurationMS: int64([]int{8, 40, 300}[i%3] + 3*i), CreatedAt: now.Add(-time.Duration(i/3)*time.Minute - time.Duration(i%3)*7*time.Second), ClientIP: "10.0.0.9"}
+		// Key 4 reports half of ci-key's rows and the anonymous ones, key
+		// 5 the other half claiming key 4, user 7 its own.
 		switch i % 3 {
 		case 0:
 			e.APIKeyID, e.APIKeyName, e.UserID, e.Username, e.IsAuthenticated = 4, "ci-key", 7, "ann", true
+			e.ReportedBy = requestlog.ReportedByKey(4)
+			if i%2 == 1 {
+				e.ReportedBy = requestlog.ReportedByKey(5)
+			}
 		case 1:
 			e.UserID, e.Username, e.IsAuthenticated = 7, "ann", true
+			e.ReportedBy = requestlog.ReportedByUser(7)
+		default:
+			e.ReportedBy = requestlog.ReportedByKey(4)
 		}
 		if st == requestlog.StatusError {
 			e.ErrorMessage = "database is down"
@@ -148,10 +157,10 @@ func TestDashboardInChromium(t *testing.T) {
 	// 30 requests of the last hour show, cfgd's 10 health checks hidden.
 	poll("overview without cfgd's own traffic", `document.getElementById("stat-total").textContent === "30"`)
 	poll("tables filled", rows("methods")+` === 3 && `+rows("requests")+` === 30 && `+rows("services")+` === 1`)
-	poll("breakdowns", rows("callers")+` === 3 && `+rows("codes")+` === 2`)
+	poll("breakdowns", rows("callers")+` === 4 && `+rows("codes")+` === 2`)
 	service, err := chromedp.Run(ctx, chromedp.Text(css(`#services tr td`)))
 	step("services table", err)
-	callers, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#callers tr")].map((tr) => tr.cells[0].textContent + "=" + tr.cells[1].textContent)`))
+	callers, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#callers tr")].map((tr) => tr.cells[0].textContent + " | " + tr.cells[1].textContent + "=" + tr.cells[2].textContent)`))
 	step("callers", err)
 	codes, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#codes tr")].map((tr) => tr.cells[0].textContent + "=" + tr.cells[1].textContent)`))
 	step("status codes", err)
@@ -195,7 +204,7 @@ func TestDashboardInChromium(t *testing.T) {
 	// the row between a pointer press and its release.
 	step("open detail", chromedp.Do(within(t, ctx),
 		chromedp.Evaluate[chromedp.Void](`document.querySelector('#requests tr[data-id="`+rowID+`"]').click()`)))
-	poll("detail shown", `document.getElementById("detail").open && document.querySelectorAll("#detail dd[data-field]").length === 15`)
+	poll("detail shown", `document.getElementById("detail").open && document.querySelectorAll("#detail dd[data-field]").length === 16`)
 	detail, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](`Object.fromEntries([...document.querySelectorAll("#detail dd[data-field]")].map((d) => [d.dataset.field, d.textContent]))`))
 	step("detail fields", err)
 	detailShot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
@@ -232,7 +241,10 @@ func TestDashboardInChromium(t *testing.T) {
 	if service != "shop.v1.Orders" {
 		t.Fatalf("services table starts with %q", service)
 	}
-	if want := []string{"anonymous=10", "API key ci-key=10", "user ann=10"}; !slices.Equal(callers, want) {
+	// Keyed by reporter and claim: key 5's rows claiming key 4 are its own
+	// row, flagged, never in key 4's.
+	if want := []string{"API key #4 | anonymous=10", "user #7 | user ann (#7)=10", "API key #4 | API key ci-key (#4)=5",
+		"API key #5 | API key ci-key (#4) not the reporter=5"}; !slices.Equal(callers, want) {
 		t.Errorf("callers %q, want %q", callers, want)
 	}
 	if want := []string{"OK=24", "INTERNAL=6"}; !slices.Equal(codes, want) {
@@ -251,7 +263,8 @@ func TestDashboardInChromium(t *testing.T) {
 			t.Errorf("chart %d: partial bucket %q, want the current minute %v", i, p, current)
 		}
 	}
-	if detail["id"] != rowID || detail["service_name"] != "shop.v1.Orders" || !strings.HasPrefix(detail["request_id"], "req-") || detail["client_ip"] != "10.0.0.9" {
+	if detail["id"] != rowID || detail["service_name"] != "shop.v1.Orders" || !strings.HasPrefix(detail["request_id"], "req-") || detail["client_ip"] != "10.0.0.9" ||
+		!strings.HasPrefix(detail["reported_by"], "api_key:") && !strings.HasPrefix(detail["reported_by"], "user:") {
 		t.Errorf("detail of %s: %v", rowID, detail)
 	}
 	if overflow {

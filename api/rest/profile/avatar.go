@@ -32,6 +32,10 @@ const (
 	// MaxAvatarSide bounds either side of an avatar in pixels, so a small
 	// file cannot be a huge image that exhausts whoever decodes it.
 	MaxAvatarSide = 8192
+	// MaxAvatarPixels bounds width × height (2048 × 2048, 16 MiB as RGBA):
+	// the side bound alone lets a 63 KB PNG of 8192 × 8192 through, 256 MiB
+	// for every browser that shows it. Plenty for an avatar.
+	MaxAvatarPixels = 4 << 20
 	// multipartOverhead is what the request may carry besides the file:
 	// part headers and boundaries.
 	multipartOverhead = 64 << 10
@@ -172,7 +176,8 @@ func (h *handler) readAvatar(w http.ResponseWriter, r *http.Request) ([]byte, *e
 
 // detectImage tells a PNG, JPEG or WebP file from its first bytes (the
 // WHATWG sniffing rules, which check the RIFF....WEBPVP header of WebP),
-// then decodes the image header to be sure the rest agrees. It returns the
+// then decodes the image header (never the pixels) to be sure the rest
+// agrees and the dimensions are within bounds. It returns the
 // file extension, or what is wrong.
 func detectImage(data []byte) (ext, problem string) {
 	ct := http.DetectContentType(data)
@@ -197,6 +202,8 @@ func detectImage(data []byte) (ext, problem string) {
 		return "", "has no pixels"
 	case cfg.Width > MaxAvatarSide || cfg.Height > MaxAvatarSide:
 		return "", fmt.Sprintf("is %dx%d pixels; at most %d on either side", cfg.Width, cfg.Height, MaxAvatarSide)
+	case int64(cfg.Width)*int64(cfg.Height) > MaxAvatarPixels:
+		return "", fmt.Sprintf("is %dx%d pixels; at most %d pixels in all (2048x2048)", cfg.Width, cfg.Height, MaxAvatarPixels)
 	}
 	return ext, ""
 }

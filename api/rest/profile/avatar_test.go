@@ -2,7 +2,10 @@ package profile_test
 
 import (
 	"bytes"
+	"compress/zlib"
 	"encoding/base64"
+	"encoding/binary"
+	"hash/crc32"
 	"image"
 	"image/color"
 	"image/gif"
@@ -49,6 +52,46 @@ func encoded(t *testing.T, format string, w, h int) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b.Bytes()
+}
+
+// blankPNG is a valid 8-bit grayscale PNG of w×h black pixels, written
+// row by row so that no w×h image is ever held: zeros deflate about
+// 1,000 to 1, so 8192×8192 takes some 65 KB.
+func blankPNG(t *testing.T, w, h int) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	b.WriteString("\x89PNG\r\n\x1a\n")
+	chunk := func(kind string, data []byte) {
+		var n [4]byte
+		binary.BigEndian.PutUint32(n[:], uint32(len(data)))
+		b.Write(n[:])
+		crc := crc32.NewIEEE()
+		crc.Write([]byte(kind))
+		crc.Write(data)
+		b.WriteString(kind)
+		b.Write(data)
+		binary.BigEndian.PutUint32(n[:], crc.Sum32())
+		b.Write(n[:])
+	}
+	ihdr := make([]byte, 13)
+	binary.BigEndian.PutUint32(ihdr[0:], uint32(w))
+	binary.BigEndian.PutUint32(ihdr[4:], uint32(h))
+	ihdr[8], ihdr[9] = 8, 0 // bit depth 8, grayscale
+	chunk("IHDR", ihdr)
+	var idat bytes.Buffer
+	zw, _ := zlib.NewWriterLevel(&idat, zlib.BestCompression)
+	row := make([]byte, 1+w) // filter type 0, then w zero pixels
+	for range h {
+		if _, err := zw.Write(row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	chunk("IDAT", idat.Bytes())
+	chunk("IEND", nil)
 	return b.Bytes()
 }
 
@@ -117,9 +160,10 @@ func TestAvatarUploadReplaceAndDelete(t *testing.T) {
 	s := e.SignIn(t, authtest.Email("avatar"))
 	stored := regexp.MustCompile(`^/media/(avatars/` + strconv.FormatInt(s.UserID, 10) + `/[0-9a-f]{32}\.(png|jpg|webp))$`)
 
-	// A real PNG: stored under a name of the server's choosing, shown as a
-	// URL, served back byte for byte.
-	pngData := encoded(t, "png", 4, 3)
+	// A real PNG of as many pixels as an avatar may have (2048×2048): stored
+	// under a name of the server's choosing, shown as a URL, served back
+	// byte for byte.
+	pngData := blankPNG(t, 2048, 2048)
 	r := upload(t, e, s.Access, "avatar", "me.png", "image/png", pngData)
 	if r.Status != http.StatusOK {
 		t.Fatalf("png: %d %s", r.Status, r.Raw)
@@ -198,6 +242,13 @@ func TestAvatarRejectsWhatIsNotAnImage(t *testing.T) {
 	s := e.SignIn(t, authtest.Email("badavatar"))
 	const limit = 2 << 20
 	pngMagic := []byte("\x89PNG\r\n\x1a\n")
+	huge := blankPNG(t, 8192, 8192)
+	if len(huge) > 100<<10 {
+		t.Fatalf("the 64 Mpx PNG takes %d bytes; it should be a small file", len(huge))
+	}
+	if cfg, err := png.DecodeConfig(bytes.NewReader(huge)); err != nil || cfg.Width != 8192 || cfg.Height != 8192 {
+		t.Fatalf("the 64 Mpx PNG: %+v %v", cfg, err)
+	}
 	tests := []struct {
 		name     string
 		field    string
@@ -214,6 +265,9 @@ func TestAvatarRejectsWhatIsNotAnImage(t *testing.T) {
 		{"WebP header, then garbage", "avatar", "a.webp", []byte("RIFF\x20\x00\x00\x00WEBPVP8 garbage-garbage-garbage"), 400,
 			"starts like a WebP image but is not a valid one"},
 		{"too many pixels", "avatar", "a.png", encoded(t, "png", 8193, 1), 400, "is 8193x1 pixels; at most 8192 on either side"},
+		// 64 Mpx in 65 KB, each side within the side bound.
+		{"64 megapixels in a small file", "avatar", "a.png", huge, 400, "is 8192x8192 pixels; at most 4194304 pixels in all (2048x2048)"},
+		{"one row over 4 megapixels", "avatar", "a.png", blankPNG(t, 2048, 2049), 400, "is 2048x2049 pixels; at most 4194304 pixels in all (2048x2048)"},
 		{"empty", "avatar", "a.png", nil, 400, "is empty"},
 		{"other field", "picture", "a.png", encoded(t, "png", 1, 1), 400, `is required: send the image in the multipart field "avatar"`},
 		{"path-like name, text inside", "avatar", "../../etc/passwd.png", []byte("root:x:0:0:root:/root:/bin/bash\n"), 400,

@@ -32,7 +32,7 @@ func TestClusterMigrate(t *testing.T) {
 		}
 	})
 	for range 2 {
-		if err := schemas.UpClickHouseOn(ctx, dsn, testenv.ClusterName, 30, slog.New(slog.DiscardHandler)); err != nil {
+		if err := schemas.UpClickHouseOn(ctx, dsn, testenv.ClusterName, slog.New(slog.DiscardHandler)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -47,24 +47,20 @@ func Postgres() ([]migrate.Schema, error) {
 	return out, nil
 }
 
-// ClickHouse are the owners' ClickHouse migrations, rendered for the
-// features of db's server (and cluster c, if any).
-func ClickHouse(ctx context.Context, db *sql.DB, retentionDays int, c ...requestlogview.Cluster) ([]migrate.Schema, error) {
+// ClickHouse are the owners' ClickHouse migrations for db's server (and
+// cluster c, if any), refused when the server is too old for them.
+func ClickHouse(ctx context.Context, db *sql.DB, c ...requestlogview.Cluster) ([]migrate.Schema, error) {
 	v, err := migrate.ClickHouseServerVersion(ctx, db)
 	if err != nil {
 		return nil, err
 	}
-	f, err := requestlogview.FeaturesFor(v)
-	if err != nil {
-		return nil, err
-	}
-	return ClickHouseFor(f, retentionDays, c...)
+	return ClickHouseFor(v, c...)
 }
 
-// ClickHouseFor is ClickHouse for a server with features f (or every
+// ClickHouseFor is ClickHouse for a server of the given version (or every
 // server of cluster c).
-func ClickHouseFor(f requestlogview.Features, retentionDays int, c ...requestlogview.Cluster) ([]migrate.Schema, error) {
-	fsys, err := requestlogview.ClickHouseSchema(f, retentionDays, c...)
+func ClickHouseFor(version string, c ...requestlogview.Cluster) ([]migrate.Schema, error) {
+	fsys, err := requestlogview.ClickHouseSchema(version, c...)
 	if err != nil {
 		return nil, err
 	}
@@ -81,17 +77,16 @@ func UpPostgres(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error
 }
 
 // UpClickHouse creates the database named in dsn if it is missing and
-// applies every pending ClickHouse migration to it; retentionDays is the
-// request-log tables' TTL where the server has TTL.
-func UpClickHouse(ctx context.Context, dsn string, retentionDays int, log *slog.Logger) error {
-	return UpClickHouseOn(ctx, dsn, "", retentionDays, log)
+// applies every pending ClickHouse migration to it.
+func UpClickHouse(ctx context.Context, dsn string, log *slog.Logger) error {
+	return UpClickHouseOn(ctx, dsn, "", log)
 }
 
 // UpClickHouseOn is UpClickHouse on ClickHouse cluster cluster (empty: the
 // one server of dsn): database, tables and views are created ON CLUSTER,
 // through the server dsn names. Goose's version table stays on that server:
 // migrating through another one runs the (idempotent) DDL again.
-func UpClickHouseOn(ctx context.Context, dsn, cluster string, retentionDays int, log *slog.Logger) error {
+func UpClickHouseOn(ctx context.Context, dsn, cluster string, log *slog.Logger) error {
 	opts, err := clickhouse.ParseDSN(dsn)
 	if err != nil {
 		return fmt.Errorf("clickhouse dsn: %w", err)
@@ -105,7 +100,7 @@ func UpClickHouseOn(ctx context.Context, dsn, cluster string, retentionDays int,
 		return err
 	}
 	defer db.Close()
-	s, err := ClickHouse(ctx, db, retentionDays, c)
+	s, err := ClickHouse(ctx, db, c)
 	if err != nil {
 		return err
 	}

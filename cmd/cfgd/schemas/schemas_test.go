@@ -38,15 +38,15 @@ func upSection(sql string) string {
 }
 
 // Every table (and view, sequence, function) is created by one owner only,
-// whichever features the ClickHouse server has.
+// whichever ClickHouse server version the migrations are rendered for.
 func TestOneOwnerPerTable(t *testing.T) {
 	pg, err := schemas.Postgres()
 	if err != nil {
 		t.Fatal(err)
 	}
 	all := append([]migrate.Schema{}, pg...)
-	for _, f := range []requestlogview.Features{{}, {LowCardinality: true, Codecs: true, TTL: true}} {
-		ch, err := schemas.ClickHouseFor(f, 30)
+	for _, v := range []string{"18.16.1", "24.8.4.13"} {
+		ch, err := schemas.ClickHouseFor(v)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func TestEverySchemaFileIsWired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch, err := schemas.ClickHouseFor(requestlogview.Features{}, 30)
+	ch, err := schemas.ClickHouseFor(requestlogview.MinServerVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestUpClickHouse(t *testing.T) {
 	opts, conn := testenv.ClickHouse(t)
 	dsn := strings.Replace(testenv.ClickHouseAdminURL(), "/default", "/"+opts.Auth.Database, 1)
 	for range 2 {
-		if err := schemas.UpClickHouse(ctx, dsn, 30, quiet); err != nil {
+		if err := schemas.UpClickHouse(ctx, dsn, quiet); err != nil {
 			t.Fatal(err)
 		}
 	}

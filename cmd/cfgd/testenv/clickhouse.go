@@ -80,7 +80,7 @@ func MigrateClickHouse(t testing.TB, db string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dsn := strings.Replace(ClickHouseAdminURL(), "/default", "/"+db, 1)
-	if err := schemas.UpClickHouse(ctx, dsn, 30, Quiet()); err != nil {
+	if err := schemas.UpClickHouse(ctx, dsn, Quiet()); err != nil {
 		t.Fatalf("testenv: clickhouse migrations: %v", err)
 	}
 }

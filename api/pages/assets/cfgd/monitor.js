@@ -151,22 +151,44 @@
     fill($("methods"), rows, 8, "No requests in this window.");
   }
 
-  function callerLabel(c) {
-    if (c.kind === "anonymous") return "anonymous";
-    return (c.kind === "api_key" ? "API key " : "user ") + (c.name || "#" + c.id);
+  // A callers row is one reporter (checked by cfgd at ingest) and what it
+  // claims in its rows (api_key_id/user_id and names, never checked): the
+  // claim is shown as such, and flagged when it names another key than
+  // the one that reported it.
+  function reporterLabel(by) {
+    if (!by) return "unrecorded";
+    const [kind, id] = by.split(":");
+    if (kind === "api_key") return "API key #" + id;
+    if (kind === "user") return "user #" + id;
+    return by;
+  }
+  function claimLabel(c) {
+    if (c.claimed_kind === "anonymous") return "anonymous";
+    const what = c.claimed_kind === "api_key" ? "API key " : "user ";
+    return what + (c.claimed_name ? c.claimed_name + " (#" + c.claimed_id + ")" : "#" + c.claimed_id);
   }
   function renderCallers(list) {
     const rows = list.map((c) => {
       const tr = document.createElement("tr");
-      tr.dataset.kind = c.kind;
-      cell(tr, "Caller", callerLabel(c), "wrap");
+      tr.dataset.kind = c.claimed_kind;
+      tr.dataset.reportedBy = c.reported_by;
+      cell(tr, "Reported by", reporterLabel(c.reported_by), "wrap");
+      const claim = cell(tr, "Claimed caller", claimLabel(c), "wrap claimed");
+      if (c.claimed_kind === "api_key" && c.reported_by.startsWith("api_key:") && c.reported_by !== "api_key:" + c.claimed_id) {
+        const b = document.createElement("span");
+        b.className = "badge st-error";
+        b.title = "the rows name another API key than the one that reported them";
+        b.textContent = "not the reporter";
+        claim.append(" ", b);
+        tr.dataset.mismatch = "true";
+      }
       cell(tr, "Requests", fmt.int(c.total_requests), "num");
       cell(tr, "Failed", fmt.int(c.failed_requests), "num");
       cell(tr, "Success", fmt.pct(c.success_rate), "num");
       cell(tr, "Avg", fmt.ms(c.avg_duration_ms), "num");
       return tr;
     });
-    fill($("callers"), rows, 5, "No requests in this window.");
+    fill($("callers"), rows, 6, "No requests in this window.");
   }
   function renderCodes(list) {
     const rows = list.map((c) => {
@@ -188,8 +210,8 @@
   const DETAIL = [
     ["id", "ID"], ["request_id", "Request ID"], ["created_at", "Time"], ["service_name", "Service"], ["method_name", "Method"],
     ["status", "Status"], ["grpc_status_code", "gRPC code"], ["duration_ms", "Duration (ms)"], ["error_message", "Error"],
-    ["client_ip", "Client IP"], ["is_authenticated", "Authenticated"], ["user_id", "User ID"], ["username", "Username"],
-    ["api_key_id", "API key ID"], ["api_key_name", "API key"],
+    ["reported_by", "Reported by (checked)"], ["client_ip", "Client IP (claimed)"], ["is_authenticated", "Authenticated (claimed)"],
+    ["user_id", "User ID (claimed)"], ["username", "Username (claimed)"], ["api_key_id", "API key ID (claimed)"], ["api_key_name", "API key (claimed)"],
   ];
   async function openDetail(id) {
     const dl = $("detail-fields");
@@ -227,7 +249,7 @@
       cell(tr, "Status", badge(r.status));
       cell(tr, "Code", r.grpc_status_code || "–");
       cell(tr, "Duration", r.duration_ms + " ms", "num");
-      cell(tr, "Caller", r.api_key_name || r.username || r.client_ip || "–", "wrap");
+      cell(tr, "Claimed caller", r.api_key_name || r.username || r.client_ip || "–", "wrap");
       cell(tr, "Error", r.error_message || "", "wrap");
       return tr;
     });
