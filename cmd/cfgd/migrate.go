@@ -78,7 +78,7 @@ func migratePlan(ctx context.Context, app appSettings, stdout io.Writer, dryRun 
 	if err != nil {
 		return fmt.Errorf("postgres (POSTGRES__URL): %w", err)
 	}
-	ch, err := schemas.PlanClickHouse(ctx, c.ClickHouseURL, app.RequestLog.Sink.Cluster, app.RequestLog.Sink.RetentionDays)
+	ch, err := schemas.PlanClickHouse(ctx, c.ClickHouseURL, app.RequestLog.Sink.Cluster)
 	if err != nil {
 		return fmt.Errorf("clickhouse (CLICKHOUSE__URL): %w", err)
 	}

@@ -129,7 +129,7 @@ func PlanPostgres(ctx context.Context, pool *pgxpool.Pool) ([]migrate.Step, erro
 // PlanClickHouse is every ClickHouse migration, rendered as UpClickHouseOn
 // would render it for that server (and cluster), with its state in the
 // database dsn names; it creates nothing.
-func PlanClickHouse(ctx context.Context, dsn, cluster string, retentionDays int) ([]migrate.Step, error) {
+func PlanClickHouse(ctx context.Context, dsn, cluster string) ([]migrate.Step, error) {
 	opts, err := clickhouse.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse dsn: %w", err)
@@ -142,7 +142,7 @@ func PlanClickHouse(ctx context.Context, dsn, cluster string, retentionDays int)
 	admin.Auth.Database = "default"
 	db := clickhouse.OpenDB(&admin)
 	defer db.Close()
-	s, err := ClickHouse(ctx, db, retentionDays, c)
+	s, err := ClickHouse(ctx, db, c)
 	if err != nil {
 		return nil, err
 	}
