@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
@@ -184,9 +183,9 @@ func fieldErrors(in []*ingestv1.FieldError) []requestlog.FieldError {
 // earlier call.
 func (s *Ingest) reportOnce(stream grpc.ClientStreamingServer[ingestv1.ReportRequest, ingestv1.ReportResponse], p Principal, key string) error {
 	ctx := stream.Context()
-	caller := "user:" + strconv.FormatInt(p.UserID, 10)
+	caller := requestlog.UserCaller(p.UserID)
 	if p.Via == ViaAPIKey {
-		caller = "key:" + strconv.FormatInt(p.KeyID, 10)
+		caller = requestlog.KeyCaller(p.KeyID)
 	}
 	if err := s.accept.Admit(ctx, caller, key); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 
 	"github.com/cfgd/cfgd/deploy/errcode"
 )
@@ -33,6 +34,11 @@ type KeyStore interface {
 	// Release gives key up after its call failed in a way a retry may fix.
 	Release(ctx context.Context, caller, key string) error
 }
+
+// KeyCaller and UserCaller name the scope of an idempotency key: the API
+// key, or the user, that sent the call, on either transport.
+func KeyCaller(id int64) string  { return "key:" + strconv.FormatInt(id, 10) }
+func UserCaller(id int64) string { return "user:" + strconv.FormatInt(id, 10) }
 
 // MaxKey bounds an idempotency key, in bytes.
 const MaxKey = 255

@@ -10,7 +10,6 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -176,9 +175,9 @@ func callerOf(r *http.Request) string {
 	case !ok || p == nil:
 		return "anonymous"
 	case p.Via == auth.ViaAPIKey:
-		return "key:" + strconv.FormatInt(p.KeyID, 10)
+		return requestlog.KeyCaller(p.KeyID)
 	}
-	return "user:" + strconv.FormatInt(p.UserID, 10)
+	return requestlog.UserCaller(p.UserID)
 }
 
 // reporterOf is the reported_by of what r posts: its API key, or its user.
