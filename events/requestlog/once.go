@@ -20,9 +20,10 @@ import (
 // KeyStore remembers the outcomes of calls by (caller, key) for a while
 // (readmodels/requestlogview.Idempotency, over Postgres).
 type KeyStore interface {
-	// Room refuses (errcode RateLimited, with RetryAfter) a caller that
-	// holds as much as it may of remembered outcomes.
-	Room(ctx context.Context, caller string) error
+	// Room refuses (errcode RateLimited, with RetryAfter) a new key of a
+	// caller that holds as much as it may of remembered outcomes; a key
+	// it holds already passes (its call may be a replay).
+	Room(ctx context.Context, caller, key string) error
 	// Claim claims key for a call whose body hashes to hash: nil, nil when
 	// the call is the first with the key (run it, then Finish or
 	// Release); the remembered outcome when a call with the key and this
@@ -72,7 +73,7 @@ func (a *Accepter) Admit(ctx context.Context, caller, key string) error {
 	if err := CheckKey(key); err != nil {
 		return err
 	}
-	return a.Keys.Room(ctx, caller)
+	return a.Keys.Room(ctx, caller, key)
 }
 
 // Once runs the call of caller with key, whose body hashes to hash, at

@@ -4,7 +4,7 @@ package requestlogview
 // test (an external test package: testenv imports this one).
 func IdempotencyQueries() map[string]string {
 	return map[string]string{"read": readKey, "drop": dropExpired, "finish": finishKey, "release": releaseKey, "sweep": sweepExpired,
-		"charge": chargeCaller, "caller": readCaller}
+		"charge": chargeCaller, "caller": readCaller, "holds": holdsKey}
 }
 
 // LegacyOutcome is legacyOutcome, for the test of answers stored before

@@ -107,6 +107,7 @@ const (
 	WHERE c.since <= $4 OR c.bytes < $5
 	RETURNING bytes`
 	readCaller = `SELECT since, bytes FROM requestlog_idempotency_callers WHERE caller = $1`
+	holdsKey   = `SELECT EXISTS (SELECT 1 FROM requestlog_idempotency WHERE caller = $1 AND key = $2)`
 	// The sweep looks at the oldest rows only, through the created_at
 	// index (expired rows are always the oldest), in bounded steps: a
 	// plain "created_at < $1" gets a sequential scan as its generic plan.
@@ -117,10 +118,28 @@ const (
 	sweepCallers = `DELETE FROM requestlog_idempotency_callers WHERE since < $1`
 )
 
-// Room refuses a caller that stored its DefaultCallerBytes (or
-// WithCallerBytes) within the current window: errcode RateLimited until
-// the window ends.
-func (s *Idempotency) Room(ctx context.Context, caller string) error {
+// Room refuses a new key of a caller that stored its DefaultCallerBytes
+// (or WithCallerBytes) within the current window: errcode RateLimited
+// until the window ends. A key the caller holds passes: its call may be
+// a replay, which stores nothing (Claim refuses it if it is not).
+func (s *Idempotency) Room(ctx context.Context, caller, key string) error {
+	err := s.room(ctx, caller)
+	var e *errcode.Error
+	if !errors.As(err, &e) || e.Code != errcode.RateLimited {
+		return err
+	}
+	var held bool
+	if qerr := s.db.QueryRow(ctx, holdsKey, caller, key).Scan(&held); qerr != nil {
+		return fmt.Errorf("idempotency key: %w", qerr)
+	}
+	if held {
+		return nil
+	}
+	return err
+}
+
+// room refuses a caller without room left.
+func (s *Idempotency) room(ctx context.Context, caller string) error {
 	var since time.Time
 	var n int64
 	err := s.db.QueryRow(ctx, readCaller, caller).Scan(&since, &n)
@@ -211,7 +230,7 @@ func (s *Idempotency) charge(ctx context.Context, caller, key string, hash []byt
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		err = fmt.Errorf("idempotency key: %w", err)
-	} else if err = s.Room(ctx, caller); err == nil {
+	} else if err = s.room(ctx, caller); err == nil {
 		// The window ended in between: the next call starts a new one.
 		err = &errcode.Error{Code: errcode.Conflict, Message: "retry shortly", RetryAfter: time.Second}
 	}

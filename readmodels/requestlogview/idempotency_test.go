@@ -36,7 +36,7 @@ func TestIdempotencyQueriesUseIndexes(t *testing.T) {
 		}
 		args := map[string]string{
 			"read": "('c', 'k')", "drop": "('c', 'k', now(), now())", "finish": "('c', 'k', 'x', 1)", "release": "('c', 'k')", "sweep": "(now())",
-			"charge": "('c', now(), 1, now(), 10)", "caller": "('c')",
+			"charge": "('c', now(), 1, now(), 10)", "caller": "('c')", "holds": "('c', 'k')",
 		}[name]
 		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+name+args)
 		if err != nil {
@@ -165,7 +165,7 @@ func TestIdempotencyBoundsWhatOneCallerStores(t *testing.T) {
 	stored := 0
 	for i := range 100 {
 		key := fmt.Sprintf("k%d", i)
-		if err := s.Room(ctx, "key:1"); err != nil {
+		if err := s.Room(ctx, "key:1", key); err != nil {
 			if !errors.As(err, &e) || e.Code != errcode.RateLimited || e.RetryAfter < 23*time.Hour {
 				t.Fatalf("room after %d keys: %v", stored, err)
 			}
@@ -192,6 +192,9 @@ func TestIdempotencyBoundsWhatOneCallerStores(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM requestlog_idempotency WHERE caller = 'key:1'`).Scan(&rows); err != nil || rows != stored {
 		t.Fatalf("%d rows (%v), want %d: the refused claim is not kept", rows, err, stored)
 	}
+	if err := s.Room(ctx, "key:1", "k0"); err != nil {
+		t.Fatalf("a held key past the bound: %v", err)
+	}
 	if a, err := s.Claim(ctx, "key:1", "k0", []byte("h")); err != nil || a == nil || a.Accepted != 1 {
 		t.Fatalf("replay past the bound: %v %v", a, err)
 	}
@@ -200,7 +203,7 @@ func TestIdempotencyBoundsWhatOneCallerStores(t *testing.T) {
 	}
 	// A day later the window starts over.
 	later := requestlogview.NewIdempotency(pool, func() time.Time { return time.Now().Add(IdempotencyDay) }, 100*time.Millisecond).WithCallerBytes(2000)
-	if err := later.Room(ctx, "key:1"); err != nil {
+	if err := later.Room(ctx, "key:1", "next-day"); err != nil {
 		t.Fatalf("a day later: %v", err)
 	}
 	if a, err := later.Claim(ctx, "key:1", "next-day", []byte("h")); a != nil || err != nil {

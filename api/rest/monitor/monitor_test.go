@@ -528,4 +528,7 @@ func TestIngestIdempotencyStoresSmallOutcomesAndBoundsTheCaller(t *testing.T) {
 	if code, answer, _ := post(t, url, "", body); code != http.StatusBadRequest {
 		t.Fatalf("without a key: %d %.300s", code, answer)
 	}
+	if code, again, h := post(t, url, "big-1", body); code != http.StatusBadRequest || again != first || h.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay past the bound: %d %.300s", code, again)
+	}
 }
