@@ -35,7 +35,11 @@ const (
 // wrapping ErrUnauthenticated for credentials that are wrong; any other
 // error is a failing dependency.
 type Authenticator interface {
+	// APIKey checks a key and counts one use of it (a call, or a stream).
 	APIKey(ctx context.Context, raw string) (Principal, error)
+	// RecheckAPIKey checks a key again for an open stream, counting no
+	// use.
+	RecheckAPIKey(ctx context.Context, raw string) error
 	Bearer(ctx context.Context, raw string) (Principal, error)
 }
 
@@ -63,7 +67,7 @@ func WithPrincipal(ctx context.Context, p Principal) context.Context {
 
 func authFunc(a Authenticator, log *slog.Logger) grpcauth.AuthFunc {
 	return func(ctx context.Context) (context.Context, error) {
-		p, err := authenticate(ctx, a, log)
+		p, err := authenticate(ctx, a, false, log)
 		if err != nil {
 			return nil, err
 		}
@@ -72,15 +76,18 @@ func authFunc(a Authenticator, log *slog.Logger) grpcauth.AuthFunc {
 	}
 }
 
-// authenticate checks the credentials in ctx's metadata: the call's, or an
-// open stream's again.
-func authenticate(ctx context.Context, a Authenticator, log *slog.Logger) (Principal, error) {
+// authenticate checks the credentials in ctx's metadata: the call's, or
+// an open stream's again (again: an API key's use was counted already,
+// and the principal is not needed).
+func authenticate(ctx context.Context, a Authenticator, again bool, log *slog.Logger) (Principal, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	var (
 		p   Principal
 		err error
 	)
-	if keys := md.Get(HeaderAPIKey); len(keys) > 0 {
+	if keys := md.Get(HeaderAPIKey); len(keys) > 0 && again {
+		err = a.RecheckAPIKey(ctx, keys[0])
+	} else if len(keys) > 0 {
 		p, err = a.APIKey(ctx, keys[0])
 	} else if tok, terr := grpcauth.AuthFromMD(ctx, "bearer"); terr == nil {
 		p, err = a.Bearer(ctx, tok)
@@ -105,7 +112,8 @@ var errRevoked = errcode.New(errcode.TokenNotValid, "credentials revoked or expi
 // refused (a revoked or expired key, a revoked session, an expired access
 // token) the stream ends with Unauthenticated, also when its handler is
 // blocked waiting for the client's next message. A failing dependency
-// leaves the stream open; the next check decides.
+// leaves the stream open; the next check decides. A recheck counts no
+// use of an API key: a stream is one use, counted when it started.
 func streamRecheck(a Authenticator, every time.Duration, log *slog.Logger) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx, cancel := context.WithCancelCause(ss.Context())
@@ -123,7 +131,7 @@ func streamRecheck(a Authenticator, every time.Duration, log *slog.Logger) grpc.
 					return
 				case <-t.C:
 				}
-				_, err := authenticate(ss.Context(), a, log)
+				_, err := authenticate(ss.Context(), a, true, log)
 				var e *errcode.Error
 				if errors.As(err, &e) && e.Code != errcode.Unavailable {
 					cancel(errRevoked)

@@ -23,13 +23,20 @@ func NewSigninAuthenticator(a *signin.Authenticator) *SigninAuthenticator {
 	return &SigninAuthenticator{auth: a}
 }
 
-// APIKey checks a key.
+// APIKey checks a key, counting one use of it.
 func (a *SigninAuthenticator) APIKey(ctx context.Context, raw string) (Principal, error) {
 	p, err := a.auth.APIKey(ctx, raw)
 	if err != nil {
 		return Principal{}, credentialErr(err)
 	}
 	return Principal{UserID: p.UserID, KeyID: p.KeyID, KeyName: p.KeyName, Via: ViaAPIKey}, nil
+}
+
+// RecheckAPIKey checks a key again for an open stream, counting no use:
+// the stream was counted once, when it started.
+func (a *SigninAuthenticator) RecheckAPIKey(ctx context.Context, raw string) error {
+	_, err := a.auth.CheckAPIKey(ctx, raw)
+	return credentialErr(err)
 }
 
 // Bearer checks an access token (a refresh or cookie token is refused) and

@@ -4,13 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
@@ -22,7 +19,6 @@ import (
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/events/requestlog/ingestmetrics"
-	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // Producer takes validated events to the request-log topic; it fails with
@@ -30,14 +26,6 @@ import (
 // Kafka cannot take them.
 type Producer interface {
 	Produce(ctx context.Context, events []requestlog.Event) error
-}
-
-// Idempotency remembers ingest answers by caller and idempotency key
-// (requestlogview.Idempotency).
-type Idempotency interface {
-	Claim(ctx context.Context, caller, key string, hash []byte) (*requestlogview.Answer, error)
-	Finish(ctx context.Context, caller, key string, a requestlogview.Answer) error
-	Release(ctx context.Context, caller, key string) error
 }
 
 // MetadataIdempotencyKey is the metadata key naming a Report call, as
@@ -54,15 +42,16 @@ type Ingest struct {
 	ingestv1.UnimplementedIngestServiceServer
 	producer Producer
 	accept   *requestlog.Accepter
-	idem     Idempotency
 	log      *slog.Logger
 	metrics  *ingestmetrics.Metrics
 }
 
 // WithIdempotency makes Report honour the idempotency-key metadata
-// through store; it returns s.
-func (s *Ingest) WithIdempotency(store Idempotency) *Ingest {
-	s.idem = store
+// through store (the accept path's protocol, requestlog.Accepter.Once);
+// it returns s.
+func (s *Ingest) WithIdempotency(store requestlog.KeyStore) *Ingest {
+	s.accept.Keys = store
+	s.accept.Log = s.log
 	return s
 }
 
@@ -102,7 +91,7 @@ func (s *Ingest) Report(stream grpc.ClientStreamingServer[ingestv1.ReportRequest
 	if p.Via != ViaAPIKey && !p.Staff {
 		return errcode.New(errcode.Forbidden, "an API key (x-api-key) or a staff user is required")
 	}
-	if md, ok := metadata.FromIncomingContext(ctx); ok && s.idem != nil {
+	if md, ok := metadata.FromIncomingContext(ctx); ok && s.accept.Keys != nil {
 		if keys := md.Get(MetadataIdempotencyKey); len(keys) > 0 {
 			return s.reportOnce(stream, p, keys[0])
 		}
@@ -186,13 +175,24 @@ func fieldErrors(in []*ingestv1.FieldError) []requestlog.FieldError {
 	return out
 }
 
-// reportOnce is Report under an idempotency key: the stream is read whole
-// (at most MaxBatchEvents events), claimed by its hash, and accepted as
-// one batch, or answered with the stored answer of an earlier call.
+// reportOnce is Report under an idempotency key: the key is checked
+// before anything is read, each message is checked as it arrives (at
+// most MaxBatchEvents events and requestlog.MaxKeyedBytes in all, only
+// the valid events held), and at the end the stream is claimed by its
+// hash and accepted as one batch, or answered with the outcome of an
+// earlier call.
 func (s *Ingest) reportOnce(stream grpc.ClientStreamingServer[ingestv1.ReportRequest, ingestv1.ReportResponse], p Principal, key string) error {
 	ctx := stream.Context()
+	caller := requestlog.UserCaller(p.UserID)
+	if p.Via == ViaAPIKey {
+		caller = requestlog.KeyCaller(p.KeyID)
+	}
+	if err := s.accept.Admit(ctx, caller, key); err != nil {
+		return err
+	}
 	sum := sha256.New()
-	var batch []requestlog.Event
+	batch := s.accept.Pending()
+	var wire []byte
 	for {
 		msg, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -201,78 +201,39 @@ func (s *Ingest) reportOnce(stream grpc.ClientStreamingServer[ingestv1.ReportReq
 		if err != nil {
 			return err
 		}
-		if len(batch)+len(msg.GetEvents()) > requestlog.MaxBatchEvents {
+		n := len(msg.GetEvents())
+		if n > requestlog.MaxBatchEvents {
+			s.metrics.Rejected(ingestmetrics.GRPC, ingestmetrics.Malformed, 1)
 			return errcode.New(errcode.TooLarge, fmt.Sprintf("events: at most %d per call with an idempotency key", requestlog.MaxBatchEvents))
 		}
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+		// The hash is of each message's deterministic encoding, length
+		// first; one buffer serves every message.
+		wire, err = proto.MarshalOptions{Deterministic: true}.MarshalAppend(wire[:0], msg)
 		if err != nil {
 			return fmt.Errorf("request-log ingest: %w", err)
 		}
-		_ = binary.Write(sum, binary.BigEndian, uint64(len(b)))
-		sum.Write(b)
-		for _, e := range msg.GetEvents() {
-			batch = append(batch, fromProto(e))
+		_ = binary.Write(sum, binary.BigEndian, uint64(len(wire)))
+		sum.Write(wire)
+		events := make([]requestlog.Event, n)
+		for i, e := range msg.GetEvents() {
+			events[i] = fromProto(e)
+		}
+		if err := batch.Add(requestlog.ReportedAs(events, reporter(p)), len(wire)); err != nil {
+			s.metrics.Rejected(ingestmetrics.GRPC, ingestmetrics.Malformed, 1)
+			return err
 		}
 	}
-	caller := "user:" + strconv.FormatInt(p.UserID, 10)
-	if p.Via == ViaAPIKey {
-		caller = "key:" + strconv.FormatInt(p.KeyID, 10)
-	}
-	stored, err := s.idem.Claim(ctx, caller, key, sum.Sum(nil))
+	out, _, err := s.accept.Once(ctx, caller, key, sum.Sum(nil), func(ctx context.Context) (requestlog.Outcome, error) {
+		out, err := batch.Accept(ctx)
+		s.metrics.Rejected(ingestmetrics.GRPC, ingestmetrics.Invalid, out.Rejected)
+		return out, err
+	})
 	if err != nil {
 		return err
 	}
-	if stored != nil {
-		return replayAnswer(stream, stored)
-	}
-	out, err := s.accept.Accept(ctx, requestlog.ReportedAs(batch, reporter(p)), nil)
-	s.metrics.Rejected(ingestmetrics.GRPC, ingestmetrics.Invalid, out.Rejected)
-	var refusal *errcode.Error
-	if err != nil && !(errors.As(err, &refusal) && refusal.Code == errcode.Invalid) {
-		if rerr := s.idem.Release(context.WithoutCancel(ctx), caller, key); rerr != nil {
-			s.log.WarnContext(ctx, "idempotency key not released", "err", rerr)
-		}
-		return err
-	}
-	var answer requestlogview.Answer
-	if err != nil {
-		body, merr := json.Marshal(refusal.Fields)
-		if merr != nil {
-			return fmt.Errorf("request-log ingest: %w", merr)
-		}
-		answer = requestlogview.Answer{Status: refusal.Code.HTTPStatus(), Body: body}
-	} else {
-		res := &ingestv1.ReportResponse{Accepted: int64(out.Accepted), Rejected: int64(out.Rejected)}
-		for _, fe := range out.Errors {
-			res.Errors = append(res.Errors, &ingestv1.FieldError{Index: int64(fe.Index), Field: fe.Field, Message: fe.Message})
-		}
-		body, merr := proto.Marshal(res)
-		if merr != nil {
-			return fmt.Errorf("request-log ingest: %w", merr)
-		}
-		answer = requestlogview.Answer{Status: http.StatusOK, Body: body}
-	}
-	// The events are in Kafka: the answer is stored even if the client
-	// has gone, so its retry finds it.
-	if ferr := s.idem.Finish(context.WithoutCancel(ctx), caller, key, answer); ferr != nil {
-		s.log.WarnContext(ctx, "idempotency answer not stored", "err", ferr)
-	}
-	return replayAnswer(stream, &answer)
-}
-
-// replayAnswer sends a stored answer: a ReportResponse, or the refusal of
-// a call of which nothing was stored.
-func replayAnswer(stream grpc.ClientStreamingServer[ingestv1.ReportRequest, ingestv1.ReportResponse], a *requestlogview.Answer) error {
-	if a.Status != http.StatusOK {
-		var fields map[string]string
-		if err := json.Unmarshal(a.Body, &fields); err != nil {
-			return fmt.Errorf("request-log ingest: stored answer: %w", err)
-		}
-		return &errcode.Error{Code: errcode.Invalid, Message: "no event of the batch was accepted", Fields: fields}
-	}
-	res := &ingestv1.ReportResponse{}
-	if err := proto.Unmarshal(a.Body, res); err != nil {
-		return fmt.Errorf("request-log ingest: stored answer: %w", err)
+	res := &ingestv1.ReportResponse{Accepted: int64(out.Accepted), Rejected: int64(out.Rejected)}
+	for _, fe := range out.Errors {
+		res.Errors = append(res.Errors, &ingestv1.FieldError{Index: int64(fe.Index), Field: fe.Field, Message: fe.Message})
 	}
 	return stream.SendAndClose(res)
 }

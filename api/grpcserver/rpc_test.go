@@ -276,6 +276,8 @@ type anyone struct{}
 func (anyone) APIKey(context.Context, string) (grpcserver.Principal, error) {
 	return grpcserver.Principal{Via: grpcserver.ViaAPIKey}, nil
 }
+func (anyone) RecheckAPIKey(context.Context, string) error { return nil }
+
 func (anyone) Bearer(context.Context, string) (grpcserver.Principal, error) {
 	return grpcserver.Principal{Via: grpcserver.ViaBearer}, nil
 }

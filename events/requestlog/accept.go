@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -20,6 +21,12 @@ type Accepter struct {
 	Now     func() time.Time
 	// Window bounds created_at (WindowFor the sink's retention).
 	Window Window
+	// Keys remembers the outcomes of calls sent with an idempotency key
+	// (Once); nil: transports ignore the key.
+	Keys KeyStore
+	// Log takes what goes wrong with Keys after a call's events are
+	// stored (nil: slog.Default()).
+	Log *slog.Logger
 }
 
 // Outcome is what Accept did with a batch.
@@ -44,28 +51,49 @@ const MaxOutcomeErrors = 1000
 // Kafka cannot take the events, the error is errcode Unavailable (some of
 // them may have been stored all the same).
 func (a *Accepter) Accept(ctx context.Context, batch []Event, refused []FieldError) (Outcome, error) {
-	now := time.Now
-	if a.Now != nil {
-		now = a.Now
-	}
 	skip := make(map[int]bool, len(refused))
 	for _, r := range refused {
 		skip[r.Index] = true
 	}
-	valid, problems := validate(batch, skip, now().UTC(), a.Window)
+	valid, problems := validate(batch, skip, a.now(), a.Window)
 	problems = mergeProblems(refused, problems)
 	out := Outcome{Accepted: len(valid), Rejected: len(batch) - len(valid)}
 	out.Errors = problems[:min(len(problems), MaxOutcomeErrors)]
-	if len(valid) == 0 && out.Rejected > 0 {
-		return out, Refusal(out.Errors)
+	if err := out.Err(); err != nil {
+		return out, err
 	}
-	if err := a.Produce(ctx, valid); err != nil {
-		if errors.Is(err, ErrUnavailable) {
-			return Outcome{}, &errcode.Error{Code: errcode.Unavailable, Message: "the request-log queue is unavailable, try again shortly", RetryAfter: time.Second, Err: err}
-		}
-		return Outcome{}, fmt.Errorf("request-log ingest: %w", err)
+	if err := a.produce(ctx, valid); err != nil {
+		return Outcome{}, err
 	}
 	return out, nil
+}
+
+// Err is the error of an outcome of which nothing was stored because
+// every event was refused (Refusal of its errors), else nil.
+func (o Outcome) Err() error {
+	if o.Accepted == 0 && o.Rejected > 0 {
+		return Refusal(o.Errors)
+	}
+	return nil
+}
+
+// produce takes valid events to Kafka: errcode Unavailable when Kafka
+// cannot take them (some of them may have been stored all the same).
+func (a *Accepter) produce(ctx context.Context, valid []Event) error {
+	if err := a.Produce(ctx, valid); err != nil {
+		if errors.Is(err, ErrUnavailable) {
+			return &errcode.Error{Code: errcode.Unavailable, Message: "the request-log queue is unavailable, try again shortly", RetryAfter: time.Second, Err: err}
+		}
+		return fmt.Errorf("request-log ingest: %w", err)
+	}
+	return nil
+}
+
+func (a *Accepter) now() time.Time {
+	if a.Now != nil {
+		return a.Now().UTC()
+	}
+	return time.Now().UTC()
 }
 
 // Refusal is the error of a batch of which nothing was stored: each

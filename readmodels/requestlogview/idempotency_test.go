@@ -3,12 +3,17 @@ package requestlogview_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
+
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/errcode"
+	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -30,7 +35,8 @@ func TestIdempotencyQueriesUseIndexes(t *testing.T) {
 			t.Fatal(err)
 		}
 		args := map[string]string{
-			"read": "('c', 'k')", "drop": "('c', 'k', now(), now())", "finish": "('c', 'k', 202, 'x')", "release": "('c', 'k')", "sweep": "(now())",
+			"read": "('c', 'k')", "drop": "('c', 'k', now(), now())", "finish": "('c', 'k', 'x', 1)", "release": "('c', 'k')", "sweep": "(now())",
+			"charge": "('c', now(), 1, now(), 10)", "caller": "('c')", "holds": "('c', 'k')",
 		}[name]
 		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+name+args)
 		if err != nil {
@@ -61,7 +67,7 @@ func TestIdempotencyClaimFinishExpire(t *testing.T) {
 	if a, err := old.Claim(ctx, "key:1", "k", []byte("h1")); a != nil || err != nil {
 		t.Fatalf("first claim: %v %v", a, err)
 	}
-	if err := old.Finish(ctx, "key:1", "k", requestlogview.Answer{Status: 202, Body: []byte("first")}); err != nil {
+	if err := old.Finish(ctx, "key:1", "k", requestlog.Outcome{Accepted: 1}); err != nil {
 		t.Fatal(err)
 	}
 	// 25 hours later the key is free, for any body.
@@ -73,10 +79,10 @@ func TestIdempotencyClaimFinishExpire(t *testing.T) {
 	if _, err := s.Claim(ctx, "key:1", "k", []byte("h2")); !errors.As(err, &e) || e.Code != errcode.Conflict || e.RetryAfter == 0 {
 		t.Fatalf("claim in progress: %v", err)
 	}
-	if err := s.Finish(ctx, "key:1", "k", requestlogview.Answer{Status: 202, Body: []byte("second")}); err != nil {
+	if err := s.Finish(ctx, "key:1", "k", requestlog.Outcome{Accepted: 2, Rejected: 1, Errors: []requestlog.FieldError{{Index: 1, Field: "status", Message: "bad"}}}); err != nil {
 		t.Fatal(err)
 	}
-	if a, err := s.Claim(ctx, "key:1", "k", []byte("h2")); err != nil || a == nil || a.Status != 202 || string(a.Body) != "second" {
+	if a, err := s.Claim(ctx, "key:1", "k", []byte("h2")); err != nil || a == nil || a.Accepted != 2 || len(a.Errors) != 1 || a.Errors[0].Message != "bad" {
 		t.Fatalf("replay: %v %v", a, err)
 	}
 	// Keys are per caller; a released claim is free again.
@@ -95,3 +101,115 @@ func TestIdempotencyClaimFinishExpire(t *testing.T) {
 		}
 	}
 }
+
+// Issue 28 point 15: rows the code before outcomes stored (a transport's
+// status and body) still replay after the upgrade, as the outcome each
+// transport renders again; a row with an outcome is read as it is.
+func TestIdempotencyReplaysAnswersStoredBeforeOutcomes(t *testing.T) {
+	t.Parallel()
+	// cfgd.ingest.v1.ReportResponse{accepted: 3, rejected: 1, errors: [{index: 2, field: "status", message: "bad"}]}
+	fe := protowire.AppendTag(nil, 1, protowire.VarintType)
+	fe = protowire.AppendVarint(fe, 2)
+	fe = protowire.AppendTag(fe, 2, protowire.BytesType)
+	fe = protowire.AppendString(fe, "status")
+	fe = protowire.AppendTag(fe, 3, protowire.BytesType)
+	fe = protowire.AppendString(fe, "bad")
+	report := protowire.AppendTag(nil, 1, protowire.VarintType)
+	report = protowire.AppendVarint(report, 3)
+	report = protowire.AppendTag(report, 2, protowire.VarintType)
+	report = protowire.AppendVarint(report, 1)
+	report = protowire.AppendTag(report, 3, protowire.BytesType)
+	report = protowire.AppendBytes(report, fe)
+	bad := requestlog.FieldError{Index: 2, Field: "status", Message: "bad"}
+	cases := []struct {
+		name   string
+		status int
+		body   []byte
+		want   requestlog.Outcome
+	}{
+		{"HTTP 202", 202, []byte(`{"success":false,"accepted":3,"rejected":1,"errors":[{"index":2,"field":"status","message":"bad"}]}`),
+			requestlog.Outcome{Accepted: 3, Rejected: 1, Errors: []requestlog.FieldError{bad}}},
+		{"HTTP 400", 400, []byte(`{"success":false,"error":"no event of the batch was accepted","code":"invalid","fields":{"events[2].status":"bad","events[0]":"not an object"}}`),
+			requestlog.Outcome{Rejected: 2, Errors: []requestlog.FieldError{{Index: 0, Message: "not an object"}, bad}}},
+		{"gRPC 400", 400, []byte(`{"events[2].status":"bad"}`), requestlog.Outcome{Rejected: 1, Errors: []requestlog.FieldError{bad}}},
+		{"gRPC 200", 200, report, requestlog.Outcome{Accepted: 3, Rejected: 1, Errors: []requestlog.FieldError{bad}}},
+	}
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	s := requestlogview.NewIdempotency(pool, time.Now, 100*time.Millisecond)
+	for _, c := range cases {
+		if _, err := pool.Exec(ctx, `INSERT INTO requestlog_idempotency (caller, key, body_hash, status, answer, created_at) VALUES ('key:9', $1, 'h', $2, $3, now() - interval '23 hours')`,
+			strings.ReplaceAll(c.name, " ", "-"), c.status, c.body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range cases {
+		got, err := s.Claim(ctx, "key:9", strings.ReplaceAll(c.name, " ", "-"), []byte("h"))
+		if err != nil || got == nil || !reflect.DeepEqual(*got, c.want) {
+			t.Errorf("%s: %+v %v, want %+v", c.name, got, err, c.want)
+		}
+	}
+}
+
+// Issue 28 point 6: one caller stores at most its bytes per 24 hours; past
+// them a new key is refused (RateLimited, with the time the window ends),
+// before the body is read (Room) and at the claim, while the keys it
+// stored still replay and other callers are not affected.
+func TestIdempotencyBoundsWhatOneCallerStores(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	s := requestlogview.NewIdempotency(pool, time.Now, 100*time.Millisecond).WithCallerBytes(2000)
+	out := requestlog.Outcome{Accepted: 1, Rejected: 1, Errors: []requestlog.FieldError{{Index: 1, Field: "status", Message: strings.Repeat("m", 300)}}}
+	var e *errcode.Error
+	stored := 0
+	for i := range 100 {
+		key := fmt.Sprintf("k%d", i)
+		if err := s.Room(ctx, "key:1", key); err != nil {
+			if !errors.As(err, &e) || e.Code != errcode.RateLimited || e.RetryAfter < 23*time.Hour {
+				t.Fatalf("room after %d keys: %v", stored, err)
+			}
+			// At the claim too (a call that passed Room before the
+			// others filled the window).
+			if _, err := s.Claim(ctx, "key:1", key, []byte("h")); !errors.As(err, &e) || e.Code != errcode.RateLimited {
+				t.Fatalf("claim past the bound: %v", err)
+			}
+			break
+		}
+		if a, err := s.Claim(ctx, "key:1", key, []byte("h")); a != nil || err != nil {
+			t.Fatalf("claim %s: %v %v", key, a, err)
+		}
+		if err := s.Finish(ctx, "key:1", key, out); err != nil {
+			t.Fatal(err)
+		}
+		stored++
+	}
+	// Each key costs about 400 bytes here: 5 fit in 2000.
+	if stored < 4 || stored > 6 {
+		t.Fatalf("%d keys stored within 2000 bytes", stored)
+	}
+	var rows int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM requestlog_idempotency WHERE caller = 'key:1'`).Scan(&rows); err != nil || rows != stored {
+		t.Fatalf("%d rows (%v), want %d: the refused claim is not kept", rows, err, stored)
+	}
+	if err := s.Room(ctx, "key:1", "k0"); err != nil {
+		t.Fatalf("a held key past the bound: %v", err)
+	}
+	if a, err := s.Claim(ctx, "key:1", "k0", []byte("h")); err != nil || a == nil || a.Accepted != 1 {
+		t.Fatalf("replay past the bound: %v %v", a, err)
+	}
+	if a, err := s.Claim(ctx, "key:2", "k0", []byte("h")); a != nil || err != nil {
+		t.Fatalf("another caller: %v %v", a, err)
+	}
+	// A day later the window starts over.
+	later := requestlogview.NewIdempotency(pool, func() time.Time { return time.Now().Add(IdempotencyDay) }, 100*time.Millisecond).WithCallerBytes(2000)
+	if err := later.Room(ctx, "key:1", "next-day"); err != nil {
+		t.Fatalf("a day later: %v", err)
+	}
+	if a, err := later.Claim(ctx, "key:1", "next-day", []byte("h")); a != nil || err != nil {
+		t.Fatalf("a day later: %v %v", a, err)
+	}
+}
+
+// IdempotencyDay is a little more than the window.
+const IdempotencyDay = requestlogview.IdempotencyTTL + time.Minute

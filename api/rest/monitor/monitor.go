@@ -6,14 +6,10 @@ package monitor
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
-	"errors"
 	"io"
-	"log/slog"
 	"mime"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -52,14 +48,6 @@ type Queries interface {
 	Request(ctx context.Context, id uint64) (requestlogview.Request, error)
 }
 
-// Idempotency remembers ingest answers by caller and Idempotency-Key
-// (requestlogview.Idempotency).
-type Idempotency interface {
-	Claim(ctx context.Context, caller, key string, hash []byte) (*requestlogview.Answer, error)
-	Finish(ctx context.Context, caller, key string, a requestlogview.Answer) error
-	Release(ctx context.Context, caller, key string) error
-}
-
 // HeaderIdempotencyKey names an ingest call, so its retries within 24 h
 // get its first answer and count nothing again.
 const HeaderIdempotencyKey = "Idempotency-Key"
@@ -68,14 +56,13 @@ const HeaderIdempotencyKey = "Idempotency-Key"
 type Handlers struct {
 	accept  *requestlog.Accepter
 	queries Queries
-	idem    Idempotency
 	metrics *ingestmetrics.Metrics // nil: nothing counted
 }
 
-// WithIdempotency makes ingest honour Idempotency-Key through store; it
-// returns h.
-func (h *Handlers) WithIdempotency(store Idempotency) *Handlers {
-	h.idem = store
+// WithIdempotency makes ingest honour Idempotency-Key through store (the
+// accept path's protocol, requestlog.Accepter.Once); it returns h.
+func (h *Handlers) WithIdempotency(store requestlog.KeyStore) *Handlers {
+	h.accept.Keys = store
 	return h
 }
 
@@ -136,9 +123,18 @@ func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.Header.Get(HeaderIdempotencyKey)
+	keyed := key != "" && h.accept.Keys != nil
+	caller := callerOf(r)
+	if keyed {
+		// Before the body is read: the key's form, the caller's room.
+		if err := h.accept.Admit(r.Context(), caller, key); err != nil {
+			rest.Fail(w, r, err)
+			return
+		}
+	}
 	body := io.Reader(http.MaxBytesReader(w, r.Body, MaxIngestBytes))
 	sum := sha256.New()
-	if key != "" && h.idem != nil {
+	if keyed {
 		body = io.TeeReader(body, sum)
 	}
 	batch, refused, err := DecodeEvents(body, ndjson, MaxIngestEvents)
@@ -149,67 +145,26 @@ func (h *Handlers) ingest(w http.ResponseWriter, r *http.Request) {
 	}
 	// Who posted is the one field of a report cfgd checked itself.
 	batch = requestlog.ReportedAs(batch, reporterOf(r))
-	if key == "" || h.idem == nil {
-		status, res, err := h.run(r.Context(), batch, refused)
-		if err != nil {
-			rest.Fail(w, r, err)
-			return
-		}
-		rest.JSON(w, status, res)
-		return
+	run := func(ctx context.Context) (requestlog.Outcome, error) {
+		out, err := h.accept.Accept(ctx, batch, refused)
+		h.metrics.Rejected(ingestmetrics.REST, ingestmetrics.Invalid, out.Rejected)
+		return out, err
 	}
-	caller := callerOf(r)
-	stored, err := h.idem.Claim(r.Context(), caller, key, sum.Sum(nil))
+	var out requestlog.Outcome
+	if keyed {
+		var replayed bool
+		out, replayed, err = h.accept.Once(r.Context(), caller, key, sum.Sum(nil), run)
+		if replayed {
+			w.Header().Set("Idempotent-Replayed", "true")
+		}
+	} else {
+		out, err = run(r.Context())
+	}
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
 	}
-	if stored != nil {
-		w.Header().Set("Idempotent-Replayed", "true")
-		writeRaw(w, stored.Status, stored.Body)
-		return
-	}
-	status, res, err := h.run(r.Context(), batch, refused)
-	var e *errcode.Error
-	if err != nil && !(errors.As(err, &e) && e.Code == errcode.Invalid) {
-		// Nothing is remembered of a failure a retry may fix.
-		if rerr := h.idem.Release(context.WithoutCancel(r.Context()), caller, key); rerr != nil {
-			slog.WarnContext(r.Context(), "idempotency key not released", "err", rerr)
-		}
-		rest.Fail(w, r, err)
-		return
-	}
-	if err != nil {
-		status, res = e.Code.HTTPStatus(), rest.ErrorBody{Error: e.Message, Code: string(e.Code), Fields: e.Fields}
-	}
-	out, merr := json.Marshal(res)
-	if merr != nil {
-		rest.Fail(w, r, merr)
-		return
-	}
-	// The events are in Kafka: the answer is stored even if the client
-	// has gone, so its retry finds it.
-	if ferr := h.idem.Finish(context.WithoutCancel(r.Context()), caller, key, requestlogview.Answer{Status: status, Body: out}); ferr != nil {
-		slog.WarnContext(r.Context(), "idempotency answer not stored", "err", ferr)
-	}
-	writeRaw(w, status, out)
-}
-
-// run accepts a decoded batch: the answer's status and body, or the error
-// to answer (errcode Invalid when nothing was stored).
-func (h *Handlers) run(ctx context.Context, batch []requestlog.Event, refused []requestlog.FieldError) (int, any, error) {
-	out, err := h.accept.Accept(ctx, batch, refused)
-	h.metrics.Rejected(ingestmetrics.REST, ingestmetrics.Invalid, out.Rejected)
-	if err != nil {
-		return 0, nil, err
-	}
-	return http.StatusAccepted, IngestResult{Success: out.Rejected == 0, Accepted: out.Accepted, Rejected: out.Rejected, Errors: out.Errors}, nil
-}
-
-func writeRaw(w http.ResponseWriter, status int, body []byte) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	rest.JSON(w, http.StatusAccepted, IngestResult{Success: out.Rejected == 0, Accepted: out.Accepted, Rejected: out.Rejected, Errors: out.Errors})
 }
 
 // callerOf names who sent r, the scope of its Idempotency-Key: the API
@@ -220,9 +175,9 @@ func callerOf(r *http.Request) string {
 	case !ok || p == nil:
 		return "anonymous"
 	case p.Via == auth.ViaAPIKey:
-		return "key:" + strconv.FormatInt(p.KeyID, 10)
+		return requestlog.KeyCaller(p.KeyID)
 	}
-	return "user:" + strconv.FormatInt(p.UserID, 10)
+	return requestlog.UserCaller(p.UserID)
 }
 
 // reporterOf is the reported_by of what r posts: its API key, or its user.

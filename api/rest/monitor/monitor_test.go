@@ -22,6 +22,7 @@ import (
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/errcode"
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
@@ -466,5 +467,68 @@ func TestIngestIdempotencyKey(t *testing.T) {
 	time.Sleep(time.Second) // the other partition's records
 	if _, n, err := store.Requests(ctx, requestlogview.Filter{Service: "idem.Svc"}); err != nil || n != 2 {
 		t.Fatalf("idem.Svc counted %d times (%v), want 2", n, err)
+	}
+}
+
+// Issue 28 point 6: what a key remembers is the outcome with its first
+// requestlog.MaxKeyedErrors errors (a few KiB for 500 refused events,
+// where the answer stored before was 162 KB), the first answer lists
+// the same as its replays, and one caller's keys are bounded: past its
+// bytes a new key is 429 with Retry-After, while a call without a key
+// still runs.
+func TestIngestIdempotencyStoresSmallOutcomesAndBoundsTheCaller(t *testing.T) {
+	t.Parallel()
+	p, store := backend(t, nil)
+	pool := testenv.Postgres(t)
+	idem := requestlogview.NewIdempotency(pool, time.Now, 10*time.Second).WithCallerBytes(64 << 10)
+	r := mux.NewRouter()
+	monitor.New(p, store, time.Now).WithIdempotency(idem).Mount(r, pass, pass)
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	url := srv.URL + "/api/grpc/monitor/ingest/"
+	events := make([]string, 500)
+	for i := range events {
+		events[i] = fmt.Sprintf(`{"service_name":"idem.Big","method_name":"M%d","status":"not-a-status-%d","grpc_status_code":"NOT_A_CODE_%d"}`, i, i, i)
+	}
+	body := "[" + strings.Join(events, ",") + "]"
+
+	code, first, _ := post(t, url, "big-1", body)
+	var res rest.ErrorBody
+	if err := json.Unmarshal([]byte(first), &res); err != nil || code != http.StatusBadRequest || len(res.Fields) != requestlog.MaxKeyedErrors {
+		t.Fatalf("first: %d, %d fields (%v): %.300s", code, len(res.Fields), err, first)
+	}
+	if code, again, h := post(t, url, "big-1", body); code != http.StatusBadRequest || again != first || h.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay: %d %.300s", code, again)
+	}
+	var size int
+	if err := pool.QueryRow(context.Background(), `SELECT octet_length(outcome) + coalesce(octet_length(answer), 0) FROM requestlog_idempotency WHERE key = 'big-1'`).Scan(&size); err != nil {
+		t.Fatal(err)
+	}
+	if size > 10<<10 {
+		t.Fatalf("the outcome of 500 refused events is stored in %d bytes, want at most 10 KiB", size)
+	}
+	t.Logf("body %d bytes, outcome stored in %d bytes", len(body), size)
+
+	refused := 0
+	for i := range 30 {
+		code, answer, h := post(t, url, fmt.Sprintf("big-%d", i+2), body)
+		if code == http.StatusBadRequest {
+			continue
+		}
+		if code != http.StatusTooManyRequests || !strings.Contains(answer, `"code":"rate_limited"`) || h.Get("Retry-After") == "" {
+			t.Fatalf("key %d: %d %s %v", i+2, code, answer, h)
+		}
+		refused = i + 2
+		break
+	}
+	// 64 KiB holds about ten such outcomes.
+	if refused < 5 || refused > 20 {
+		t.Fatalf("the caller's bound refused key %d, want about the 10th", refused)
+	}
+	if code, answer, _ := post(t, url, "", body); code != http.StatusBadRequest {
+		t.Fatalf("without a key: %d %.300s", code, answer)
+	}
+	if code, again, h := post(t, url, "big-1", body); code != http.StatusBadRequest || again != first || h.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay past the bound: %d %.300s", code, again)
 	}
 }

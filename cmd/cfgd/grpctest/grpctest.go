@@ -92,6 +92,9 @@ type Options struct {
 	KafkaDown bool
 	// Usage takes the requests API keys authenticate (authtest.Options).
 	Usage signin.Usage
+	// CredentialCheck is how often open streams' credentials are checked
+	// again (0: the default).
+	CredentialCheck time.Duration
 }
 
 // Start brings the stack up for t.
@@ -117,7 +120,8 @@ func StartWith(t testing.TB, o Options) *Env {
 	report := requestlog.DefaultBatcherConfig()
 	report.FlushInterval = 20 * time.Millisecond
 	parts, err := modules.GRPC(modules.GRPCConfig{
-		RPC: grpcserver.Config{Addr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}, ProtoDir: t.TempDir(),
+		RPC:      grpcserver.Config{Addr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second, Limits: grpcserver.Limits{CredentialCheck: o.CredentialCheck}},
+		ProtoDir: t.TempDir(),
 		// A consumer group's first join can take seconds on a loaded
 		// machine; the tests are about answers, not that latency.
 		ReadWait: 30 * time.Second,

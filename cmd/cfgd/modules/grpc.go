@@ -91,7 +91,7 @@ type GRPCRequestLog struct {
 	RetentionDays int
 	// Idempotency keeps the answers of Report calls sent with an
 	// idempotency key (nil: the key is ignored).
-	Idempotency grpcserver.Idempotency
+	Idempotency requestlog.KeyStore
 	// Ingest counts what cfgd.ingest.v1 and OTLP accept and reject (nil:
 	// nothing).
 	Ingest *ingestmetrics.Metrics

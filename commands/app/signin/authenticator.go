@@ -97,6 +97,20 @@ func (a *Authenticator) token(ctx context.Context, raw string, kind token.Kind, 
 // or stream), and it is the only place a key's use is a fact rather than
 // a caller's claim.
 func (a *Authenticator) APIKey(ctx context.Context, raw string) (*Principal, error) {
+	p, err := a.CheckAPIKey(ctx, raw)
+	if err != nil {
+		return nil, err
+	}
+	if a.usage != nil {
+		a.usage.Record(p.KeyID, a.app.Now())
+	}
+	return p, nil
+}
+
+// CheckAPIKey checks a raw API key as APIKey does, without counting a
+// use: the check again of a call already counted (an open gRPC stream's
+// credentials, rechecked every few seconds, are one use).
+func (a *Authenticator) CheckAPIKey(ctx context.Context, raw string) (*Principal, error) {
 	if raw == "" {
 		return nil, ErrNoCredentials
 	}
@@ -106,9 +120,6 @@ func (a *Authenticator) APIKey(ctx context.Context, raw string) (*Principal, err
 	}
 	if err != nil {
 		return nil, err
-	}
-	if a.usage != nil {
-		a.usage.Record(o.KeyID, a.app.Now())
 	}
 	return &Principal{UserID: o.UserID, Via: ViaAPIKey, KeyID: o.KeyID, KeyName: o.KeyName}, nil
 }
