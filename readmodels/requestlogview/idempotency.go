@@ -92,8 +92,10 @@ const (
 	readKey     = `SELECT body_hash, outcome, status, answer FROM requestlog_idempotency WHERE caller = $1 AND key = $2`
 	dropExpired = `DELETE FROM requestlog_idempotency WHERE caller = $1 AND key = $2
 	AND (created_at < $3 OR (status IS NULL AND outcome IS NULL AND created_at < $4))`
-	// finishKey stores the outcome and counts its bytes to the caller.
-	finishKey = `WITH f AS (UPDATE requestlog_idempotency SET outcome = $3
+	// finishKey stores the outcome, and the REST answer the build before
+	// outcomes reads ($5, $6: see legacyAnswer), and counts their bytes to
+	// the caller.
+	finishKey = `WITH f AS (UPDATE requestlog_idempotency SET outcome = $3, status = $5, answer = $6
 	WHERE caller = $1 AND key = $2 AND status IS NULL AND outcome IS NULL RETURNING 1)
 	UPDATE requestlog_idempotency_callers SET bytes = bytes + $4 WHERE caller = $1 AND EXISTS (SELECT 1 FROM f)`
 	releaseKey = `DELETE FROM requestlog_idempotency WHERE caller = $1 AND key = $2 AND status IS NULL AND outcome IS NULL`
@@ -246,7 +248,11 @@ func (s *Idempotency) Finish(ctx context.Context, caller, key string, out reques
 	if err != nil {
 		return fmt.Errorf("idempotency key: %w", err)
 	}
-	if _, err := s.db.Exec(ctx, finishKey, caller, key, b, int64(len(b))); err != nil {
+	status, answer, err := legacyAnswer(out)
+	if err != nil {
+		return fmt.Errorf("idempotency key: %w", err)
+	}
+	if _, err := s.db.Exec(ctx, finishKey, caller, key, b, int64(len(b)+len(answer)), status, answer); err != nil {
 		return fmt.Errorf("idempotency key: %w", err)
 	}
 	return nil
@@ -278,6 +284,42 @@ func (s *Idempotency) sweep(ctx context.Context, now time.Time) {
 			return
 		}
 	}
+}
+
+// legacyAnswer is out as the build before outcomes stored a REST answer
+// (status and JSON body), written beside the outcome for one release:
+// during a rolling upgrade a replica of that build reads a finished call
+// from it and answers a retry with it, instead of taking the row for a
+// call still running (and, a minute on, for an abandoned one, running
+// the retry again). That build's gRPC side reads only its own answers; a
+// keyed Report retried there gets an error, never a second run. The next
+// release stops writing it (docs/upgrading.md).
+func legacyAnswer(out requestlog.Outcome) (int32, []byte, error) {
+	var refusal *errcode.Error
+	if errors.As(out.Err(), &refusal) {
+		fields := make(map[string]string, len(out.Errors))
+		for _, fe := range out.Errors {
+			k := fmt.Sprintf("events[%d]", fe.Index)
+			if fe.Field != "" {
+				k += "." + fe.Field
+			}
+			fields[k] = fe.Message
+		}
+		b, merr := json.Marshal(struct {
+			Success bool              `json:"success"`
+			Error   string            `json:"error"`
+			Code    string            `json:"code"`
+			Fields  map[string]string `json:"fields,omitempty"`
+		}{Error: refusal.Message, Code: string(refusal.Code), Fields: fields})
+		return int32(refusal.Code.HTTPStatus()), b, merr
+	}
+	b, err := json.Marshal(struct {
+		Success  bool                    `json:"success"`
+		Accepted int                     `json:"accepted"`
+		Rejected int                     `json:"rejected"`
+		Errors   []requestlog.FieldError `json:"errors,omitempty"`
+	}{out.Rejected == 0, out.Accepted, out.Rejected, out.Errors})
+	return http.StatusAccepted, b, err
 }
 
 // legacyOutcome reads an answer stored before outcomes were (a

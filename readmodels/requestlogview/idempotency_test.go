@@ -35,7 +35,7 @@ func TestIdempotencyQueriesUseIndexes(t *testing.T) {
 			t.Fatal(err)
 		}
 		args := map[string]string{
-			"read": "('c', 'k')", "drop": "('c', 'k', now(), now())", "finish": "('c', 'k', 'x', 1)", "release": "('c', 'k')", "sweep": "(now())",
+			"read": "('c', 'k')", "drop": "('c', 'k', now(), now())", "finish": "('c', 'k', 'x', 1, 202, 'y')", "release": "('c', 'k')", "sweep": "(now())",
 			"charge": "('c', now(), 1, now(), 10)", "caller": "('c')", "holds": "('c', 'k')",
 		}[name]
 		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+name+args)
@@ -159,7 +159,7 @@ func TestIdempotencyBoundsWhatOneCallerStores(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
-	s := requestlogview.NewIdempotency(pool, time.Now, 100*time.Millisecond).WithCallerBytes(2000)
+	s := requestlogview.NewIdempotency(pool, time.Now, 100*time.Millisecond).WithCallerBytes(4000)
 	out := requestlog.Outcome{Accepted: 1, Rejected: 1, Errors: []requestlog.FieldError{{Index: 1, Field: "status", Message: strings.Repeat("m", 300)}}}
 	var e *errcode.Error
 	stored := 0
@@ -184,9 +184,10 @@ func TestIdempotencyBoundsWhatOneCallerStores(t *testing.T) {
 		}
 		stored++
 	}
-	// Each key costs about 400 bytes here: 5 fit in 2000.
+	// Each key costs about 800 bytes here (its outcome, and the answer
+	// the build before outcomes reads): 5 fit in 4000.
 	if stored < 4 || stored > 6 {
-		t.Fatalf("%d keys stored within 2000 bytes", stored)
+		t.Fatalf("%d keys stored within 4000 bytes", stored)
 	}
 	var rows int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM requestlog_idempotency WHERE caller = 'key:1'`).Scan(&rows); err != nil || rows != stored {
@@ -213,3 +214,48 @@ func TestIdempotencyBoundsWhatOneCallerStores(t *testing.T) {
 
 // IdempotencyDay is a little more than the window.
 const IdempotencyDay = requestlogview.IdempotencyTTL + time.Minute
+
+// A finished call also keeps the REST answer of the build before outcomes,
+// so a replica of that build still running in a rolling upgrade replays
+// it to a retry (it reads status and answer, and would take a row without
+// them for a call in progress, then for an abandoned one, and run the
+// retry again).
+func TestIdempotencyWritesTheAnswerThePreviousBuildReads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	s := requestlogview.NewIdempotency(pool, time.Now, 100*time.Millisecond)
+	bad := requestlog.FieldError{Index: 2, Field: "status", Message: "bad"}
+	cases := []struct {
+		key    string
+		out    requestlog.Outcome
+		status int
+		body   string
+	}{
+		{"partly", requestlog.Outcome{Accepted: 3, Rejected: 1, Errors: []requestlog.FieldError{bad}}, 202,
+			`{"success":false,"accepted":3,"rejected":1,"errors":[{"index":2,"field":"status","message":"bad"}]}`},
+		{"whole", requestlog.Outcome{Accepted: 4}, 202, `{"success":true,"accepted":4,"rejected":0}`},
+		{"refused", requestlog.Outcome{Rejected: 1, Errors: []requestlog.FieldError{bad}}, 400,
+			`"code":"invalid","fields":{"events[2].status":"bad"}}`},
+	}
+	for _, c := range cases {
+		if got, err := s.Claim(ctx, "key:7", c.key, []byte("h")); err != nil || got != nil {
+			t.Fatalf("claim %s: %v %v", c.key, got, err)
+		}
+		if err := s.Finish(ctx, "key:7", c.key, c.out); err != nil {
+			t.Fatal(err)
+		}
+		var status *int32
+		var answer []byte
+		if err := pool.QueryRow(ctx, `SELECT status, answer FROM requestlog_idempotency WHERE caller = 'key:7' AND key = $1`, c.key).Scan(&status, &answer); err != nil {
+			t.Fatal(err)
+		}
+		if status == nil || int(*status) != c.status || !strings.HasSuffix(string(answer), c.body) {
+			t.Errorf("%s: the previous build reads status %v, answer %s; want %d, …%s", c.key, status, answer, c.status, c.body)
+		}
+		// This build still reads the outcome itself.
+		if got, err := s.Claim(ctx, "key:7", c.key, []byte("h")); err != nil && c.status == 202 || got == nil || !reflect.DeepEqual(*got, c.out) {
+			t.Errorf("%s: replayed %+v, %v; want %+v", c.key, got, err, c.out)
+		}
+	}
+}
