@@ -3,6 +3,7 @@ package otlp
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -119,6 +120,41 @@ func TestBoundsAtTheirLimits(t *testing.T) {
 	}
 }
 
+// The JSON walk reads field names as the decoder does, escapes and all,
+// and refuses what is not JSON, whose structure the decoder might read
+// otherwise than the walk.
+func TestBoundsJSONReadsWhatTheDecoderReads(t *testing.T) {
+	t.Parallel()
+	spans := func(field string, n int) []byte {
+		return []byte(`{"resource_spans":[{"scopeSpans":[{"` + field + `":[{}` + strings.Repeat(`,{}`, n-1) + `]}]}]}`)
+	}
+	escaped := spans(`sp\u0061ns`, MaxSpans+1)
+	req := ptraceotlp.NewExportRequest()
+	if err := req.UnmarshalJSON(escaped); err != nil || req.Traces().SpanCount() != MaxSpans+1 {
+		t.Fatalf("the decoder reads %d spans (%v) under an escaped name", req.Traces().SpanCount(), err)
+	}
+	cases := []struct {
+		name string
+		body []byte
+		want errcode.Code
+	}{
+		{"10,001 spans under an escaped name", escaped, errcode.TooLarge},
+		{"10,000 spans", spans("spans", MaxSpans), ""},
+		{"spans under an unknown name", spans("spanz", MaxSpans+1), ""},
+		{"no comma", []byte(`{"resourceSpans":[{} {}]}`), errcode.BadRequest},
+		{"cut short", spans("spans", 3)[:40], errcode.BadRequest},
+		{"trailing data", append(spans("spans", 3), []byte(` [[[`)...), errcode.BadRequest},
+		{"a string hiding brackets", []byte(`{"x":"[[[{{{\"]]]","resourceSpans":null}`), ""},
+		{"not an object", []byte(`null`), ""},
+		{"unknown fields nested 300 deep", []byte(`{"x":` + strings.Repeat(`[`, 300) + strings.Repeat(`]`, 300) + `}`), errcode.BadRequest},
+	}
+	for _, tc := range cases {
+		if got := codeOf(boundsJSON(tc.body)); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
 // nested is an export of one span whose attribute nests n key-value lists
 // (three levels each: list, key-value, value) or n arrays (two each).
 func nested(n int, lists bool) ptrace.Traces {
@@ -164,5 +200,45 @@ func TestDepthBoundIsTheDecoders(t *testing.T) {
 		if !seen[true] || !seen[false] {
 			t.Fatalf("lists %v: 20 to 59 levels never crossed the decoder's limit", lists)
 		}
+	}
+}
+
+// BenchmarkBounds is what the bounds walk adds to decoding a full export
+// (10,000 spans of 10 attributes and an event):
+//
+//	go test ./api/otlp -run '^$' -bench Bounds -benchmem
+func BenchmarkBounds(b *testing.B) {
+	req := ptraceotlp.NewExportRequestFromTraces(spansWith(MaxSpans, func(s ptrace.Span) {
+		s.SetName("shop.v1.Cart/Get")
+		putAttributes(s.Attributes(), 10)
+		s.Events().AppendEmpty().SetName("message")
+	}))
+	pb, _ := req.MarshalProto()
+	js, _ := req.MarshalJSON()
+	for _, tc := range []struct {
+		name   string
+		body   []byte
+		bounds func([]byte) error
+		decode func([]byte) error
+	}{
+		{"protobuf", pb, boundsProto, func(b []byte) error { return ptraceotlp.NewExportRequest().UnmarshalProto(b) }},
+		{"json", js, boundsJSON, func(b []byte) error { return ptraceotlp.NewExportRequest().UnmarshalJSON(b) }},
+	} {
+		b.Run(tc.name+"/bounds", func(b *testing.B) {
+			b.SetBytes(int64(len(tc.body)))
+			for b.Loop() {
+				if err := tc.bounds(tc.body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(tc.name+"/decode", func(b *testing.B) {
+			b.SetBytes(int64(len(tc.body)))
+			for b.Loop() {
+				if err := tc.decode(tc.body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
