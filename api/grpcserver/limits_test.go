@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding/gzip"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/cfgd/cfgd/api/grpcserver"
@@ -192,6 +193,12 @@ func TestMessageSizeIsBounded(t *testing.T) {
 	}
 	if _, err := h.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatalf("small message after: %v", err)
+	}
+	// The bound is on the message inflated, not as sent: 2 MiB of one
+	// byte is 2 KB of gzip, and grpc-go stops inflating past the limit.
+	big := &healthpb.HealthCheckRequest{Service: strings.Repeat("x", 2<<20)}
+	if _, err := h.Check(ctx, big, grpc.UseCompressor(gzip.Name)); code(err) != codes.ResourceExhausted {
+		t.Fatalf("2 MiB message in 2 KB of gzip: %v, want ResourceExhausted", err)
 	}
 }
 

@@ -242,17 +242,12 @@ func (s *Server) Metrics() prometheus.Collector {
 }
 
 // Register adds a service and marks it SERVING in the health service.
+// Its unary methods decode their request after the interceptors, not
+// before as generated handlers do: a caller without credentials is
+// refused before cfgd spends anything on its message (see decodeLate).
 func (s *Server) Register(desc *grpc.ServiceDesc, impl any) {
-	s.srv.RegisterService(desc, impl)
+	s.srv.RegisterService(decodeLate(desc), impl)
 	s.health.SetServingStatus(desc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-}
-
-// RegisterWith adds a service whose registration needs the *grpc.Server
-// itself (OpenTelemetry's ptraceotlp.RegisterGRPCServer), and marks name
-// SERVING in the health service.
-func (s *Server) RegisterWith(name string, register func(*grpc.Server)) {
-	register(s.srv)
-	s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 }
 
 // Started yields the bound address once the server listens.

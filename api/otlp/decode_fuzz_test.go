@@ -67,3 +67,79 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzBoundsProto and FuzzBoundsJSON feed any body to the bounds walk
+// that runs before decoding: it never panics, refuses only with a 4xx
+// *errcode.Error, and what it lets through decodes within every bound.
+//
+//	go test ./api/otlp -run '^$' -fuzz FuzzBoundsProto -fuzztime 30s
+//	go test ./api/otlp -run '^$' -fuzz FuzzBoundsJSON -fuzztime 30s
+func FuzzBoundsProto(f *testing.F) {
+	for _, td := range boundsSeeds() {
+		b, _ := ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()
+		f.Add(b)
+	}
+	f.Add([]byte{0x0a, 0x02, 0x12, 0x00})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		fuzzBounds(t, body, boundsProto, func(r ptraceotlp.ExportRequest) error { return r.UnmarshalProto(body) })
+	})
+}
+
+func FuzzBoundsJSON(f *testing.F) {
+	for _, td := range boundsSeeds() {
+		b, _ := ptraceotlp.NewExportRequestFromTraces(td).MarshalJSON()
+		f.Add(b)
+	}
+	f.Add([]byte(`{"resource_spans":[{"scope_spans":[{"spans":[{},{"attributes":[{"key":"a","value":{"kvlistValue":{"values":[]}}}]}]}]}]}`))
+	f.Add([]byte(`{"x":[[[[{"y":[]}]]]],"resourceSpans":null}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		fuzzBounds(t, body, boundsJSON, func(r ptraceotlp.ExportRequest) error { return r.UnmarshalJSON(body) })
+	})
+}
+
+func boundsSeeds() []ptrace.Traces {
+	full := spansWith(3, func(s ptrace.Span) {
+		putAttributes(s.Attributes(), 3)
+		e := s.Events().AppendEmpty()
+		putAttributes(e.Attributes(), 2)
+		l := s.Links().AppendEmpty()
+		putAttributes(l.Attributes(), 2)
+		s.Attributes().PutEmptySlice("list").AppendEmpty().SetEmptyMap().PutStr("k", "v")
+	})
+	putAttributes(full.ResourceSpans().At(0).Resource().Attributes(), 2)
+	return []ptrace.Traces{full, nested(40, true), nested(60, false)}
+}
+
+func fuzzBounds(t *testing.T, body []byte, bounds func([]byte) error, decode func(ptraceotlp.ExportRequest) error) {
+	if err := bounds(body); err != nil {
+		var e *errcode.Error
+		if !errors.As(err, &e) || e.Code.HTTPStatus() < 400 || e.Code.HTTPStatus() >= 500 {
+			t.Fatalf("bounds error %v is not a 4xx", err)
+		}
+		return
+	}
+	req := ptraceotlp.NewExportRequest()
+	if decode(req) != nil {
+		return
+	}
+	td := req.Traces()
+	if n := td.SpanCount(); n > MaxSpans {
+		t.Fatalf("%d spans let through", n)
+	}
+	rss := td.ResourceSpans()
+	for i := range rss.Len() {
+		if n := rss.At(i).Resource().Attributes().Len(); n > MaxElements {
+			t.Fatalf("a resource of %d attributes let through", n)
+		}
+		sss := rss.At(i).ScopeSpans()
+		for j := range sss.Len() {
+			spans := sss.At(j).Spans()
+			for k := range spans.Len() {
+				s := spans.At(k)
+				if s.Attributes().Len() > MaxAttributes || s.Events().Len() > MaxEvents || s.Links().Len() > MaxLinks {
+					t.Fatalf("a span of %d attributes, %d events, %d links let through", s.Attributes().Len(), s.Events().Len(), s.Links().Len())
+				}
+			}
+		}
+	}
+}

@@ -114,7 +114,23 @@ func decode(typ, encoding string, body io.Reader) (ptraceotlp.ExportRequest, err
 	if len(data) > MaxBodyBytes {
 		return ptraceotlp.ExportRequest{}, errcode.New(errcode.TooLarge, fmt.Sprintf("the body is larger than %d bytes once inflated", MaxBodyBytes))
 	}
+	return unmarshal(typ, data)
+}
+
+// unmarshal decodes an ExportTraceServiceRequest of type typ once the
+// body is within the bounds (bounds.go), so decoding allocates in
+// proportion to them; both transports decode here. Every failure is an
+// *errcode.Error.
+func unmarshal(typ string, data []byte) (ptraceotlp.ExportRequest, error) {
+	bounds := boundsProto
+	if typ == typeJSON {
+		bounds = boundsJSON
+	}
+	if err := bounds(data); err != nil {
+		return ptraceotlp.ExportRequest{}, err
+	}
 	req := ptraceotlp.NewExportRequest()
+	var err error
 	if typ == typeJSON {
 		err = req.UnmarshalJSON(data)
 	} else {

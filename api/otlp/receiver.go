@@ -66,10 +66,6 @@ type Keys interface {
 	APIKey(ctx context.Context, raw string) (grpcserver.Principal, error)
 }
 
-// MaxSpans is the most spans one export may carry: the JSON ingest's
-// limit on events per call.
-const MaxSpans = requestlog.MaxBatchEvents
-
 // maxReasons bounds the rejections partial_success names, so its message
 // stays short whatever the batch.
 const maxReasons = 5
@@ -103,10 +99,6 @@ func allowed(p grpcserver.Principal) error {
 // partial_success with the first reasons. The whole export fails only
 // when it is too large or the request log cannot take it (retryable).
 func (r *Receiver) export(ctx context.Context, p grpcserver.Principal, td ptrace.Traces) (ptraceotlp.ExportResponse, error) {
-	if n := td.SpanCount(); n > MaxSpans {
-		r.metrics.Rejected(ingestmetrics.OTLP, ingestmetrics.Malformed, 1)
-		return ptraceotlp.ExportResponse{}, errcode.New(errcode.TooLarge, fmt.Sprintf("at most %d spans per export, got %d", MaxSpans, n))
-	}
 	var (
 		events  []requestlog.Event
 		spans   []ptrace.Span // spans[i] made events[i]

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"google.golang.org/grpc/codes"
 
+	"github.com/cfgd/cfgd/deploy/clip"
 	"github.com/cfgd/cfgd/events/requestlog"
 )
 
@@ -63,17 +65,24 @@ func FromSpan(span ptrace.Span) (requestlog.Event, error) {
 	if err != nil {
 		return requestlog.Event{}, err
 	}
+	// The JSON ingest's bounds on duration_ms, checked on the
+	// timestamps as sent (unsigned: converted to times first, an end of
+	// 2^64-1 would wrap to 1969 and FromCall would clamp what is left).
+	// A start beyond 2105 fails created_at's bound in validation.
 	start, end := span.StartTimestamp(), span.EndTimestamp()
 	switch {
 	case start == 0:
 		return requestlog.Event{}, errors.New("the span has no start time")
 	case end < start:
-		return requestlog.Event{}, errors.New("the span ends before it starts")
+		return requestlog.Event{}, errors.New("duration_ms: the span ends before it starts")
+	case uint64(end-start)/uint64(time.Millisecond) > uint64(requestlog.MaxDurationMS):
+		return requestlog.Event{}, fmt.Errorf("duration_ms: the span lasts longer than a week (%d ms at most)", requestlog.MaxDurationMS)
 	}
 	c := requestlog.Call{
 		FullMethod: "/" + service + "/" + method, Code: uint32(code), Message: span.Status().Message(),
-		Start: start.AsTime(), End: end.AsTime(), RequestID: requestID(span),
+		Start: start.AsTime(), RequestID: requestID(span),
 	}
+	c.End = c.Start.Add(time.Duration(end - start))
 	for _, k := range clientAddressKeys {
 		if a := str(attrs, k); a != "" {
 			c.Peer = a
@@ -178,9 +187,6 @@ func str(attrs pcommon.Map, key string) string {
 	return ""
 }
 
-func trunc(s string) string {
-	if len(s) <= 32 {
-		return s
-	}
-	return s[:32] + "..."
-}
+// trunc is a client's string quoted in a rejection: short, and valid
+// UTF-8, as partial_success.error_message must be.
+func trunc(s string) string { return clip.Abbrev(s, 32) }

@@ -2,6 +2,7 @@ package otlp
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -151,6 +152,16 @@ func TestFromSpanRejectsWhatCannotBeMapped(t *testing.T) {
 			func(s ptrace.Span) { s.SetEndTimestamp(s.StartTimestamp() - 1) }, "ends before it starts"},
 		{"no start", "pkg.v1.Svc/Get", map[string]any{"rpc.system.name": "grpc", "rpc.response.status_code": "OK"},
 			func(s ptrace.Span) { s.SetStartTimestamp(0) }, "no start time"},
+		// The JSON ingest's bounds on duration_ms (0 to a week), not a
+		// wrapped end (2^64-1 is 1969 as a time) or a clamped duration.
+		{"end at 2^64-1", "pkg.v1.Svc/Get", map[string]any{"rpc.system.name": "grpc", "rpc.response.status_code": "OK"},
+			func(s ptrace.Span) { s.SetEndTimestamp(math.MaxUint64) }, "longer than a week"},
+		{"ten days long", "pkg.v1.Svc/Get", map[string]any{"rpc.system.name": "grpc", "rpc.response.status_code": "OK"},
+			func(s ptrace.Span) { s.SetEndTimestamp(pcommon.NewTimestampFromTime(start.Add(10 * 24 * time.Hour))) }, "longer than a week"},
+		{"a week and a millisecond", "pkg.v1.Svc/Get", map[string]any{"rpc.system.name": "grpc", "rpc.response.status_code": "OK"},
+			func(s ptrace.Span) {
+				s.SetEndTimestamp(pcommon.NewTimestampFromTime(start.Add(7*24*time.Hour + time.Millisecond)))
+			}, "longer than a week"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -164,5 +175,28 @@ func TestFromSpanRejectsWhatCannotBeMapped(t *testing.T) {
 				t.Fatalf("err %v, want one saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A span of a week is taken (the JSON ingest's longest duration_ms); one
+// starting past 2^63 ns, which wraps before 1970 as a time, fails the
+// ingest's created_at bound like a JSON event of that date.
+func TestFromSpanTimestampBounds(t *testing.T) {
+	t.Parallel()
+	attrs := map[string]any{"rpc.system.name": "grpc", "rpc.method": "pkg.v1.Svc/Get", "rpc.response.status_code": "OK"}
+	s := spanOf(ptrace.SpanKindServer, "pkg.v1.Svc/Get", attrs, "")
+	s.SetEndTimestamp(pcommon.NewTimestampFromTime(start.Add(7 * 24 * time.Hour)))
+	e, err := FromSpan(s)
+	if err != nil || e.DurationMS != requestlog.MaxDurationMS || len(requestlog.Check(0, e)) != 0 {
+		t.Fatalf("a week: %+v, %v; want duration_ms %d and valid", e, err, requestlog.MaxDurationMS)
+	}
+	s.SetStartTimestamp(math.MaxUint64 - 1000)
+	s.SetEndTimestamp(math.MaxUint64)
+	e, err = FromSpan(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if problems := requestlog.Check(0, e); len(problems) != 1 || problems[0].Field != "created_at" {
+		t.Fatalf("start at 2^64-1001: %v, want created_at refused", problems)
 	}
 }

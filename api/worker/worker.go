@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/commands/app/taskqueues"
+	"github.com/cfgd/cfgd/deploy/clip"
 	"github.com/cfgd/cfgd/deploy/process"
 
 	"github.com/hibiken/asynq"
@@ -373,12 +374,7 @@ func (w *Worker) reconcile(ctx context.Context) {
 	}
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
-}
+func truncate(s string, n int) string { return clip.To(s, n) }
 
 // asynqLogger routes asynq's logs into slog.
 type asynqLogger struct{ l *slog.Logger }

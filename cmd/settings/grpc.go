@@ -13,7 +13,7 @@ func newGRPCTarget() *grpcserver.Limits {
 func grpcFields(l *grpcserver.Limits) []field {
 	return []field{
 		intRange(&l.MaxConcurrentStreams, "GRPC__MAX_CONCURRENT_STREAMS", "calls one connection may hold open at once; more wait for one to end", 1, 1_000_000),
-		mebibytes(&l.MaxRecvMsgBytes, "GRPC__MAX_RECV_MSG_MB", "largest message the server accepts (MiB); a larger one is refused with ResourceExhausted", 1, 1024),
+		mebibytes(&l.MaxRecvMsgBytes, "GRPC__MAX_RECV_MSG_MB", "largest message the server accepts (MiB), as sent and once inflated (grpc-go stops inflating a gzip message at the limit); a larger one is refused with ResourceExhausted", 1, 1024),
 		mebibytes(&l.MaxSendMsgBytes, "GRPC__MAX_SEND_MSG_MB", "largest message the server sends (MiB)", 1, 1024),
 		positive(&l.KeepaliveMinTime, "GRPC__KEEPALIVE_MIN_TIME", "shortest ping interval a client may use; a client pinging faster, or with no call open, is sent GOAWAY"),
 		positive(&l.KeepaliveTime, "GRPC__KEEPALIVE_TIME", "a connection quiet this long is pinged"),

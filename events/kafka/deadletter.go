@@ -12,6 +12,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/cfgd/cfgd/deploy/clip"
 	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events"
 )
@@ -68,10 +69,7 @@ func (d *deadLetters) send(ctx context.Context, m *sarama.ConsumerMessage, consu
 	if err != nil {
 		return err
 	}
-	msg := cause.Error()
-	if len(msg) > maxErrorHeader {
-		msg = msg[:maxErrorHeader]
-	}
+	msg := clip.To(cause.Error(), maxErrorHeader)
 	headers := make([]sarama.RecordHeader, 0, len(m.Headers)+7)
 	for _, h := range m.Headers {
 		if h != nil {

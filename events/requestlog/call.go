@@ -4,7 +4,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/cfgd/cfgd/deploy/clip"
 )
 
 // Call is what an interceptor knows of one finished gRPC call.
@@ -60,18 +61,4 @@ func FromCall(c Call) Event {
 // UTF-8 (a caller's x-request-id is any bytes) becomes U+FFFD, then it is
 // cut to max. An edge that builds events itself cleans each field, so one
 // caller's bytes cannot make a whole packed record undecodable.
-func Clean(s string, max int) string {
-	return cut(strings.ToValidUTF8(s, "\uFFFD"), max)
-}
-
-// cut shortens s to at most n bytes without splitting a UTF-8 sequence.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
-}
+func Clean(s string, max int) string { return clip.To(s, max) }

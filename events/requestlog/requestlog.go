@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/cfgd/cfgd/deploy/clip"
 )
 
 // Statuses of a request (SPEC.md 2.7).
@@ -252,9 +254,4 @@ func validate(batch []Event, skip map[int]bool, now time.Time, w Window) ([]Even
 	return accepted, problems
 }
 
-func trunc(s string) string {
-	if len(s) <= 32 {
-		return s
-	}
-	return s[:32] + "..."
-}
+func trunc(s string) string { return clip.Abbrev(s, 32) }
