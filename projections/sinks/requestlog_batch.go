@@ -253,6 +253,9 @@ func (s *RequestLogs) loadHeld(ctx context.Context, b *batch) error {
 	if len(missing) == 0 {
 		return nil
 	}
+	if err := s.waitInserts(ctx); err != nil {
+		return err
+	}
 	in := strings.Join(missing, ",")
 	found := map[int32][4]int64{}
 	for _, p := range missing {
@@ -277,6 +280,45 @@ func (s *RequestLogs) loadHeld(ctx context.Context, b *batch) error {
 	}
 	for p, h := range found {
 		s.held[p] = h
+	}
+	return nil
+}
+
+// insertWait bounds waitInserts: past it the batch fails and is retried.
+const insertWait = time.Minute
+
+// inFlightInserts counts the inserts into the live raw table running on a
+// server: the sink's own, and one a stopped or killed sink left behind.
+const inFlightInserts = `SELECT count() FROM system.processes
+WHERE match(query, '(?i)^\\s*INSERT\\s+INTO\\s+(\\S+\\.)?` + requestlogview.RawTable + `[\\s(]')`
+
+// waitInserts waits until no insert into the live raw table runs. A sink
+// that was stopped or killed during an insert leaves it running on the
+// server, which writes the raw rows first and its views' rows after
+// (ClickHouse finishes an insert whose client has gone): offsets read in
+// between show a rollup short of the raw table, and refill would count
+// the rows the views are about to write a second time. Nothing of this
+// sink inserts while it reads, and another sink's insert ends in moments.
+func (s *RequestLogs) waitInserts(ctx context.Context) error {
+	deadline := time.Now().Add(insertWait)
+	for _, rctx := range s.heldReads(ctx) {
+		for {
+			var n uint64
+			if err := s.conn.QueryRow(rctx, inFlightInserts).Scan(&n); err != nil {
+				return fmt.Errorf("inserts in flight: %w", err)
+			}
+			if n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d inserts into %s still run after %v: reading the offsets ClickHouse holds later", n, requestlogview.RawTable, insertWait)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
 	}
 	return nil
 }
