@@ -5,7 +5,7 @@ BIN      := $(CURDIR)/bin/cfgd
 export CFGD_DATA_DIR := $(DATA_DIR)
 export KAFKA__DATA_DIR ?= $(DATA_DIR)/kafka
 
-.PHONY: all build run test test-short test-cluster bench bench-ingest bench-replay bench-replay-clickhouse bench-replay-postgres mutate proto protos-release stack-up stack-down stack-status migrate lint fmt clean
+.PHONY: all build run test test-short test-cluster test-upgrade bench bench-ingest bench-replay bench-replay-clickhouse bench-replay-postgres mutate proto protos-release stack-up stack-down stack-status migrate lint fmt clean
 
 all: build
 
@@ -44,6 +44,12 @@ test-cluster: stack-up
 	$(GO) test -tags cluster -count=1 -p 1 -timeout 10m -run Cluster ./cmd/cfgd/schemas/ ./cmd/cfgd/ ./cmd/cfgd/faults/ ./projections/sinks/; \
 		rc=$$?; deploy/scripts/cluster/cluster.sh down; exit $$rc
 
+## test-upgrade: an older build (UPGRADE_FROM=<git revision>, default the last release in docs/changelog.md),
+## built from this repository's history, upgraded to this tree under load: docs/upgrading.md
+UPGRADE_FROM ?=
+test-upgrade: stack-up
+	UPGRADE_FROM=$(UPGRADE_FROM) GO=$(GO) deploy/scripts/upgrade/run.sh
+
 test-short: stack-up
 	$(GO) test -count=1 ./...
 
@@ -73,8 +79,8 @@ BUF      := @bufbuild/buf@1.75.0
 RELEASE  := $(shell sed -n 's/^const Release = "\(.*\)"/\1/p' deploy/buildinfo/buildinfo.go)
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
-	$(GO) vet -tags cluster ./...
-	@dead="$$($(GO) run $(DEADCODE) -test -tags cluster ./...)"; test -z "$$dead" || { echo "dead code:"; echo "$$dead"; exit 1; }
+	$(GO) vet -tags cluster,upgrade ./...
+	@dead="$$($(GO) run $(DEADCODE) -test -tags cluster,upgrade ./...)"; test -z "$$dead" || { echo "dead code:"; echo "$$dead"; exit 1; }
 	@command -v npx >/dev/null || { echo "lint: installing nodejs npm (apt-get)"; \
 		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); $$sudo apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; }

@@ -94,10 +94,10 @@ func TestUpgrade(t *testing.T) {
 	progress := func(what string) {
 		t.Helper()
 		enqueue(r0)
-		load.waitAcked(t, load.acked()+5)
+		load.waitAcked(t, load.acked()+20)
 		n := signed()
 		eventually(t, what+": sign-ins go on", 60*time.Second, func() error {
-			if signed() < n+2 {
+			if signed() < n+4 {
 				return fmt.Errorf("%d sign-ins", signed()-n)
 			}
 			return nil
