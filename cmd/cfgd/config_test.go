@@ -95,3 +95,48 @@ func TestCLIConfigAndCheck(t *testing.T) {
 		t.Errorf("strict migrate with a typo: exit %d, %q", code, msg)
 	}
 }
+
+// No command shows the password of a connection setting: not `cfgd
+// config` (table or JSON), not the error line of a value cfgd refuses, not
+// the error of a driver that could not read one, not the "not reachable"
+// line; in the user:pass@ form, as ?password= and as a keyword string.
+func TestNoCommandShowsAConnectionPassword(t *testing.T) {
+	const secret = "SECRETpw"
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		code int
+	}{
+		{"config", map[string]string{
+			"POSTGRES__URL":    "postgres://cfgd:" + secret + "@127.0.0.1:5432/cfgd?sslmode=disable",
+			"CLICKHOUSE__URL":  "clickhouse://cfgd:" + secret + "@127.0.0.1:9000/cfgd",
+			"REDIS__URL":       "redis://:" + secret + "@127.0.0.1:6379/0",
+			"TASKS__REDIS_URL": "redis://default:" + secret + "@127.0.0.1:6379/1",
+		}, []string{"config"}, 0},
+		{"config json, query passwords", map[string]string{
+			"POSTGRES__URL":   "postgres://cfgd@127.0.0.1:5432/cfgd?password=" + secret,
+			"CLICKHOUSE__URL": "clickhouse://127.0.0.1:9000/cfgd?username=cfgd&password=" + secret,
+		}, []string{"config", "--json"}, 0},
+		{"check, bad port", map[string]string{"POSTGRES__URL": "postgres://u:" + secret + "@127.0.0.1:notaport/db"}, []string{"check"}, 2},
+		{"check, keyword string", map[string]string{"POSTGRES__URL": "host=127.0.0.1 user=u password=" + secret + " dbname=d"}, []string{"check"}, 2},
+		{"config, bad redis", map[string]string{"TASKS__REDIS_URL": "redis://u:" + secret + "@r:port/0"}, []string{"config"}, 2},
+		{"check, wrong scheme", map[string]string{"REDIS__URL": "http://u:" + secret + "@127.0.0.1:6379/0"}, []string{"check"}, 2},
+		{"driver refuses", map[string]string{"POSTGRES__URL": "postgres://u:" + secret + "@127.0.0.1/db?sslmode=bogus"}, []string{"migrate"}, 1},
+		{"redis unreachable", map[string]string{"TASKS__REDIS_URL": "redis://:" + secret + "@127.0.0.1:1/0"}, []string{"task", "list"}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			baseEnv(t, "postgres://127.0.0.1/cfgd")
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			code, out, msg := runCLI(tc.args...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d: %s%s", code, tc.code, out, msg)
+			}
+			if strings.Contains(out+msg, secret) {
+				t.Errorf("the password is shown:\n%s%s", out, msg)
+			}
+		})
+	}
+}

@@ -47,7 +47,9 @@ func main() {
 		code = ee.code
 	}
 	if ee == nil || ee.err != nil {
-		fmt.Fprintln(os.Stderr, "cfgd:", strings.ReplaceAll(err.Error(), "\n", "\ncfgd: "))
+		// Each error about a connection setting is masked where it is
+		// made; this catches a password in one that was not.
+		fmt.Fprintln(os.Stderr, "cfgd:", strings.ReplaceAll(config.Redact(err.Error()), "\n", "\ncfgd: "))
 	}
 	os.Exit(code)
 }

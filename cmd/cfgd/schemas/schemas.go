@@ -15,6 +15,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cfgd/cfgd/deploy/config"
 	"github.com/cfgd/cfgd/deploy/migrate"
 	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/readmodels/apikeyview"
@@ -94,7 +95,7 @@ func UpClickHouse(ctx context.Context, dsn string, retentionDays int, log *slog.
 func UpClickHouseOn(ctx context.Context, dsn, cluster string, retentionDays int, log *slog.Logger) error {
 	opts, err := clickhouse.ParseDSN(dsn)
 	if err != nil {
-		return fmt.Errorf("clickhouse dsn: %w", err)
+		return fmt.Errorf("clickhouse dsn: %w", config.RedactError(err, dsn))
 	}
 	c := requestlogview.Cluster{Name: cluster, Database: cmp.Or(opts.Auth.Database, "default")}
 	if err := c.Validate(); err != nil {
