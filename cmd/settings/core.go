@@ -8,7 +8,7 @@ import (
 	"github.com/cfgd/cfgd/events/store"
 )
 
-// Core holds the settings every cfgd command shares (DESIGN.md section 5).
+// Core holds the settings every cfgd command shares (docs/settings.md, "Core").
 type Core struct {
 	HTTPAddr      string
 	GRPCAddr      string
