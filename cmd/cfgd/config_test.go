@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/cmd/settings"
 	"github.com/cfgd/cfgd/deploy/config"
 )
@@ -138,5 +140,36 @@ func TestNoCommandShowsAConnectionPassword(t *testing.T) {
 				t.Errorf("the password is shown:\n%s%s", out, msg)
 			}
 		})
+	}
+}
+
+// cliWarning is what a one-shot command prints on stderr for a mistyped
+// setting; docs/settings.md quotes it.
+const cliWarning = `level=WARN msg="unknown setting" name=POSTGRES__ULR did_you_mean=POSTGRES__URL hint="set CFGD_STRICT=1 to refuse unknown settings"`
+
+// A one-shot command that goes well says nothing on stderr (it used to
+// log a JSON INFO line, "using built-in defaults", on every call); a
+// warning is one text line; LOG__LEVEL, when set, shows more.
+func TestCLICommandsLogOnlyWarningsAsText(t *testing.T) {
+	baseEnv(t, testenv.PostgresURL(t)) // ClickHouse and Redis at their built-in defaults
+	for _, args := range [][]string{{"apikey", "list"}, {"task", "list", "--queue", "cli-log-test"}} {
+		if code, _, msg := runCLI(args...); code != 0 || msg != "" {
+			t.Errorf("%q: exit %d, stderr %q; want 0 and nothing", args, code, msg)
+		}
+	}
+	t.Setenv("POSTGRES__ULR", "postgres://typo/cfgd")
+	if code, _, msg := runCLI("apikey", "list"); code != 0 || msg != cliWarning+"\n" {
+		t.Errorf("with a typo: exit %d, stderr %q; want %q", code, msg, cliWarning)
+	}
+	doc, err := os.ReadFile("../../docs/settings.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(strings.Fields(string(doc)), " "), cliWarning) {
+		t.Errorf("docs/settings.md does not quote the warning a command prints: %s", cliWarning)
+	}
+	t.Setenv("LOG__LEVEL", "info")
+	if _, _, msg := runCLI("apikey", "list"); !strings.Contains(msg, `level=INFO msg="using built-in defaults`) {
+		t.Errorf("LOG__LEVEL=info: stderr %q", msg)
 	}
 }

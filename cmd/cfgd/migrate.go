@@ -12,7 +12,7 @@ import (
 
 // migrate applies Postgres and ClickHouse migrations once and reports a
 // down server as one line rather than waiting for it.
-func migrate(ctx context.Context, log *slog.Logger, app appSettings, _ io.Writer) error {
+func migrate(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Writer) error {
 	c := app.Core
 	d, err := openDeps(ctx, c)
 	if err != nil {
@@ -30,6 +30,6 @@ func migrate(ctx context.Context, log *slog.Logger, app appSettings, _ io.Writer
 	if err := schemas.UpClickHouseOn(ctx, c.ClickHouseURL, app.RequestLog.Sink.Cluster, app.RequestLog.Sink.RetentionDays, log); err != nil {
 		return fmt.Errorf("clickhouse (CLICKHOUSE__URL): %w", err)
 	}
-	log.InfoContext(ctx, "migrations applied")
-	return nil
+	_, err = fmt.Fprintln(stdout, "migrations applied")
+	return err
 }
