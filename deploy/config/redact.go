@@ -21,8 +21,9 @@ const RedactMask = "xxxxx"
 //   - the password of a URL's user information (scheme://user:pass@host);
 //     when the URL does not parse, or an '@' is left after its host (a
 //     password holding '/', '?' or a space), everything from the first ':'
-//     after "://" to the last '@' of the text is masked: over-masking a
-//     broken URL is the price of never printing a part of its password;
+//     after "://" (unless a '/' comes first: no user information) to the
+//     last '@' of the text is masked: over-masking a broken URL is the
+//     price of never printing a part of its password;
 //   - the value of every key naming a password (password, sslpassword,
 //     pass, pwd, passwd, and any key holding "secret"), in a URL query
 //     (up to '&' or '#') or in a keyword/value string such as libpq's
@@ -74,8 +75,9 @@ func RedactText(s string, values ...string) string {
 				olds = append(olds, d)
 			}
 			olds = append(olds, strings.Trim(strconv.Quote(p), `"`))
-			if u, err := strconv.Unquote(`'` + strings.Trim(p, `'`) + `'`); err == nil {
-				olds = append(olds, u)
+			if len(p) >= 2 && p[0] == '\'' && p[len(p)-1] == '\'' {
+				// A keyword value in quotes, as libpq reads it.
+				olds = append(olds, strings.NewReplacer(`\'`, `'`, `\\`, `\`).Replace(p[1:len(p)-1]))
 			}
 		}
 	}
@@ -87,7 +89,28 @@ func RedactText(s string, values ...string) string {
 			s = strings.ReplaceAll(s, o, RedactMask)
 		}
 	}
-	return Redact(s)
+	return Redact(maskEscapeEcho(s))
+}
+
+// escapeEcho is how url.Parse quotes the bad escape it met, which may be
+// three bytes of a password ("%zz").
+const escapeEcho = `invalid URL escape "`
+
+// maskEscapeEcho masks what url.Parse's errors quote of a bad escape.
+func maskEscapeEcho(s string) string {
+	for off := 0; ; {
+		i := strings.Index(s[off:], escapeEcho)
+		if i < 0 {
+			return s
+		}
+		start := off + i + len(escapeEcho)
+		end := strings.IndexByte(s[start:], '"')
+		if end < 0 {
+			return s[:start] + RedactMask
+		}
+		s = s[:start] + RedactMask + s[start+end:]
+		off = start + len(RedactMask)
+	}
 }
 
 type redactedError struct {
@@ -141,13 +164,17 @@ func userinfoSpans(s string) [][2]int {
 			}
 			continue
 		}
+		// A '/' before any ':' ends a host without user information: the
+		// '@' is another URL's (an error line quoting an example first).
 		at := strings.LastIndexByte(region, '@')
 		if at < 0 {
 			continue
 		}
-		if colon := strings.IndexByte(region[:at], ':'); colon >= 0 {
-			spans = append(spans, [2]int{start + colon + 1, start + at})
+		colon := strings.IndexByte(region[:at], ':')
+		if slash := strings.IndexByte(region, '/'); colon < 0 || slash >= 0 && slash < colon {
+			continue
 		}
+		spans = append(spans, [2]int{start + colon + 1, start + at})
 	}
 }
 

@@ -50,7 +50,11 @@ func TestRedact(t *testing.T) {
 		{`parse "postgres://u:SECRET@127.0.0.1:notaport/db": invalid port ":notaport" after host`,
 			`parse "postgres://u:xxxxx@127.0.0.1:notaport/db": invalid port ":notaport" after host`},
 		{`a "postgres://u:SECRET@h/db" and "redis://:SECRET2@r:1/0" both`, `a "postgres://u:xxxxx@r:1/0" both`}, // an '@' past the host: over-masked
-		{`a "postgres://h/db" and "redis://:SECRET2@r:1/0" both`, `a "postgres://h/db" and "redis:xxxxx@r:1/0" both`},
+		{`a "postgres://h/db" and "redis://:SECRET2@r:1/0" both`, `a "postgres://h/db" and "redis://:xxxxx@r:1/0" both`},
+		// Masking twice changes nothing (cfgd's last guard runs over lines
+		// masked where they were made).
+		{`POSTGRES__URL: expected a URL such as postgres://host/..., got "postgres://u:xxxxx@127.0.0.1:notaport/db"`,
+			`POSTGRES__URL: expected a URL such as postgres://host/..., got "postgres://u:xxxxx@127.0.0.1:notaport/db"`},
 		{"redis://://SECRET@r:port/0", "redis://:xxxxx@r:port/0"},
 		{"redis://:a://SECRET@r:port/0", "redis://:xxxxx@r:port/0"},
 	} {
