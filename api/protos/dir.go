@@ -69,7 +69,7 @@ func CheckLabel(label string) error {
 
 func (d *Dir) path(s Source) string { return filepath.Join(d.root, filepath.FromSlash(s.Path)) }
 
-// File is one written proto file as the list reports it (SPEC 2.5).
+// File is one written proto file as the list reports it (docs/api.md#grpc).
 type File struct {
 	AppLabel      string  `json:"app_label"`
 	Filename      string  `json:"filename"`

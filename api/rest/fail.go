@@ -9,7 +9,7 @@ import (
 	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
-// ErrorBody is the shape of every error response (DESIGN.md section 5).
+// ErrorBody is the shape of every error response (docs/api.md#errors).
 type ErrorBody struct {
 	Success bool              `json:"success"`
 	Error   string            `json:"error"`

@@ -1,11 +1,13 @@
 package rest
 
 // /healthz says the process is up; /readyz that every dependency answers,
-// naming the ones that do not.
+// naming the ones that do not, each with its reason (process.Reason) and,
+// where one helps, the command to run.
 
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,10 +25,15 @@ func MountHealth(r *mux.Router, timeout time.Duration, checks ...process.Check) 
 	r.Handle("/readyz", Ready(timeout, checks...)).Methods(http.MethodGet, http.MethodHead)
 }
 
+// result is one check as /readyz shows it. Error is a reason of the
+// fixed vocabulary (process.Reason), never the error's text; Command and
+// Fix say what to do where the reason has one.
 type result struct {
-	Name  string `json:"name"`
-	OK    bool   `json:"ok"`
-	Error string `json:"error,omitempty"`
+	Name    string `json:"name"`
+	OK      bool   `json:"ok"`
+	Error   string `json:"error,omitempty"`
+	Command string `json:"command,omitempty"`
+	Fix     string `json:"fix,omitempty"`
 }
 
 // Ready runs every check in parallel within timeout; any failure gives 503
@@ -37,14 +44,18 @@ func Ready(timeout time.Duration, checks ...process.Check) http.Handler {
 		var down []string
 		for _, res := range results {
 			if !res.OK {
-				down = append(down, res.Name)
+				d := res.Name + " " + res.Error
+				if res.Command != "" {
+					d += " (run `" + res.Command + "`)"
+				}
+				down = append(down, d)
 			}
 		}
 		if len(down) > 0 {
 			// The error body plus each check's result.
 			JSON(w, errcode.Unavailable.HTTPStatus(), map[string]any{
 				"success": false, "code": errcode.Unavailable, "status": "unavailable",
-				"error": "not ready: " + joinNames(down) + " unreachable", "checks": results,
+				"error": "not ready: " + strings.Join(down, ", "), "checks": results,
 			})
 			return
 		}
@@ -62,23 +73,13 @@ func runChecks(ctx context.Context, timeout time.Duration, checks []process.Chec
 		wg.Go(func() {
 			results[i] = result{Name: c.Name, OK: true}
 			if err := c.Ping(ctx); err != nil {
-				// The error text names a host at most; it carries no secret
-				// because URLs are redacted before they reach a client.
-				results[i] = result{Name: c.Name, Error: "unreachable"}
+				// The reason alone: the error's text (hosts, tables,
+				// settings) is the log's, and /readyz needs no credentials.
+				reason := process.ReasonOf(err)
+				results[i] = result{Name: c.Name, Error: string(reason), Command: reason.Command(), Fix: reason.Fix()}
 			}
 		})
 	}
 	wg.Wait()
 	return results
-}
-
-func joinNames(names []string) string {
-	out := ""
-	for i, n := range names {
-		if i > 0 {
-			out += ", "
-		}
-		out += n
-	}
-	return out
 }

@@ -70,6 +70,19 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
+// MethodLabel is the method as a metric label or log field. A client may
+// send any token as its method (up to the header limit), and each new
+// label value is a series /metrics keeps for good, so every method outside
+// RFC 9110's and PATCH is "other".
+func MethodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return method
+	}
+	return "other"
+}
+
 // Observe is the middleware that logs each request and records its latency
 // under the route template (never the raw path, which would explode the
 // label set). It also turns a panic into a JSON 500 without a stack trace in
@@ -110,14 +123,15 @@ func Observe(log *slog.Logger, m *Metrics) mux.MiddlewareFunc {
 					status = http.StatusOK
 				}
 				d := time.Since(start)
+				method := MethodLabel(r.Method)
 				if m != nil {
-					m.latency.WithLabelValues(route, r.Method, strconv.Itoa(status)).Observe(d.Seconds())
+					m.latency.WithLabelValues(route, method, strconv.Itoa(status)).Observe(d.Seconds())
 				}
 				lvl := slog.LevelInfo
 				if status >= 500 {
 					lvl = slog.LevelError
 				}
-				log.Log(r.Context(), lvl, "http request", "request_id", id, "method", r.Method, "route", route,
+				log.Log(r.Context(), lvl, "http request", "request_id", id, "method", method, "route", route,
 					"status", status, "bytes", sw.bytes, "duration_ms", float64(d.Microseconds())/1000)
 			}()
 			next.ServeHTTP(sw, r)

@@ -4,12 +4,16 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cfgd/cfgd/deploy/errcode"
 )
@@ -138,3 +142,51 @@ func TestEveryResponseIsNosniff(t *testing.T) {
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// A method outside the known set is one label value, however many and
+// however long the methods a client invents: 50 requests with 100 KB
+// methods once took /metrics from 179 KB to 75 MB.
+func TestUnknownMethodsShareOneLabel(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mux.NewRouter()
+	obs := Observe(quiet(), m)
+	r.NotFoundHandler = obs(NotFound())
+	r.MethodNotAllowedHandler = obs(MethodNotAllowed())
+	r.Use(obs)
+	r.HandleFunc("/ok", func(w http.ResponseWriter, _ *http.Request) { JSON(w, http.StatusOK, nil) }).Methods(http.MethodGet)
+	long := strings.Repeat("X", 100<<10)
+	for i := range 50 {
+		for _, path := range []string{"/ok", "/nowhere"} {
+			req := httptest.NewRequest(http.MethodGet, path, nil)
+			req.Method = long + strconv.Itoa(i)
+			r.ServeHTTP(httptest.NewRecorder(), req)
+		}
+	}
+	for _, method := range []string{http.MethodGet, "get", http.MethodTrace} {
+		req := httptest.NewRequest(http.MethodGet, "/ok", nil)
+		req.Method = method
+		r.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	methods := map[string]bool{}
+	for _, f := range fams {
+		for _, mt := range f.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "method" {
+					methods[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	want := map[string]bool{"other": true, http.MethodGet: true, http.MethodTrace: true}
+	if !maps.Equal(methods, want) {
+		t.Errorf("method labels %v, want %v", slices.Sorted(maps.Keys(methods)), slices.Sorted(maps.Keys(want)))
+	}
+}

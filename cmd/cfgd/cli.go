@@ -48,12 +48,12 @@ CFGD_ENV_FILE (default ./.env), then defaults. See docs/cli.md.`,
 	})
 	root.SetHelpCommand(helpCommand())
 	root.AddCommand(
-		plainCommand("serve", "run HTTP, gRPC, the event relay, the projections and every module's runners",
+		plainCommand("serve", processLog, "run HTTP, gRPC, the event relay, the projections and every module's runners",
 			"serve runs every module until interrupted: HTTP and gRPC, the event relay, the\nprojections, reactors and sinks. It applies migrations at start.", serve),
 		migrateCommand(),
-		plainCommand("worker", "run a task worker process (TASKS__* settings)",
+		plainCommand("worker", processLog, "run a task worker process (TASKS__* settings)",
 			"worker runs one task worker process on the queues of TASKS__QUEUES until interrupted.", runWorker),
-		plainCommand("broker", "run the embedded Kafka broker alone for serve, workers and the CLI to share",
+		plainCommand("broker", processLog, "run the embedded Kafka broker alone for serve, workers and the CLI to share",
 			"broker runs the embedded Kafka broker alone on KAFKA__EMBEDDED_ADDR, with its log and\nlogin file in KAFKA__DATA_DIR (KAFKA__BROKERS is ignored). serve, workers and the\nCLI reach it through KAFKA__BROKERS and the KAFKA__SASL_* login of its client.properties.", broker),
 		taskCommand(),
 		userCommand(),
@@ -76,15 +76,15 @@ CFGD_ENV_FILE (default ./.env), then defaults. See docs/cli.md.`,
 }
 
 // plainCommand is a command without flags or arguments that runs fn once
-// the settings are read.
-func plainCommand(name, short, long string, fn func(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Writer) error) *cobra.Command {
+// the settings are read, logging in style.
+func plainCommand(name string, style logStyle, short, long string, fn func(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Writer) error) *cobra.Command {
 	return &cobra.Command{
 		Use:   name,
 		Short: short,
 		Long:  long,
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withSettings(cmd.Context(), cmd.ErrOrStderr(), func(ctx context.Context, log *slog.Logger, app appSettings) error {
+			return runWithSettings(cmd.Context(), cmd.ErrOrStderr(), style, func(ctx context.Context, log *slog.Logger, app appSettings) error {
 				return fn(ctx, log, app, cmd.OutOrStdout())
 			})
 		},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"os"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -110,6 +111,16 @@ func TestCLIVersion(t *testing.T) {
 		if got := versionText(buildinfo.From(tc.info, tc.ok)); got != tc.want {
 			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
 		}
+	}
+	// docs/cli.md shows what an unstamped build (go run, -buildvcs=false,
+	// a git worktree) prints: the release, and no commit.
+	doc, err := os.ReadFile("../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unstamped := "cfgd version " + versionText(buildinfo.From(&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, true))
+	if !strings.Contains(string(doc), unstamped) {
+		t.Errorf("docs/cli.md does not show what an unstamped build prints:\n%s", unstamped)
 	}
 }
 

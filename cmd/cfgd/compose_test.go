@@ -217,6 +217,7 @@ func checkCompose(doc []byte, read func(rel string) ([]byte, error)) []string {
 	var brokers []string
 	mounted := map[string][]byte{}    // bind-mounted file -> content
 	listens := map[string][2]string{} // serve replica -> HTTP and gRPC port
+	scrape := map[string]string{}     // serve replica -> the port of its untokened /metrics
 	images := map[string][]string{}   // repository -> services
 	for _, name := range names {
 		s := f.Services[name]
@@ -262,6 +263,16 @@ func checkCompose(doc []byte, read func(rel string) ([]byte, error)) []string {
 					_, httpPort, _ := strings.Cut(env["HTTP__ADDR"], ":")
 					_, grpcPort, _ := strings.Cut(env["GRPC__ADDR"], ":")
 					listens[name] = [2]string{httpPort, grpcPort}
+					// docs/operations.md: /metrics behind the published
+					// port needs METRICS__ADDR or METRICS__TOKEN.
+					if env["METRICS__TOKEN"] == "" {
+						_, metricsPort, _ := strings.Cut(env["METRICS__ADDR"], ":")
+						if metricsPort == "" || metricsPort == httpPort {
+							problem("service %s serves /metrics on its HTTP port without METRICS__TOKEN, and the proxy publishes that port: set METRICS__ADDR to a port of its own (docs/operations.md)", name)
+						} else {
+							scrape[name] = metricsPort
+						}
+					}
 				case "migrate":
 					migrate = append(migrate, name)
 				}
@@ -326,7 +337,7 @@ func checkCompose(doc []byte, read func(rel string) ([]byte, error)) []string {
 		problem("want two ClickHouse replicas, have %d", n)
 	}
 
-	out = append(out, checkMounted(mounted, names, images["clickhouse/clickhouse-server"], listens)...)
+	out = append(out, checkMounted(mounted, names, images["clickhouse/clickhouse-server"], listens, scrape)...)
 
 	dockerfile, err := read("Dockerfile")
 	if err != nil {
@@ -376,9 +387,11 @@ type clickHouseConfig struct {
 // file: every XML file parses, the cluster's replicas are the ClickHouse
 // services, every keeper node is a service, all raft member lists are the
 // same, and the proxy sends HTTP and gRPC to every replica on the ports it
-// listens on. Otherwise a replica added to the compose file alone would
-// get no traffic, or a keeper renamed in one file would split the quorum.
-func checkMounted(files map[string][]byte, services, clickhouse []string, listens map[string][2]string) []string {
+// listens on, and nothing to a replica's untokened metrics port (scrape).
+// Otherwise a replica added to the compose file alone would get no
+// traffic, a keeper renamed in one file would split the quorum, or
+// /metrics would be public.
+func checkMounted(files map[string][]byte, services, clickhouse []string, listens map[string][2]string, scrape map[string]string) []string {
 	var out []string
 	problem := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	paths := make([]string, 0, len(files))
@@ -430,6 +443,11 @@ func checkMounted(files map[string][]byte, services, clickhouse []string, listen
 					if !strings.Contains(cfg, " "+name+":"+port+" ") {
 						problem("%s sends nothing to %s:%s (replica %s)", p, name, port, name)
 					}
+				}
+			}
+			for name, port := range scrape {
+				if strings.Contains(cfg, " "+name+":"+port+" ") {
+					problem("%s publishes %s:%s, where /metrics answers without METRICS__TOKEN", p, name, port)
 				}
 			}
 		}
@@ -485,6 +503,8 @@ func TestComposeFile(t *testing.T) {
 		{"keys off volumes", composeFile, "    - keys:/var/lib/cfgd/keys\n", "", "AUTH__KEYS_DIR must be set to a named volume"},
 		{"replica before migrate", composeFile, "  migrate: {condition: service_completed_successfully}\n", "", "must start after migrate"},
 		{"missing config file", composeFile, "./compose/haproxy/haproxy.cfg", "./compose/haproxy/haproxy.conf", "does not exist"},
+		{"metrics on the published port", composeFile, "    METRICS__ADDR: 0.0.0.0:9090\n", "", "serves /metrics on its HTTP port without METRICS__TOKEN"},
+		{"metrics port proxied", "compose/haproxy/haproxy.cfg", "server cfgd-2 cfgd-2:8080 check", "server cfgd-2 cfgd-2:9090 check", "publishes cfgd-2:9090, where /metrics answers"},
 		{"unparsable", composeFile, "services:\n", "services:\n  - [\n", "does not parse"},
 		{"replica the proxy misses", "compose/haproxy/haproxy.cfg", "server cfgd-2 cfgd-2:50051", "server cfgd-2 cfgd-3:50051", "sends nothing to cfgd-2:50051"},
 		{"cluster replica renamed", "compose/clickhouse/cluster.xml", "<host>clickhouse-2</host>", "<host>clickhouse-3</host>", "the ClickHouse cluster's replicas are [clickhouse-1 clickhouse-3]"},

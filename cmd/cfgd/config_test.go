@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/cmd/settings"
 	"github.com/cfgd/cfgd/deploy/config"
 )
@@ -93,5 +95,81 @@ func TestCLIConfigAndCheck(t *testing.T) {
 	t.Setenv("CFGD_STRICT", "1")
 	if code, _, msg := runCLI("migrate"); code != 2 || !strings.Contains(msg, "did you mean POSTGRES__URL?") {
 		t.Errorf("strict migrate with a typo: exit %d, %q", code, msg)
+	}
+}
+
+// No command shows the password of a connection setting: not `cfgd
+// config` (table or JSON), not the error line of a value cfgd refuses, not
+// the error of a driver that could not read one, not the "not reachable"
+// line; in the user:pass@ form, as ?password= and as a keyword string.
+func TestNoCommandShowsAConnectionPassword(t *testing.T) {
+	const secret = "SECRETpw"
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		code int
+	}{
+		{"config", map[string]string{
+			"POSTGRES__URL":    "postgres://cfgd:" + secret + "@127.0.0.1:5432/cfgd?sslmode=disable",
+			"CLICKHOUSE__URL":  "clickhouse://cfgd:" + secret + "@127.0.0.1:9000/cfgd",
+			"REDIS__URL":       "redis://:" + secret + "@127.0.0.1:6379/0",
+			"TASKS__REDIS_URL": "redis://default:" + secret + "@127.0.0.1:6379/1",
+		}, []string{"config"}, 0},
+		{"config json, query passwords", map[string]string{
+			"POSTGRES__URL":   "postgres://cfgd@127.0.0.1:5432/cfgd?password=" + secret,
+			"CLICKHOUSE__URL": "clickhouse://127.0.0.1:9000/cfgd?username=cfgd&password=" + secret,
+		}, []string{"config", "--json"}, 0},
+		{"check, bad port", map[string]string{"POSTGRES__URL": "postgres://u:" + secret + "@127.0.0.1:notaport/db"}, []string{"check"}, 2},
+		{"check, keyword string", map[string]string{"POSTGRES__URL": "host=127.0.0.1 user=u password=" + secret + " dbname=d"}, []string{"check"}, 2},
+		{"config, bad redis", map[string]string{"TASKS__REDIS_URL": "redis://u:" + secret + "@r:port/0"}, []string{"config"}, 2},
+		{"check, wrong scheme", map[string]string{"REDIS__URL": "http://u:" + secret + "@127.0.0.1:6379/0"}, []string{"check"}, 2},
+		{"driver refuses", map[string]string{"POSTGRES__URL": "postgres://u:" + secret + "@127.0.0.1/db?sslmode=bogus"}, []string{"migrate"}, 1},
+		{"redis unreachable", map[string]string{"TASKS__REDIS_URL": "redis://:" + secret + "@127.0.0.1:1/0"}, []string{"task", "list"}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			baseEnv(t, "postgres://127.0.0.1/cfgd")
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			code, out, msg := runCLI(tc.args...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d: %s%s", code, tc.code, out, msg)
+			}
+			if strings.Contains(out+msg, secret) {
+				t.Errorf("the password is shown:\n%s%s", out, msg)
+			}
+		})
+	}
+}
+
+// cliWarning is what a one-shot command prints on stderr for a mistyped
+// setting; docs/settings.md quotes it.
+const cliWarning = `level=WARN msg="unknown setting" name=POSTGRES__ULR did_you_mean=POSTGRES__URL hint="set CFGD_STRICT=1 to refuse unknown settings"`
+
+// A one-shot command that goes well says nothing on stderr (it used to
+// log a JSON INFO line, "using built-in defaults", on every call); a
+// warning is one text line; LOG__LEVEL, when set, shows more.
+func TestCLICommandsLogOnlyWarningsAsText(t *testing.T) {
+	baseEnv(t, testenv.PostgresURL(t)) // ClickHouse and Redis at their built-in defaults
+	for _, args := range [][]string{{"apikey", "list"}, {"task", "list", "--queue", "cli-log-test"}} {
+		if code, _, msg := runCLI(args...); code != 0 || msg != "" {
+			t.Errorf("%q: exit %d, stderr %q; want 0 and nothing", args, code, msg)
+		}
+	}
+	t.Setenv("POSTGRES__ULR", "postgres://typo/cfgd")
+	if code, _, msg := runCLI("apikey", "list"); code != 0 || msg != cliWarning+"\n" {
+		t.Errorf("with a typo: exit %d, stderr %q; want %q", code, msg, cliWarning)
+	}
+	doc, err := os.ReadFile("../../docs/settings.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(strings.Fields(string(doc)), " "), cliWarning) {
+		t.Errorf("docs/settings.md does not quote the warning a command prints: %s", cliWarning)
+	}
+	t.Setenv("LOG__LEVEL", "info")
+	if _, _, msg := runCLI("apikey", "list"); !strings.Contains(msg, `level=INFO msg="using built-in defaults`) {
+		t.Errorf("LOG__LEVEL=info: stderr %q", msg)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cfgd/cfgd/cmd/settings"
+	"github.com/cfgd/cfgd/deploy/config"
 	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events/store"
 )
@@ -69,18 +70,18 @@ func openDeps(ctx context.Context, c settings.Core, opts ...depsOption) (*deps, 
 	}
 	pgCfg, err := pgxpool.ParseConfig(c.PostgresURL)
 	if err != nil {
-		return nil, fmt.Errorf("POSTGRES__URL: %w", err)
+		return nil, fmt.Errorf("POSTGRES__URL: %w", config.RedactError(err, c.PostgresURL))
 	}
 	pgCfg.MaxConns = 32
 	commits := store.WatchCommits(pgCfg)
 	pg, err := pgxpool.NewWithConfig(ctx, pgCfg)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
+		return nil, fmt.Errorf("postgres: %w", config.RedactError(err, c.PostgresURL))
 	}
 	chOpts, err := clickhouse.ParseDSN(c.ClickHouseURL)
 	if err != nil {
 		pg.Close()
-		return nil, fmt.Errorf("CLICKHOUSE__URL: %w", err)
+		return nil, fmt.Errorf("CLICKHOUSE__URL: %w", config.RedactError(err, c.ClickHouseURL))
 	}
 	chOpts.DialTimeout = 2 * time.Second
 	if cfg.clickHouseCluster != "" {
@@ -89,13 +90,13 @@ func openDeps(ctx context.Context, c settings.Core, opts ...depsOption) (*deps, 
 	ch, err := clickhouse.Open(chOpts)
 	if err != nil {
 		pg.Close()
-		return nil, fmt.Errorf("clickhouse: %w", err)
+		return nil, fmt.Errorf("clickhouse: %w", config.RedactError(err, c.ClickHouseURL))
 	}
 	redisOpts, err := redis.ParseURL(c.RedisURL)
 	if err != nil {
 		pg.Close()
 		_ = ch.Close()
-		return nil, fmt.Errorf("REDIS__URL: %w", err)
+		return nil, fmt.Errorf("REDIS__URL: %w", config.RedactError(err, c.RedisURL))
 	}
 	events, err := store.New(store.Config{MaxEventBytes: c.EventMaxBytes})
 	if err != nil {

@@ -47,7 +47,9 @@ func main() {
 		code = ee.code
 	}
 	if ee == nil || ee.err != nil {
-		fmt.Fprintln(os.Stderr, "cfgd:", strings.ReplaceAll(err.Error(), "\n", "\ncfgd: "))
+		// Each error about a connection setting is masked where it is
+		// made; this catches a password in one that was not.
+		fmt.Fprintln(os.Stderr, "cfgd:", strings.ReplaceAll(config.Redact(err.Error()), "\n", "\ncfgd: "))
 	}
 	os.Exit(code)
 }
@@ -62,10 +64,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return root.ExecuteContext(ctx)
 }
 
-// withSettings reads every setting, then runs act. Commands check their
-// flags and arguments before calling it, so a usage mistake is reported
-// as one whatever the environment holds.
+// withSettings reads every setting, then runs act, a one-shot command of
+// the CLI. Commands check their flags and arguments before calling it, so
+// a usage mistake is reported as one whatever the environment holds.
 func withSettings(ctx context.Context, stderr io.Writer, act action) error {
+	return runWithSettings(ctx, stderr, cliLog, act)
+}
+
+// logStyle is how a command logs to stderr.
+type logStyle int
+
+const (
+	// cliLog is for a one-shot command a person runs at a prompt: text
+	// lines, warnings and errors only (LOG__LEVEL, when set, instead).
+	// What the command did goes to stdout.
+	cliLog logStyle = iota
+	// processLog is for a long-running process (serve, worker, broker):
+	// JSON lines at LOG__LEVEL, for a log collector.
+	processLog
+)
+
+func runWithSettings(ctx context.Context, stderr io.Writer, style logStyle, act action) error {
 	ld, err := loadSettings()
 	if err != nil {
 		return err
@@ -73,7 +92,11 @@ func withSettings(ctx context.Context, stderr io.Writer, act action) error {
 	if err := ld.problems(os.Getenv("CFGD_STRICT") == "1"); err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	log := newLogger(stderr, ld.app.Core.LogLevel)
+	level := ld.app.Core.LogLevel
+	if style == cliLog && !ld.reader.Has("LOG__LEVEL") {
+		level = "warn"
+	}
+	log := newLogger(stderr, level, style)
 	// Packages that log without a logger of their own (web.Internal, for
 	// one) honour LOG__LEVEL and the JSON format too.
 	slog.SetDefault(log)
@@ -124,8 +147,17 @@ func (ld *loaded) problems(strict bool) error {
 	return errors.Join(errs...)
 }
 
-func newLogger(w io.Writer, level string) *slog.Logger {
+func newLogger(w io.Writer, level string, style logStyle) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
+	if style == cliLog {
+		// No time: the person reading it ran the command just now.
+		return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l, ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}}))
+	}
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 }

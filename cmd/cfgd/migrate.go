@@ -16,7 +16,7 @@ import (
 
 func migrateCommand() *cobra.Command {
 	var dryRun bool
-	c := plainCommand("migrate", "apply database migrations and exit (status: what is applied; --dry-run: what would run)",
+	c := plainCommand("migrate", cliLog, "apply database migrations and exit (status: what is applied; --dry-run: what would run)",
 		`migrate applies the Postgres migrations and creates the ClickHouse tables, then exits.
 With --dry-run it changes nothing and prints each pending migration with the
 statements it would run; "cfgd migrate status" lists applied and pending ones.`,
@@ -24,11 +24,11 @@ statements it would run; "cfgd migrate status" lists applied and pending ones.`,
 			if dryRun {
 				return migratePlan(ctx, app, stdout, true)
 			}
-			return runMigrations(ctx, log, app)
+			return runMigrations(ctx, log, app, stdout)
 		})
 	c.Args = commandArgs
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "print what would run, change nothing")
-	c.AddCommand(plainCommand("status", "list applied and pending migrations of Postgres and ClickHouse",
+	c.AddCommand(plainCommand("status", cliLog, "list applied and pending migrations of Postgres and ClickHouse",
 		"status lists every Postgres and ClickHouse migration, applied (with when) or pending.\nIt changes nothing: not even goose's version tables are created.",
 		func(ctx context.Context, _ *slog.Logger, app appSettings, stdout io.Writer) error {
 			return migratePlan(ctx, app, stdout, false)
@@ -38,7 +38,7 @@ statements it would run; "cfgd migrate status" lists applied and pending ones.`,
 
 // runMigrations applies Postgres and ClickHouse migrations once and
 // reports a down server as one line rather than waiting for it.
-func runMigrations(ctx context.Context, log *slog.Logger, app appSettings) error {
+func runMigrations(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Writer) error {
 	c := app.Core
 	d, err := openDeps(ctx, c)
 	if err != nil {
@@ -56,8 +56,8 @@ func runMigrations(ctx context.Context, log *slog.Logger, app appSettings) error
 	if err := schemas.UpClickHouseOn(ctx, c.ClickHouseURL, app.RequestLog.Sink.Cluster, log); err != nil {
 		return fmt.Errorf("clickhouse (CLICKHOUSE__URL): %w", err)
 	}
-	log.InfoContext(ctx, "migrations applied")
-	return nil
+	_, err = fmt.Fprintln(stdout, "migrations applied")
+	return err
 }
 
 // migratePlan prints the state of every migration (status) or the

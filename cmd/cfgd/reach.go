@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/cmd/settings"
+	"github.com/cfgd/cfgd/deploy/config"
 	"github.com/cfgd/cfgd/events/kafka"
 )
 
@@ -52,7 +53,7 @@ func postgresDep(d *deps) dependency {
 }
 
 func redisDep(setting, url string, ping func(ctx context.Context) error) dependency {
-	return dependency{name: "redis", setting: setting, where: url,
+	return dependency{name: "redis", setting: setting, where: config.Redact(url),
 		hint: "is Redis up there? (`make stack-up` starts the local one)", ping: ping}
 }
 

@@ -165,8 +165,11 @@ func TestServeWithPostgresDownIsNotReady(t *testing.T) {
 	baseEnv(t, "postgres://postgres@127.0.0.1:1/cfgd?connect_timeout=1")
 	r := start(t)
 	body := waitStatus(t, r.base+"/readyz", 503)
-	if !strings.Contains(body, "postgres") || !strings.Contains(body, `"code":"unavailable"`) {
-		t.Fatalf("/readyz should name postgres: %s", body)
+	if !strings.Contains(body, `{"name":"postgres","ok":false,"error":"unreachable"}`) || !strings.Contains(body, `"code":"unavailable"`) {
+		t.Fatalf("/readyz should name postgres, unreachable: %s", body)
+	}
+	if strings.Contains(body, "127.0.0.1:1") || strings.Contains(body, "dial") {
+		t.Fatalf("/readyz shows an error's text: %s", body)
 	}
 	if code, _ := get(t, r.base+"/healthz"); code != 200 {
 		t.Fatalf("/healthz must stay 200 while a dependency is down, got %d", code)

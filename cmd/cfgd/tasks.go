@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
+	"github.com/cfgd/cfgd/deploy/config"
 	"github.com/cfgd/cfgd/deploy/process"
 
 	"github.com/gorilla/mux"
@@ -105,7 +106,7 @@ func tasksRedis(w wiring, url string) (redis.UniversalClient, func(), error) {
 	}
 	o, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, nil, fmt.Errorf("TASKS__REDIS_URL: %w", err)
+		return nil, nil, fmt.Errorf("TASKS__REDIS_URL: %w", config.RedactError(err, url))
 	}
 	c := redis.NewClient(o)
 	return c, func() { _ = c.Close() }, nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cfgd/cfgd/api/worker"
 	"github.com/cfgd/cfgd/deploy/buildinfo"
+	"github.com/cfgd/cfgd/deploy/config"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/tasks"
 )
@@ -48,7 +49,7 @@ func runWorker(ctx context.Context, log *slog.Logger, app appSettings, stdout io
 func taskRedis(app appSettings) (*redis.Client, error) {
 	o, err := redis.ParseURL(app.Tasks.RedisURL)
 	if err != nil {
-		return nil, fmt.Errorf("TASKS__REDIS_URL: %w", err)
+		return nil, fmt.Errorf("TASKS__REDIS_URL: %w", config.RedactError(err, app.Tasks.RedisURL))
 	}
 	return redis.NewClient(o), nil
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/cfgd/cfgd/events/store"
 )
 
-// Core holds the settings every cfgd command shares (DESIGN.md section 5).
+// Core holds the settings every cfgd command shares (docs/settings.md, "Core").
 type Core struct {
 	HTTPAddr      string
 	GRPCAddr      string
@@ -83,7 +83,7 @@ func coreFields(c *Core) []field {
 		hostPort(&c.KafkaEmbeddedAddr, "KAFKA__EMBEDDED_ADDR", "embedded broker's listen address, in `serve` or `cfgd broker`"),
 		intRange(&c.KafkaPartitions, "KAFKA__PARTITIONS", "partitions of topics cfgd creates (1..1024)", 1, 1024),
 		str(&c.KafkaTopicPrefix, "KAFKA__TOPIC_PREFIX", "prefix of cfgd's topic names (`cfgd.events`, `cfgd.deadletters`, `cfgd.tasks.lifecycle`)"),
-		str(&c.ReplicaID, "REPLICA__ID", "this `serve`'s name among the replicas sharing one broker: stable across its restarts, different for every replica (two with one id fence each other, and `/readyz` says so). Its consumer-group members are static (`group.instance.id` = group + `.` + id), so a restart takes back its partitions without a rebalance; 1 to 100 letters, digits, `.`, `_`, `-`. Empty: the host name and `HTTP__ADDR`'s port (`web-1-8080`); with port 0, dynamic members"),
+		str(&c.ReplicaID, "REPLICA__ID", "this `serve`'s name among the replicas sharing one broker: stable across its restarts, different for every replica (two with one id fence each other, and `/readyz` says `fenced`). Its consumer-group members are static (`group.instance.id` = group + `.` + id), so a restart takes back its partitions without a rebalance; 1 to 100 letters, digits, `.`, `_`, `-`. Empty: the host name and `HTTP__ADDR`'s port (`web-1-8080`); with port 0, dynamic members"),
 		oneOf(&c.LogLevel, "LOG__LEVEL", "`debug`, `info`, `warn` or `error`; logs are JSON on stderr (every line, the default logger included)", "debug", "info", "warn", "error"),
 		optHostPort(&c.MetricsAddr, "METRICS__ADDR", "serve `/metrics` on a listener of its own (say `127.0.0.1:9090`) instead of `HTTP__ADDR`"),
 		secret(&c.MetricsToken, "METRICS__TOKEN", "when set, `/metrics` needs `Authorization: Bearer <token>`"),

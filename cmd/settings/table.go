@@ -26,7 +26,7 @@ type Setting struct {
 type Value struct {
 	Setting
 	// Value as it would be written in the environment; a set secret is
-	// config.Masked.
+	// config.Masked, a URL's password config.RedactMask.
 	Value string
 	// Set tells whether the variable was given (environment or .env).
 	Set bool
@@ -194,7 +194,8 @@ func extensionSettings() []Setting {
 }
 
 // Current reads every setting of Table from r and returns each with the
-// value it has, secrets masked. Problems are left in r.
+// value it has, secrets masked, and the password of every URL or
+// connection string masked (config.Redact). Problems are left in r.
 func Current(r *config.Reader) []Value {
 	core := DefaultCore()
 	sg, id, rl := newSigninTarget(), newIdentityTarget(), newRequestLogTarget()
@@ -202,7 +203,7 @@ func Current(r *config.Reader) []Value {
 	add := func(fs []field) {
 		readAll(r, fs)
 		for _, f := range fs {
-			out = append(out, Value{Setting: f.Setting, Value: f.show(), Set: r.Has(f.Name)})
+			out = append(out, Value{Setting: f.Setting, Value: config.Redact(f.show()), Set: r.Has(f.Name)})
 		}
 	}
 	add(coreFields(&core))
@@ -215,7 +216,7 @@ func Current(r *config.Reader) []Value {
 	// An extension's variables are checked by extensions.Load, and only
 	// for an extension that is on: here they are shown as given.
 	for _, st := range extensionSettings() {
-		v := Value{Setting: st, Value: r.String(st.Name, st.Default), Set: r.Has(st.Name)}
+		v := Value{Setting: st, Value: config.Redact(r.String(st.Name, st.Default)), Set: r.Has(st.Name)}
 		if st.Secret && v.Value != "" {
 			v.Value = config.Masked
 		}

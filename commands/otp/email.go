@@ -10,7 +10,7 @@ import (
 	"github.com/cfgd/cfgd/commands/mail"
 )
 
-// Subject of the OTP e-mail (SPEC 4.1).
+// Subject of the OTP e-mail (docs/api.md, passwordless sign-in).
 const Subject = "Your verification code"
 
 //go:embed templates/otp.txt templates/otp.html

@@ -22,7 +22,7 @@ import (
 	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
-// Limits (SPEC 5.3, 8).
+// Limits (docs/api.md, passwordless sign-in; docs/settings.md).
 const (
 	CodeLength         = 6
 	CodeTTL            = 300 * time.Second

@@ -15,7 +15,7 @@ const MaxSourceURLLength = 2048
 // site path, or that holds a backslash or user credentials.
 var ErrBadSourceURL = errors.New("source_url must be an http(s) URL or a path starting with /")
 
-// Sources categorises registration source URLs (SPEC 2.3.1).
+// Sources categorises registration source URLs (docs/api.md, registration-source analytics).
 type Sources struct {
 	DashboardHosts    []string // host names whose URLs are "Dashboard"
 	RegistrationPaths []string // paths that are "Website Registration"
@@ -61,7 +61,7 @@ func CheckSourceURL(raw string) (string, error) {
 }
 
 // Name derives the display name of a checked source URL, in the order of
-// SPEC 2.3.1: a dashboard host; utm_source with utm_campaign; a
+// The rules of docs/api.md: a dashboard host; utm_source with utm_campaign; a
 // registration path; otherwise the host name ("Other" for a bare path).
 func (c Sources) Name(checked string) string {
 	u, err := url.Parse(checked)

@@ -16,7 +16,7 @@ import (
 	"github.com/cfgd/cfgd/events/store"
 )
 
-// Field limits (SPEC 2.1, 2.4).
+// Field limits (docs/openapi.yaml, the profile schema).
 const (
 	MaxNameRunes  = 30
 	MaxPhoneRunes = 20

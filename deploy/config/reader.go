@@ -37,13 +37,14 @@ func (r *Reader) Fail(name, want, got string) { r.Record(Problem(name, want, got
 func (r *Reader) Record(p *errcode.Error) { r.errs = append(r.errs, p) }
 
 // Problem is a bad or missing variable: name expects want; got is the
-// value, empty when the variable is missing or its value is secret. It is
+// value, empty when the variable is missing or its value is secret, and
+// shown with its passwords masked (Redact), whatever the variable. It is
 // an errcode field error naming the variable, so settings fail in the
 // shape every other input does; its text is "NAME: want, got "value"".
 func Problem(name, want, got string) *errcode.Error {
 	problem := want
 	if got != "" {
-		problem = fmt.Sprintf("%s, got %q", want, got)
+		problem = fmt.Sprintf("%s, got %q", want, Redact(got))
 	}
 	return &errcode.Error{Code: errcode.Invalid, Fields: map[string]string{name: problem}}
 }
@@ -194,7 +195,7 @@ func (r *Reader) URL(name, def string, schemes ...string) string {
 	v := r.String(name, def)
 	u, err := url.Parse(v)
 	if err != nil || u.Scheme == "" {
-		r.Fail(name, "expected a URL such as "+schemes[0]+"://host/...", redactURL(v))
+		r.Fail(name, "expected a URL such as "+schemes[0]+"://host/...", v)
 		return def
 	}
 	for _, s := range schemes {
@@ -202,7 +203,7 @@ func (r *Reader) URL(name, def string, schemes ...string) string {
 			return v
 		}
 	}
-	r.Fail(name, "expected a URL with scheme "+strings.Join(schemes, " or "), redactURL(v))
+	r.Fail(name, "expected a URL with scheme "+strings.Join(schemes, " or "), v)
 	return def
 }
 
@@ -233,13 +234,4 @@ func (r *Reader) OneOf(name, def string, allowed ...string) string {
 	}
 	r.Fail(name, "expected one of "+strings.Join(allowed, ", "), v)
 	return def
-}
-
-// redactURL hides a password embedded in a URL before it reaches an error line.
-func redactURL(v string) string {
-	u, err := url.Parse(v)
-	if err != nil || u.User == nil {
-		return v
-	}
-	return u.Redacted()
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
+
+	"github.com/cfgd/cfgd/deploy/config"
 )
 
 // ClickHouseVersionTable is where goose records the ClickHouse migrations
@@ -29,7 +31,7 @@ func OpenClickHouse(ctx context.Context, dsn string) (*sql.DB, error) {
 func OpenClickHouseOn(ctx context.Context, dsn, cluster string) (*sql.DB, error) {
 	opts, err := clickhouse.ParseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("clickhouse dsn: %w", err)
+		return nil, fmt.Errorf("clickhouse dsn: %w", config.RedactError(err, dsn))
 	}
 	if name := opts.Auth.Database; name != "" && name != "default" {
 		admin := *opts

@@ -51,7 +51,7 @@ func Events() []events.Event { return []events.Event{Created{}, Revoked{}} }
 // Stream is the stream of key id.
 func Stream(id int64) string { return "apikey-" + strconv.FormatInt(id, 10) }
 
-// Key types (SPEC 2.6).
+// Key types (docs/api.md#api-keys).
 const (
 	TypeService     = "service"
 	TypeCLI         = "cli"

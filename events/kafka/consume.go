@@ -191,7 +191,7 @@ func Consume(ctx context.Context, c Config, group string, topics []string, h Han
 	if err := l.register(c, topics); err != nil {
 		return err
 	}
-	l.setHealth(fmt.Errorf("kafka consumer %s is starting", group))
+	l.setHealth(process.NotReady(process.Starting, fmt.Errorf("kafka consumer %s is starting", group)))
 	names := topics
 	if o.deadLetter != "" {
 		names = append(append([]string(nil), topics...), o.deadLetter)
@@ -258,7 +258,7 @@ func Consume(ctx context.Context, c Config, group string, topics []string, h Han
 				// Another process joined as this member: two replicas share
 				// a REPLICA__ID and would take the partitions from each
 				// other forever. Say so where the operator looks.
-				err = fmt.Errorf("member %s was fenced by another process with the same replica id (REPLICA__ID must differ per replica): %w", sc.Consumer.Group.InstanceId, err)
+				err = process.NotReady(process.Fenced, fmt.Errorf("member %s was fenced by another process with the same replica id (REPLICA__ID must differ per replica): %w", sc.Consumer.Group.InstanceId, err))
 			}
 			l.setHealth(fmt.Errorf("kafka: %w", err))
 			l.log.Warn("kafka consumer group session", "err", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events/kafka"
 )
 
@@ -396,7 +397,7 @@ func TestConsumeSameReplicaIDIsReported(t *testing.T) {
 		for _, h := range []*health{h1, h2} {
 			h.mu.Lock()
 			for _, err := range h.errs {
-				if err != nil && strings.Contains(err.Error(), "REPLICA__ID must differ") {
+				if err != nil && strings.Contains(err.Error(), "REPLICA__ID must differ") && process.ReasonOf(err) == process.Fenced {
 					h.mu.Unlock()
 					return true
 				}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/outbox"
@@ -534,8 +535,8 @@ func TestCheckpointAheadOfTheClusterIsReported(t *testing.T) {
 	if got := gauge(t, reg, "cfgd_relay_checkpoint_ahead"); got != 1 {
 		t.Fatalf("cfgd_relay_checkpoint_ahead = %v, want 1", got)
 	}
-	if err := r.Ready(ctx); err == nil {
-		t.Fatal("ready with a checkpoint ahead of the cluster")
+	if err := r.Ready(ctx); err == nil || process.ReasonOf(err) != process.CheckpointAhead {
+		t.Fatalf("ready with a checkpoint ahead of the cluster: %v (reason %q)", err, process.ReasonOf(err))
 	}
 	// The operator resets the checkpoint; the running relay notices.
 	if _, err := pool.Exec(ctx, `DELETE FROM relay_checkpoints`); err != nil {

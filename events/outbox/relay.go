@@ -539,7 +539,7 @@ func (r *Relay) Ready(ctx context.Context) error {
 	}
 	r.noteAhead(ctx, ck, ahead)
 	if ahead {
-		return fmt.Errorf("relay %s: checkpoint transaction id %d is ahead of this cluster (restored database?); reset relay_checkpoints", r.cfg.Name, ck.txID)
+		return process.NotReady(process.CheckpointAhead, fmt.Errorf("relay %s: checkpoint transaction id %d is ahead of this cluster (restored database?); reset relay_checkpoints", r.cfg.Name, ck.txID))
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-// Package requestlog is the gRPC request-log record of SPEC.md section 2.7
+// Package requestlog is the gRPC request-log record of docs/api.md#request-log
 // as it travels from the edges (HTTP ingest, and later cfgd's own gRPC
 // interceptor and the cfgd.ingest.v1 service) to the ClickHouse sink: the
 // event, its validation, and the compact wire format that packs many events
@@ -16,7 +16,7 @@ import (
 	"github.com/cfgd/cfgd/deploy/clip"
 )
 
-// Statuses of a request (SPEC.md 2.7).
+// Statuses of a request (docs/api.md#request-log).
 const (
 	StatusSuccess   = "success"
 	StatusError     = "error"

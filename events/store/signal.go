@@ -15,7 +15,7 @@ import (
 // wakes on it instead of on a NOTIFY sent from the appending transaction:
 // NOTIFY takes a database-wide lock from pre-commit to the end of the
 // commit, which serialises every appending transaction behind one WAL
-// flush at a time (on the machines of DESIGN.md, 4,567 single-row inserts/s
+// flush at a time (on the machines of docs/benchmarks.md, 4,567 single-row inserts/s
 // with the trigger against 16,145 without).
 type CommitSignal struct {
 	c     chan struct{}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
@@ -189,13 +190,19 @@ func (s *RequestLogs) checkTopic(ctx context.Context) error {
 		return err
 	}
 	if recreated {
-		s.recreated.Add(1)
-		s.topicNotice.Store(&topicNotice{err: fmt.Errorf("%w: %s (id %s) was deleted and created again; "+
-			"its records are stored after the old topic's, from its start", errTopicRecreated, s.topic, id)})
-		s.log.WarnContext(ctx, "request-log topic was deleted and created again: continuing from its start",
-			"topic", s.topic, "topic_id", id)
+		s.topicRecreated(ctx, id)
 	}
 	return nil
+}
+
+// topicRecreated says, in the log, the stats and Ready (until the next
+// batch is in), that the topic was created again.
+func (s *RequestLogs) topicRecreated(ctx context.Context, id string) {
+	s.recreated.Add(1)
+	s.topicNotice.Store(&topicNotice{err: process.NotReady(process.TopicRecreated, fmt.Errorf("%w: %s (id %s) was deleted and created again; "+
+		"its records are stored after the old topic's, from its start", errTopicRecreated, s.topic, id))})
+	s.log.WarnContext(ctx, "request-log topic was deleted and created again: continuing from its start",
+		"topic", s.topic, "topic_id", id)
 }
 
 // forget drops what held says of b's partitions: it is read again from

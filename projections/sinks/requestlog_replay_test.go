@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
@@ -149,7 +150,8 @@ func TestSinkWaitsForViewsAfterAReplayDiedInItsSwap(t *testing.T) {
 	e.spread(300, time.Now(), time.Millisecond)
 	waitFor(t, "the sink to report the missing views", func() bool {
 		err := s.Ready(ctx)
-		return err != nil && strings.Contains(err.Error(), "cfgd replay "+replay.RequestLogName)
+		return err != nil && strings.Contains(err.Error(), "cfgd replay "+replay.RequestLogName) &&
+			process.ReasonOf(err) == process.ViewsMissing && process.ViewsMissing.Command() == "cfgd replay "+replay.RequestLogName
 	})
 	if raw, _, _, _ := testenv.RequestLogCounts(t, e.conn); raw != 500 {
 		t.Fatalf("the sink wrote into a raw table without views: %d rows", raw)

@@ -167,7 +167,7 @@ func NewFencedRequestLogs(cfg RequestLogConfig, conn driver.Conn, fence RequestL
 	}
 	s := &RequestLogs{cfg: cfg, conn: conn, fence: fence, log: log, now: time.Now, held: map[int32][4]int64{},
 		topic: cfg.Bus.Topic(kafka.TopicRequestLogs), writer: rand.Text()}
-	s.health.Set(errRequestLogsStarting)
+	s.health.Set(process.NotReady(process.Starting, errRequestLogsStarting))
 	return s, nil
 }
 
@@ -264,10 +264,10 @@ func (s *RequestLogs) checkSchema(ctx context.Context) error {
 	}
 	switch {
 	case len(tables) > 0:
-		return fmt.Errorf("%w: %s missing: run `cfgd migrate`", errRequestLogSchema, strings.Join(tables, ", "))
+		return process.NotReady(process.TablesMissing, fmt.Errorf("%w: %s missing: run `cfgd migrate`", errRequestLogSchema, strings.Join(tables, ", ")))
 	case len(views) > 0:
-		return fmt.Errorf("%w: views %s missing (a replay died inside its swap?): run `cfgd replay %s` again",
-			errRequestLogSchema, strings.Join(views, ", "), replay.RequestLogName)
+		return process.NotReady(process.ViewsMissing, fmt.Errorf("%w: views %s missing (a replay died inside its swap?): run `cfgd replay %s` again",
+			errRequestLogSchema, strings.Join(views, ", "), replay.RequestLogName))
 	}
 	return nil
 }
@@ -374,7 +374,7 @@ func (s *RequestLogs) checkLoadBalancing(ctx context.Context) error {
 		return fmt.Errorf("load_balancing setting: %w", err)
 	}
 	if v != "in_order" {
-		return fmt.Errorf("%w: load_balancing is %q: set <load_balancing>in_order</load_balancing> in the profile of cfgd's ClickHouse user on every server (CLICKHOUSE__CLUSTER is set)", errRequestLogSchema, v)
+		return process.NotReady(process.ClickHouseProfile, fmt.Errorf("%w: load_balancing is %q: set <load_balancing>in_order</load_balancing> in the profile of cfgd's ClickHouse user on every server (CLICKHOUSE__CLUSTER is set)", errRequestLogSchema, v))
 	}
 	return nil
 }

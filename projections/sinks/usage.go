@@ -120,7 +120,7 @@ func NewUsage(cfg UsageConfig, db DB, log *slog.Logger) (*Usage, error) {
 		return nil, err
 	}
 	u := &Usage{cfg: cfg, db: db, log: log, topic: cfg.Bus.Topic(kafka.TopicAPIKeyUsage)}
-	u.health.Set(errUsageStarting)
+	u.health.Set(process.NotReady(process.Starting, errUsageStarting))
 	return u, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/kafka"
@@ -100,7 +101,7 @@ func (u *Usage) topicID(ctx context.Context, session uint64) (string, error) {
 // batch is applied), that the topic was created again.
 func (u *Usage) topicRecreated(ctx context.Context, partition int32, id string) {
 	u.recreated.Add(1)
-	err := fmt.Errorf("api-key usage: %s was deleted and created again (id %s): counting from its start", u.topic, id)
+	err := process.NotReady(process.TopicRecreated, fmt.Errorf("api-key usage: %s was deleted and created again (id %s): counting from its start", u.topic, id))
 	u.notice.Store(&err)
 	u.log.WarnContext(ctx, "api-key usage topic was deleted and created again: counting from its start",
 		"topic", u.topic, "topic_id", id, "partition", partition)

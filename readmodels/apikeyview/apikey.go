@@ -19,7 +19,7 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Key is one row of the read model, in the shape of SPEC 2.6.
+// Key is one row of the read model, in the shape of docs/api.md#api-keys.
 type Key struct {
 	ID           int64      `json:"id"`
 	Name         string     `json:"name"`

@@ -16,7 +16,7 @@ type SourceCount struct {
 	Users int64  `json:"users"`
 }
 
-// TopSourcesLimit is the length of the top list (SPEC 8).
+// TopSourcesLimit is the length of the top list (docs/api.md, registration-source analytics).
 const TopSourcesLimit = 10
 
 // TopSources ranks sources by linked users, most first (ties by id).

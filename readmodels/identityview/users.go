@@ -36,7 +36,7 @@ type User struct {
 	Version      int64
 }
 
-// FullName is first and last name joined by one space, trimmed (SPEC 2.1).
+// FullName is first and last name joined by one space, trimmed (docs/api.md, Profile).
 func (u User) FullName() string { return strings.TrimSpace(u.FirstName + " " + u.LastName) }
 
 // ShortName is the first name.

@@ -127,7 +127,7 @@ func (r *Reader) Invalidate() {
 	r.mu.Unlock()
 }
 
-// Queue is one row of queue-status (SPEC 2.8) with the dashboard's detail.
+// Queue is one row of queue-status (docs/api.md, task queues) with the dashboard's detail.
 type Queue struct {
 	Name      string `json:"name"`
 	Size      int    `json:"size"`
@@ -222,7 +222,7 @@ func (r *Reader) QueuePaused(ctx context.Context, name string) (bool, error) {
 	return p, nil
 }
 
-// Statistics are counted from the lifecycle read model (SPEC 4.4).
+// Statistics are counted from the lifecycle read model (docs/api.md, task queues).
 type Statistics struct {
 	TotalTasks     int64   `json:"total_tasks"`
 	CompletedTasks int64   `json:"completed_tasks"`

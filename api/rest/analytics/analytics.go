@@ -1,5 +1,5 @@
 // Package analytics serves the staff-only registration-source analytics
-// (SPEC 2.3) from readmodels/identity.
+// (docs/api.md, registration-source analytics) from readmodels/identity.
 package analytics
 
 import (

@@ -10,7 +10,7 @@ const (
 	NewsletterVersion = "1.0.0"
 )
 
-// SLA hours allowed for the support extension (SPEC.md section 8).
+// SLA hours allowed for the support extension (docs/settings.md).
 const (
 	MinSLAHours     = 1
 	MaxSLAHours     = 168

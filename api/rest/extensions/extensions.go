@@ -1,5 +1,5 @@
 // Package extensions holds the settings contract of cfgd's optional
-// extensions (SPEC.md 4.5) and mounts the routes of the enabled ones under
+// extensions (docs/settings.md, "App extensions") and mounts the routes of the enabled ones under
 // /cfg/{name}/.
 //
 // There are two kinds. An app extension has the base settings of AppSettings
@@ -91,7 +91,7 @@ type Route struct {
 }
 
 // AppSettings is the base of every app extension's settings
-// (BaseExtensionSettings in SPEC.md 4.5).
+// (docs/settings.md, "App extensions").
 type AppSettings struct {
 	AdminEnabled      bool             `json:"admin_enabled"`
 	MiddlewareClasses []string         `json:"middleware_classes"`
@@ -106,7 +106,7 @@ type AppSettings struct {
 }
 
 // ModuleSettings is the base of every module extension's settings
-// (BaseModuleSettings in SPEC.md 4.5).
+// (docs/settings.md, "App extensions").
 type ModuleSettings struct {
 	Enabled bool `json:"enabled"`
 }

@@ -134,7 +134,7 @@ func decode(t testing.TB, rec *httptest.ResponseRecorder) map[string]any {
 	return m
 }
 
-// assertError checks the JSON error shape of DESIGN.md section 5.
+// assertError checks the JSON error shape of docs/api.md#errors.
 func assertError(t testing.TB, rec *httptest.ResponseRecorder, status int, code string) {
 	t.Helper()
 	if rec.Code != status {

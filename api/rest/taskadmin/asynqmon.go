@@ -11,6 +11,7 @@ import (
 	"github.com/hibiken/asynqmon"
 
 	"github.com/cfgd/cfgd/api/rest"
+	"github.com/cfgd/cfgd/deploy/config"
 	"github.com/cfgd/cfgd/deploy/errcode"
 )
 
@@ -25,7 +26,7 @@ const PathAsynqmon = "/admin/tasks/asynqmon/"
 func MountAsynqmon(r *mux.Router, staff mux.MiddlewareFunc, redisURL string) (io.Closer, error) {
 	opt, err := asynq.ParseRedisURI(redisURL)
 	if err != nil {
-		return nil, fmt.Errorf("asynqmon: TASKS__REDIS_URL: %w", err)
+		return nil, fmt.Errorf("asynqmon: TASKS__REDIS_URL: %w", config.RedactError(err, redisURL))
 	}
 	h := asynqmon.New(asynqmon.Options{RootPath: strings.TrimSuffix(PathAsynqmon, "/"), RedisConnOpt: opt, ReadOnly: true})
 	r.PathPrefix(PathAsynqmon).Handler(staff(readOnly(h))).Name("tasks:asynqmon")

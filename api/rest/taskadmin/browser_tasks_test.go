@@ -112,8 +112,21 @@ func TestTaskDashboardActionsInChromium(t *testing.T) {
 		chromedp.Click(css(`nav button[data-tab="overview"]`)),
 		chromedp.WaitVisible(css(`#chart rect.failed`)),
 	))
+	// The failed attempts are in the chart while no task has failed for
+	// good: the card and the chart say which they count.
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](`/\b[1-9][0-9]* attempts failed\b/.test(document.getElementById("chart-sum").textContent)`, chromedp.WithPollingTimeout(10*time.Second)))
+	step("chart sum", err)
+	failedLabel, err := chromedp.Run(ctx, chromedp.Text(css(`#label-failed`)))
+	step("failed card label", err)
+	failedTasks, err := chromedp.Run(ctx, chromedp.Text(css(`#stat-failed`)))
+	step("failed card", err)
+	chartHeading, err := chromedp.Run(ctx, chromedp.Text(css(`#chart-heading`)))
+	step("chart heading", err)
 	overviewShot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	step("overview screenshot", err)
+	if !strings.EqualFold(failedLabel, "Tasks failed for good") || failedTasks != "0" || !strings.HasPrefix(chartHeading, "Attempts per minute") {
+		t.Fatalf("overview: card %q = %q beside chart %q: the card counts tasks, the chart attempts", failedLabel, failedTasks, chartHeading)
+	}
 	browsertest.Keep(t, map[string][]byte{"tasks-tab.png": tasksShot, "tasks-workers.png": workersShot, "tasks-overview.png": overviewShot})
 
 	if payload != `{"message": "boom 0 from the browser test"}` || !strings.Contains(lastErr, "boom 0 from the browser test") {

@@ -55,7 +55,7 @@ type handler struct {
 	app *taskqueues.App
 }
 
-// QueueStatusResponse is SPEC 4.4's queue-status.
+// QueueStatusResponse is the queue-status answer (docs/openapi.yaml).
 type QueueStatusResponse struct {
 	Success bool             `json:"success"`
 	Queues  []taskview.Queue `json:"queues"`
@@ -79,7 +79,7 @@ func (h *handler) queueStatus(w http.ResponseWriter, r *http.Request) {
 	rest.JSON(w, http.StatusOK, QueueStatusResponse{Success: true, Queues: qs})
 }
 
-// StatisticsResponse is SPEC 4.4's task-statistics.
+// StatisticsResponse is the task-statistics answer (docs/openapi.yaml).
 type StatisticsResponse struct {
 	Success bool `json:"success"`
 	taskview.Statistics

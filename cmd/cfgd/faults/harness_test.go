@@ -1,7 +1,7 @@
 // Package faults runs the real cfgd binary as a subprocess against real
 // Postgres, ClickHouse, Redis and the Kafka-protocol broker, breaks one
 // thing at a time (SIGKILL of the server, a dependency stopped under load)
-// and checks what DESIGN.md promises: readiness tells the truth, cfgd
+// and checks what docs/operations.md promises: readiness tells the truth, cfgd
 // recovers by itself, and nothing acknowledged is lost or doubled.
 package faults
 

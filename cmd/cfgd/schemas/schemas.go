@@ -15,6 +15,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cfgd/cfgd/deploy/config"
 	"github.com/cfgd/cfgd/deploy/migrate"
 	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/readmodels/apikeyview"
@@ -89,7 +90,7 @@ func UpClickHouse(ctx context.Context, dsn string, log *slog.Logger) error {
 func UpClickHouseOn(ctx context.Context, dsn, cluster string, log *slog.Logger) error {
 	opts, err := clickhouse.ParseDSN(dsn)
 	if err != nil {
-		return fmt.Errorf("clickhouse dsn: %w", err)
+		return fmt.Errorf("clickhouse dsn: %w", config.RedactError(err, dsn))
 	}
 	c := requestlogview.Cluster{Name: cluster, Database: cmp.Or(opts.Auth.Database, "default")}
 	if err := c.Validate(); err != nil {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/cfgd/cfgd/deploy/config"
 )
 
 // Queue is one configured queue and its weight: a worker takes tasks from
@@ -134,7 +136,7 @@ func ValidName(s string) bool { return idPattern.MatchString(s) }
 func (c Config) Validate() error {
 	var errs []error
 	if _, err := asynq.ParseRedisURI(c.RedisURL); err != nil {
-		errs = append(errs, fmt.Errorf("tasks: redis url: %w", err))
+		errs = append(errs, fmt.Errorf("tasks: redis url: %w", config.RedactError(err, c.RedisURL)))
 	}
 	if c.Processes < 1 {
 		errs = append(errs, errors.New("tasks: processes must be at least 1"))
@@ -209,7 +211,7 @@ func (c Config) AsynqQueues() map[string]int {
 func (c Config) RedisOpt() (asynq.RedisConnOpt, error) {
 	o, err := asynq.ParseRedisURI(c.RedisURL)
 	if err != nil {
-		return nil, fmt.Errorf("tasks: redis url: %w", err)
+		return nil, fmt.Errorf("tasks: redis url: %w", config.RedactError(err, c.RedisURL))
 	}
 	return o, nil
 }

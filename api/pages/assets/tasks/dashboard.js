@@ -272,7 +272,7 @@
         svg.appendChild(r);
       }
     }
-    $("chart-sum").textContent = "(" + processed + " processed, " + failed + " failed)";
+    $("chart-sum").textContent = "(" + processed + " attempts processed, " + failed + " attempts failed)";
   }
 
   function renderStats(s) {

@@ -1,5 +1,5 @@
 // Read-only views of cfgd's API keys, the same records as
-// GET /api/grpc/api-keys/ (SPEC 2.6). Keys are created and revoked by
+// GET /api/grpc/api-keys/ (docs/api.md#api-keys). Keys are created and revoked by
 // administrators only (CLI or admin endpoints); the full key is never
 // returned, only masked_key.
 

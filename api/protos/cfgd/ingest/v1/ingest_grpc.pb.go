@@ -1,4 +1,4 @@
-// Request-log ingestion for other servers (SPEC 2.7): a client stream of
+// Request-log ingestion for other servers (docs/api.md#request-log): a client stream of
 // batches of events, answered once with how many were accepted and what
 // was wrong with the rest. Authenticated by API key (x-api-key) or a
 // staff Bearer token. The same event shape as
