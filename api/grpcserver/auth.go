@@ -20,7 +20,7 @@ type Principal struct {
 	KeyID   int64  // set when authenticated by API key
 	KeyName string // set when authenticated by API key
 	Via     string // ViaAPIKey or ViaBearer
-	// Username is the user's e-mail address (SPEC's username), when the
+	// Username is the user's e-mail address (the API's username), when the
 	// user was loaded (Bearer).
 	Username string
 }

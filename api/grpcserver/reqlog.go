@@ -27,7 +27,7 @@ type options struct {
 	reporter Reporter
 }
 
-// WithRequestLog reports every served call to r (SPEC 2.7), with the
+// WithRequestLog reports every served call to r (a request log, docs/api.md), with the
 // caller's user and API key when authenticated; calls refused by
 // authentication are reported too, unauthenticated. The ingest service's
 // and the OTLP trace service's own calls are not: each would add one more

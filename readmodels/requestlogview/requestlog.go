@@ -75,7 +75,7 @@ func New(conn driver.Conn, now func() time.Time, activeKeys ActiveAPIKeys) *Stor
 	return &Store{conn: conn, now: now, activeKeys: activeKeys}
 }
 
-// Request is one record of SPEC.md 2.7: the event as ingested, with the id
+// Request is one request log (docs/api.md, ingest): the event as ingested, with the id
 // the sink gave it (its fields flatten into the JSON). Its grpc_status_code
 // is the canonical name, whatever spelling the row was stored with.
 type Request struct {

@@ -1,6 +1,6 @@
 // Package monitor is the HTTP side of the request log: the ingest endpoint
 // (POST /api/grpc/monitor/ingest/) over the request-log producer, and the
-// staff query endpoints of SPEC.md 4.3 over the request-log read model.
+// staff query endpoints of docs/api.md over the request-log read model.
 package monitor
 
 import (
