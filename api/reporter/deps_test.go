@@ -21,8 +21,10 @@ func TestReporterDependsOnlyOnGRPCAndProtobuf(t *testing.T) {
 	modules := []string{"google.golang.org/grpc", "google.golang.org/protobuf", "google.golang.org/genproto/googleapis/rpc",
 		"golang.org/x/net", "golang.org/x/sys", "golang.org/x/text"}
 	// cfgd's own packages it needs (their dependencies are listed and
-	// checked here too): the event type and its codec, the error codes.
-	cfgd := []string{"github.com/cfgd/cfgd/api/reporter", "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1", "github.com/cfgd/cfgd/events/requestlog", "github.com/cfgd/cfgd/deploy/errcode"}
+	// checked here too): the event type and its codec, the error codes,
+	// the character-boundary cut of client strings (standard library only).
+	cfgd := []string{"github.com/cfgd/cfgd/api/reporter", "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1", "github.com/cfgd/cfgd/events/requestlog",
+		"github.com/cfgd/cfgd/deploy/errcode", "github.com/cfgd/cfgd/deploy/clip"}
 	var extra []string
 	for _, pkg := range strings.Fields(string(out)) {
 		if slices.Contains(cfgd, pkg) || slices.ContainsFunc(modules, func(m string) bool { return pkg == m || strings.HasPrefix(pkg, m+"/") }) {

@@ -504,8 +504,10 @@ func TestIngestIdempotencyStoresSmallOutcomesAndBoundsTheCaller(t *testing.T) {
 	if err := pool.QueryRow(context.Background(), `SELECT octet_length(outcome) + coalesce(octet_length(answer), 0) FROM requestlog_idempotency WHERE key = 'big-1'`).Scan(&size); err != nil {
 		t.Fatal(err)
 	}
-	if size > 10<<10 {
-		t.Fatalf("the outcome of 500 refused events is stored in %d bytes, want at most 10 KiB", size)
+	// The outcome, and for one release the answer the build before
+	// outcomes reads: each holds the first 50 errors.
+	if size > 20<<10 {
+		t.Fatalf("the outcome of 500 refused events is stored in %d bytes, want at most 20 KiB", size)
 	}
 	t.Logf("body %d bytes, outcome stored in %d bytes", len(body), size)
 
