@@ -106,7 +106,9 @@ type sample struct {
 	encode func() ([]byte, error)
 }
 
-func eventPath(typ string, v int) string { return filepath.Join(corpusDir, "events", typ, "v"+strconv.Itoa(v)+".json") }
+func eventPath(typ string, v int) string {
+	return filepath.Join(corpusDir, "events", typ, "v"+strconv.Itoa(v)+".json")
+}
 func formatPath(name string, v int) string {
 	ext := ".bin"
 	if name == tasks.LifecycleFormat {
