@@ -291,7 +291,8 @@ type ReportResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Accepted int64                  `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
 	Rejected int64                  `protobuf:"varint,2,opt,name=rejected,proto3" json:"rejected,omitempty"`
-	// The first 1000 problems, in stream order.
+	// The first 1000 problems, in stream order (the first 50 for a call with
+	// an idempotency-key, whose outcome is remembered).
 	Errors        []*FieldError `protobuf:"bytes,3,rep,name=errors,proto3" json:"errors,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
