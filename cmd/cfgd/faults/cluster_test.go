@@ -176,20 +176,6 @@ func (cs *clusterServe) ingesters() []*ingester {
 	return ins
 }
 
-// merged is one ingester holding what ins sent and had acknowledged.
-func merged(c *cfgd, ins []*ingester) *ingester {
-	all := newIngester(c, ins[0].key, ins[0].keyID, 0, 0)
-	for _, in := range ins {
-		in.mu.Lock()
-		maps.Copy(all.sent, in.sent)
-		maps.Copy(all.acked, in.acked)
-		all.calls += in.calls
-		all.attempts += in.attempts
-		in.mu.Unlock()
-	}
-	return all
-}
-
 // TestClusterServe runs two `cfgd serve` replicas on the ClickHouse
 // cluster (CLICKHOUSE__CLUSTER, migrated by `cfgd migrate`), each reaching
 // it through another server first, under request-log ingestion through

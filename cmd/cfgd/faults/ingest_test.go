@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"sync"
 	"testing"
@@ -127,6 +128,20 @@ func (in *ingester) waitAcked(t testing.TB, n int, timeout time.Duration) time.D
 		}
 		return nil
 	})
+}
+
+// merged is one ingester holding what ins sent and had acknowledged.
+func merged(c *cfgd, ins []*ingester) *ingester {
+	all := newIngester(c, ins[0].key, ins[0].keyID, 0, 0)
+	for _, in := range ins {
+		in.mu.Lock()
+		maps.Copy(all.sent, in.sent)
+		maps.Copy(all.acked, in.acked)
+		all.calls += in.calls
+		all.attempts += in.attempts
+		in.mu.Unlock()
+	}
+	return all
 }
 
 // ingesters are several replicas' ingesters, counted together.

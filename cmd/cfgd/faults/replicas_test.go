@@ -216,16 +216,7 @@ func TestReplicas(t *testing.T) {
 		w()
 	}
 
-	// One ingester holding what all of them sent and had acknowledged.
-	all := newIngester(replicas[0], key, keyID, 0, 0)
-	for _, in := range ins {
-		in.mu.Lock()
-		maps.Copy(all.sent, in.sent)
-		maps.Copy(all.acked, in.acked)
-		all.calls += in.calls
-		all.attempts += in.attempts
-		in.mu.Unlock()
-	}
+	all := merged(replicas[0], ins)
 	// Usage counts the posts each replica authenticated, sent once a
 	// second: the SIGKILLed replica (1) may lose its last second of them,
 	// every other replica stopped gracefully and sent all of its own.

@@ -154,20 +154,10 @@ func TestUpgrade(t *testing.T) {
 	}
 
 	// Every acknowledged operation present once.
-	all := newIngester(r0, key, keyID, 0, 0)
-	calls := 0
-	for _, in := range ins {
-		in.mu.Lock()
-		maps.Copy(all.sent, in.sent)
-		maps.Copy(all.acked, in.acked)
-		all.calls += in.calls
-		all.attempts += in.attempts
-		calls += in.calls
-		in.mu.Unlock()
-	}
+	all := merged(r0, ins)
 	ch, pg := openClickHouse(t, chURL), openPostgres(t, pgURL)
 	// Every stop was graceful: usage counts every acknowledged post.
-	rows := all.checkIngested(t, ch, pg, 60*time.Second, calls)
+	rows := all.checkIngested(t, ch, pg, 60*time.Second, all.calls)
 	for _, s := range signers {
 		s.checkUsers(t, pg, 45*time.Second)
 	}
