@@ -111,6 +111,7 @@ type consumeOptions struct {
 	drain      time.Duration
 	manual     bool
 	log        *slog.Logger
+	setup      func(context.Context) error
 }
 
 // WithBatch bounds a batch: it goes to the handler when it weighs n
@@ -170,6 +171,13 @@ func WithDrain(timeout time.Duration) ConsumeOption {
 // stays bounded while the store is down.
 func WithCommitEach() ConsumeOption { return func(o *consumeOptions) { o.manual = true } }
 
+// WithSetup runs fn once the topics exist, before the consumer joins its
+// group, until it succeeds (reported through WithHealth meanwhile): say,
+// recording where the topic ended when this build first started on it.
+func WithSetup(fn func(context.Context) error) ConsumeOption {
+	return func(o *consumeOptions) { o.setup = fn }
+}
+
 // WithLog sets the logger (default: discard).
 func WithLog(l *slog.Logger) ConsumeOption { return func(o *consumeOptions) { o.log = l } }
 
@@ -198,6 +206,11 @@ func Consume(ctx context.Context, c Config, group string, topics []string, h Han
 	}
 	if err := l.wait(ctx, "kafka topics", func(ctx context.Context) error { return EnsureTopics(ctx, c, l.log, names...) }); err != nil {
 		return nil
+	}
+	if o.setup != nil {
+		if err := l.wait(ctx, "consumer setup", o.setup); err != nil {
+			return nil
+		}
 	}
 	sc := c.ConsumerSarama()
 	if c.Replica != "" {

@@ -67,6 +67,9 @@ const (
 // Codec is how the live sink turns the topic's records into rows: a
 // rebuild builds the same rows, with the same ids.
 type Codec interface {
+	// Start runs before the topic is read (it exists then): say, loading
+	// what the decoding depends on.
+	Start(ctx context.Context) error
 	// Decode reads one record; it runs on one goroutine per partition.
 	Decode(m *sarama.ConsumerMessage) Decoded
 	// NewBlock returns an empty block of rows for one insert.
@@ -566,6 +569,9 @@ func (r *ClickHouse) dropShadow(ctx context.Context) error {
 func (r *ClickHouse) open(ctx context.Context) error {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if err := kafka.EnsureTopics(ctx, r.cfg.Bus, quiet, kafka.TopicRequestLogs); err != nil {
+		return err
+	}
+	if err := r.codec.Start(ctx); err != nil {
 		return err
 	}
 	reader, err := kafka.NewReader(r.cfg.Bus)

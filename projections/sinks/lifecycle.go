@@ -14,6 +14,7 @@ import (
 
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/signing"
 	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/readmodels/taskview"
 )
@@ -34,7 +35,10 @@ type Lifecycle struct {
 	log      *slog.Logger
 	MaxBatch int
 	MaxWait  time.Duration
-	metrics  *Metrics
+	// Cutover accepts the unsigned records an older cfgd wrote, below
+	// the topic's signing watermark (nil: every record must be signed).
+	Cutover *signing.Cutover
+	metrics *Metrics
 }
 
 // NewLifecycle returns the sink; signer verifies every record.
@@ -48,13 +52,16 @@ func NewLifecycle(pool *pgxpool.Pool, c kafka.Config, signer *events.Signer, log
 func (s *Lifecycle) Run(ctx context.Context) error {
 	return kafka.Consume(ctx, s.bus, LifecycleGroup, []string{tasks.TopicLifecycle}, s.handle,
 		kafka.WithBatch(s.MaxBatch, s.MaxWait), kafka.WithRetry(50*time.Millisecond, 10*time.Second), kafka.WithLog(s.log),
-		kafka.WithDeadLetter(kafka.TopicDeadLetters), kafka.WithMetrics(s.metrics.registerer()))
+		kafka.WithDeadLetter(kafka.TopicDeadLetters), kafka.WithMetrics(s.metrics.registerer()), kafka.WithSetup(s.Cutover.Start))
 }
 
 func (s *Lifecycle) handle(ctx context.Context, b *kafka.Batch) error {
+	if err := s.Cutover.Session(ctx, b.Session); err != nil {
+		return err
+	}
 	recs := make([]tasks.Lifecycle, 0, len(b.Messages))
 	for _, m := range b.Messages {
-		r, err := lifecycleRecord(s.signer, m)
+		r, err := lifecycleRecord(s.signer, s.Cutover, m)
 		switch {
 		case errors.Is(err, events.ErrBadSignature):
 			if err := b.DeadLetter(ctx, m, LifecycleGroup, kafka.ReasonBadSignature, err); err != nil {
@@ -79,17 +86,11 @@ func (s *Lifecycle) handle(ctx context.Context, b *kafka.Batch) error {
 // errUnreadable is a signed record that does not decode as a step.
 var errUnreadable = errors.New("unreadable lifecycle record")
 
-// lifecycleRecord verifies and decodes one record, as the sink and the
-// replay feed read it.
-func lifecycleRecord(signer *events.Signer, m *sarama.ConsumerMessage) (tasks.Lifecycle, error) {
+// lifecycleRecord verifies (unsigned below cut's watermark) and decodes
+// one record, as the sink and the replay feed read it.
+func lifecycleRecord(signer *events.Signer, cut *signing.Cutover, m *sarama.ConsumerMessage) (tasks.Lifecycle, error) {
 	var r tasks.Lifecycle
-	sig := ""
-	for _, h := range m.Headers {
-		if h != nil && string(h.Key) == events.HeaderSignature {
-			sig = string(h.Value)
-		}
-	}
-	if err := signer.Verify(m.Value, sig); err != nil {
+	if err := cut.Verify(signer, m); err != nil {
 		return r, err
 	}
 	if err := json.Unmarshal(m.Value, &r); err != nil || r.TaskID == "" || r.Step == "" {

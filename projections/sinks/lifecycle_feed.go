@@ -9,6 +9,7 @@ import (
 
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/signing"
 	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/projections"
 	"github.com/cfgd/cfgd/projections/projectors"
@@ -26,6 +27,7 @@ import (
 type LifecycleFeed struct {
 	bus    kafka.Config
 	signer *events.Signer
+	cut    *signing.Cutover
 	log    *slog.Logger
 	batch  int
 	// next is where the rebuild stopped reading, per partition.
@@ -35,16 +37,17 @@ type LifecycleFeed struct {
 var _ projections.Feed = (*LifecycleFeed)(nil)
 
 // NewLifecycleFeed returns the feed over c's lifecycle topic; signer
-// verifies every record, as the sink does.
-func NewLifecycleFeed(c kafka.Config, signer *events.Signer, log *slog.Logger) *LifecycleFeed {
-	return &LifecycleFeed{bus: c, signer: signer, log: log, batch: 500}
+// verifies every record, as the sink does, and cut accepts the unsigned
+// ones below its watermark (nil: none).
+func NewLifecycleFeed(c kafka.Config, signer *events.Signer, cut *signing.Cutover, log *slog.Logger) *LifecycleFeed {
+	return &LifecycleFeed{bus: c, signer: signer, cut: cut, log: log, batch: 500}
 }
 
 // ViewsWithLifecycle is the task views' projection carrying the
 // lifecycle feed, as replay runs it.
-func ViewsWithLifecycle(c kafka.Config, signer *events.Signer, log *slog.Logger) *projections.Projection {
+func ViewsWithLifecycle(c kafka.Config, signer *events.Signer, cut *signing.Cutover, log *slog.Logger) *projections.Projection {
 	p := projectors.TaskQueues()
-	p.Feeds = append(p.Feeds, NewLifecycleFeed(c, signer, log))
+	p.Feeds = append(p.Feeds, NewLifecycleFeed(c, signer, cut, log))
 	return p
 }
 
@@ -58,6 +61,9 @@ func (f *LifecycleFeed) Topic() string { return f.bus.Topic(tasks.TopicLifecycle
 func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp func(context.Context) error, progress func(read, total int64)) (int64, error) {
 	f.next = nil
 	if err := kafka.EnsureTopics(ctx, f.bus, f.log, tasks.TopicLifecycle); err != nil {
+		return 0, err
+	}
+	if err := f.cut.Start(ctx); err != nil {
 		return 0, err
 	}
 	r, err := kafka.NewReader(f.bus)
@@ -80,7 +86,7 @@ func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp fu
 func (f *LifecycleFeed) decode(msgs []*sarama.ConsumerMessage) []tasks.Lifecycle {
 	recs := make([]tasks.Lifecycle, 0, len(msgs))
 	for _, m := range msgs {
-		r, err := lifecycleRecord(f.signer, m)
+		r, err := lifecycleRecord(f.signer, f.cut, m)
 		if err != nil {
 			continue
 		}

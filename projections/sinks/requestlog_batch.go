@@ -13,6 +13,7 @@ import (
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/signing"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -42,7 +43,9 @@ type poisoned struct {
 
 func newBatch() *batch { return &batch{last: map[int32]int64{}} }
 
-func (b *batch) add(m *sarama.ConsumerMessage, v *events.Signer) { b.addDecoded(decode(m, v)) }
+func (b *batch) add(m *sarama.ConsumerMessage, v *events.Signer, cut *signing.Cutover) {
+	b.addDecoded(decode(m, v, cut))
+}
 
 func (b *batch) addDecoded(d decoded) {
 	m := d.msg
@@ -77,12 +80,15 @@ func (s *RequestLogs) handle(ctx context.Context, msgs *kafka.Batch) error {
 		if err := s.checkTopic(ctx); err != nil {
 			return err
 		}
+		if err := s.cfg.Cutover.Session(ctx, msgs.Session); err != nil {
+			return err
+		}
 		clear(s.held)
 		s.heldSession = msgs.Session
 	}
 	b := newBatch()
 	for _, m := range msgs.Messages {
-		b.add(m, s.cfg.Signer)
+		b.add(m, s.cfg.Signer, s.cfg.Cutover)
 	}
 	parts := make([]int32, 0, len(b.last))
 	for p := range b.last {

@@ -13,6 +13,7 @@ import (
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/signing"
 	"github.com/cfgd/cfgd/readmodels/apikeyview"
 )
 
@@ -66,7 +67,7 @@ type usageBatch struct {
 func (b *usageBatch) add(u *Usage, m *sarama.ConsumerMessage) {
 	b.records++
 	b.last = m.Offset
-	uses, err := decodeUses(m, u.cfg.Signer)
+	uses, err := decodeUses(m, u.cfg.Signer, u.cfg.Cutover)
 	if err != nil {
 		b.poisoned++
 		u.log.Warn("api-key usage: unreadable usage record ignored", "partition", m.Partition, "offset", m.Offset, "err", err)
@@ -92,6 +93,9 @@ func (u *Usage) topicID(ctx context.Context, session uint64) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := u.cfg.Cutover.Session(ctx, session); err != nil {
+		return "", err
+	}
 	u.idRead, u.idSession, u.idValue = true, session, id
 	return id, nil
 }
@@ -106,11 +110,12 @@ func (u *Usage) topicRecreated(ctx context.Context, partition int32, id string) 
 		"topic", u.topic, "topic_id", id, "partition", partition)
 }
 
-// decodeUses reads a usage record signed with v's key (nil v: no check),
-// so a record forged with a broker login alone counts no use.
-func decodeUses(m *sarama.ConsumerMessage, v *events.Signer) ([]apikey.Use, error) {
+// decodeUses reads a usage record signed with v's key (nil v: no check;
+// unsigned below cut's watermark), so a record forged with a broker login
+// alone counts no use.
+func decodeUses(m *sarama.ConsumerMessage, v *events.Signer, cut *signing.Cutover) ([]apikey.Use, error) {
 	if v != nil {
-		if err := v.Verify(m.Value, header(m, events.HeaderSignature)); err != nil {
+		if err := cut.Verify(v, m); err != nil {
 			return nil, fmt.Errorf("%s: %w", kafka.ReasonBadSignature, err)
 		}
 	}
