@@ -36,7 +36,7 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 
 	busCfg := kafka.Config{Brokers: c.KafkaBrokers, Partitions: c.KafkaPartitions, TopicPrefix: c.KafkaTopicPrefix,
 		SASL:    kafka.SASL{Mechanism: c.KafkaSASLMechanism, User: c.KafkaSASLUser, Password: c.KafkaSASLPassword.Reveal()},
-		Replica: replicaID(c)}
+		Replica: replicaID(c), YieldBackoff: c.KafkaYieldBackoff}
 	log.Info("kafka consumer groups", "replica", busCfg.Replica, "static_members", busCfg.Replica != "")
 	if len(busCfg.Brokers) == 0 {
 		emb, err := kafka.StartEmbedded(c.KafkaDataDir, c.KafkaEmbeddedAddr)

@@ -66,7 +66,7 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (modules.Module, erro
 	}
 	staff := a.Staff()
 	var monitor io.Closer // asynqmon's Redis connections, once mounted
-	var checks []process.Check
+	checks := []process.Check{{Name: "tasks-lifecycle-sink", Ping: sink.Ready}}
 	if rdb != w.deps.redis {
 		checks = append(checks, process.Check{Name: "tasks-redis", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
 	}

@@ -80,6 +80,9 @@ type Codec interface {
 // order.
 type Decoded interface {
 	Message() *sarama.ConsumerMessage
+	// Newer is *events.ErrNewerSchema for a record only a newer cfgd
+	// understands: the rebuild stops there (it would lack the record).
+	Newer() error
 }
 
 // Block is the rows of one insert into a shadow raw table.
@@ -697,6 +700,10 @@ func (r *ClickHouse) consumeTo(ctx context.Context, target map[int32]int64) erro
 		// stopped: the shadow holds a prefix of every partition, as the
 		// sink's skip-what-is-held logic expects.
 		for _, d := range ds {
+			if err := d.Newer(); err != nil {
+				m := d.Message()
+				return fmt.Errorf("%s partition %d offset %d: %w", m.Topic, m.Partition, m.Offset, err)
+			}
 			r.b.Add(d)
 			m := d.Message()
 			if _, ok := r.first[m.Partition]; !ok {

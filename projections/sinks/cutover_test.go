@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,12 +30,17 @@ type cutoverSink struct {
 	pool  *pgxpool.Pool // the sink's database, which keeps the watermarks
 	topic string
 	value func(id int) []byte
-	// live runs the live sink with cut until stop.
-	live func(t *testing.T, cut *signing.Cutover) (stop func())
+	// live runs the live sink with cut until stop; ready is its
+	// readiness check.
+	live func(t *testing.T, cut *signing.Cutover) (stop func(), ready func(context.Context) error)
 	// held is the set of ids the live (or swapped-in) tables hold.
 	held func(t *testing.T) []int
 	// replay rebuilds the tables from the topic with cut.
-	replay func(t *testing.T, cut *signing.Cutover)
+	replay func(t *testing.T, cut *signing.Cutover) error
+}
+
+var sinkKinds = map[string]func(t *testing.T, c kafka.Config, signer *events.Signer) cutoverSink{
+	"lifecycle": lifecycleCutover, "usage": usageCutover, "requestlog": requestLogCutover,
 }
 
 // Issue 30 point 3: each sink, live and in its replay, takes a record
@@ -50,9 +56,7 @@ type cutoverSink struct {
 //	id 6: signed, partition 0 of the recreated topic      -> stored
 func TestSinksAcceptUnsignedOnlyBelowTheWatermark(t *testing.T) {
 	t.Parallel()
-	for name, mk := range map[string]func(t *testing.T, c kafka.Config, signer *events.Signer) cutoverSink{
-		"lifecycle": lifecycleCutover, "usage": usageCutover, "requestlog": requestLogCutover,
-	} {
+	for name, mk := range sinkKinds {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -68,7 +72,7 @@ func TestSinksAcceptUnsignedOnlyBelowTheWatermark(t *testing.T) {
 				if signed {
 					by = signer
 				}
-				rawSend(t, c, s.topic, p, s.value(id), by)
+				rawSend(t, c, s.topic, p, s.value(id), by, 1)
 			}
 			expect := func(what string, want ...int) {
 				t.Helper()
@@ -87,7 +91,7 @@ func TestSinksAcceptUnsignedOnlyBelowTheWatermark(t *testing.T) {
 			cut := func() *signing.Cutover { return signing.New(s.pool, c, s.topic, testenv.Quiet()) }
 
 			send(1, 0, false)
-			stop := s.live(t, cut()) // the first start of a signing build
+			stop, _ := s.live(t, cut()) // the first start of a signing build
 			expect("first start", 1)
 			stop()
 			admin, err := sarama.NewClusterAdmin(c.Brokers, c.Sarama())
@@ -101,10 +105,12 @@ func TestSinksAcceptUnsignedOnlyBelowTheWatermark(t *testing.T) {
 			send(3, 0, false)
 			send(4, 1, false)
 			send(2, 1, true)
-			stop = s.live(t, cut())
+			stop, _ = s.live(t, cut())
 			expect("live, after the start", 1, 2)
 			stop()
-			s.replay(t, cut())
+			if err := s.replay(t, cut()); err != nil {
+				t.Fatal(err)
+			}
 			expect("replayed", 1, 2)
 
 			if err := admin.DeleteTopic(c.Topic(s.topic)); err != nil {
@@ -119,18 +125,21 @@ func TestSinksAcceptUnsignedOnlyBelowTheWatermark(t *testing.T) {
 			}
 			send(5, 0, false) // offset 0: below the old topic's watermark
 			send(6, 0, true)
-			stop = s.live(t, cut())
+			stop, _ = s.live(t, cut())
 			expect("live, recreated topic", 1, 2, 6)
 			stop()
-			s.replay(t, cut())
+			if err := s.replay(t, cut()); err != nil {
+				t.Fatal(err)
+			}
 			expect("replayed, recreated topic", 6)
 		})
 	}
 }
 
 // rawSend writes value to partition p of c's topic, signed by s (nil:
-// unsigned, as a cfgd before signed bus records wrote it).
-func rawSend(t *testing.T, c kafka.Config, topic string, p int32, value []byte, s *events.Signer) {
+// unsigned, as a cfgd before signed bus records wrote it), with schema
+// version header version.
+func rawSend(t *testing.T, c kafka.Config, topic string, p int32, value []byte, s *events.Signer, version int) {
 	t.Helper()
 	sc := c.Sarama()
 	sc.Producer.Return.Successes = true
@@ -140,9 +149,9 @@ func rawSend(t *testing.T, c kafka.Config, topic string, p int32, value []byte, 
 		t.Fatal(err)
 	}
 	defer prod.Close()
-	m := &sarama.ProducerMessage{Topic: c.Topic(topic), Partition: p, Value: sarama.ByteEncoder(value)}
+	m := &sarama.ProducerMessage{Topic: c.Topic(topic), Partition: p, Value: sarama.ByteEncoder(value), Headers: kafka.SchemaHeaders(version)}
 	if s != nil {
-		m.Headers = []sarama.RecordHeader{{Key: []byte(events.HeaderSignature), Value: []byte(s.Sign(value))}}
+		m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte(events.HeaderSignature), Value: []byte(s.Sign(value))})
 	}
 	if _, _, err := prod.SendMessage(m); err != nil {
 		t.Fatal(err)
@@ -182,19 +191,18 @@ func lifecycleCutover(t *testing.T, c kafka.Config, signer *events.Signer) cutov
 			b, _ := json.Marshal(tasks.Lifecycle{TaskID: fmt.Sprint(id), Queue: "default", Type: "demo:echo", Step: tasks.StepSucceeded, Attempt: 1, At: at})
 			return b
 		},
-		live: func(t *testing.T, cut *signing.Cutover) func() {
+		live: func(t *testing.T, cut *signing.Cutover) (func(), func(context.Context) error) {
 			s := sinks.NewLifecycle(pool, c, signer, testenv.Quiet())
 			s.MaxWait = 20 * time.Millisecond
 			s.Cutover = cut
-			return running(t, s.Run)
+			return running(t, s.Run), s.Ready
 		},
 		held: func(t *testing.T) []int {
 			return idsOf(t, pool, `SELECT task_id::int FROM task_runs ORDER BY 1`)
 		},
-		replay: func(t *testing.T, cut *signing.Cutover) {
-			if _, err := replay.Run(context.Background(), pool, reg, sinks.ViewsWithLifecycle(c, signer, cut, testenv.Quiet()), replay.Config{}, nil); err != nil {
-				t.Fatal(err)
-			}
+		replay: func(t *testing.T, cut *signing.Cutover) error {
+			_, err := replay.Run(context.Background(), pool, reg, sinks.ViewsWithLifecycle(c, signer, cut, testenv.Quiet()), replay.Config{}, nil)
+			return err
 		},
 	}
 }
@@ -214,12 +222,12 @@ func usageCutover(t *testing.T, c kafka.Config, signer *events.Signer) cutoverSi
 		value: func(id int) []byte {
 			return apikey.AppendUses(nil, []apikey.Use{{KeyID: key, Requests: 1 << id, LastUsed: time.Now().UTC()}})
 		},
-		live: func(t *testing.T, cut *signing.Cutover) func() {
+		live: func(t *testing.T, cut *signing.Cutover) (func(), func(context.Context) error) {
 			s, err := sinks.NewUsage(config(cut), u.Pool, testenv.Quiet())
 			if err != nil {
 				t.Fatal(err)
 			}
-			return running(t, s.Run)
+			return running(t, s.Run), s.Ready
 		},
 		held: func(t *testing.T) []int {
 			var n int64
@@ -234,16 +242,15 @@ func usageCutover(t *testing.T, c kafka.Config, signer *events.Signer) cutoverSi
 			}
 			return ids
 		},
-		replay: func(t *testing.T, cut *signing.Cutover) {
+		replay: func(t *testing.T, cut *signing.Cutover) error {
 			f, err := sinks.NewUsageFeed(config(cut), testenv.Quiet())
 			if err != nil {
 				t.Fatal(err)
 			}
 			p := projectors.Keys()
 			p.Feeds = append(p.Feeds, f)
-			if _, err := replay.Run(context.Background(), u.Pool, registry(t), p, replay.Config{}, nil); err != nil {
-				t.Fatal(err)
-			}
+			_, err = replay.Run(context.Background(), u.Pool, registry(t), p, replay.Config{}, nil)
+			return err
 		},
 	}
 }
@@ -256,7 +263,7 @@ func requestLogCutover(t *testing.T, c kafka.Config, signer *events.Signer) cuto
 			return requestlog.AppendBatch(nil, []requestlog.Event{{RequestID: fmt.Sprint(id), ServiceName: "svc.A", MethodName: "M",
 				Status: requestlog.StatusSuccess, CreatedAt: time.Now().UTC()}})
 		},
-		live: func(t *testing.T, cut *signing.Cutover) func() {
+		live: func(t *testing.T, cut *signing.Cutover) (func(), func(context.Context) error) {
 			cfg := sinks.DefaultRequestLogConfig(c)
 			cfg.BatchWait = 20 * time.Millisecond
 			cfg.MaxBackoff = 200 * time.Millisecond
@@ -265,7 +272,7 @@ func requestLogCutover(t *testing.T, c kafka.Config, signer *events.Signer) cuto
 			if err != nil {
 				t.Fatal(err)
 			}
-			return running(t, s.Run)
+			return running(t, s.Run), s.Ready
 		},
 		held: func(t *testing.T) []int {
 			rows, err := conn.Query(context.Background(), `SELECT DISTINCT toInt64(request_id) FROM requestlog_raw ORDER BY 1`)
@@ -284,7 +291,7 @@ func requestLogCutover(t *testing.T, c kafka.Config, signer *events.Signer) cuto
 			slices.Sort(ids)
 			return ids
 		},
-		replay: func(t *testing.T, cut *signing.Cutover) {
+		replay: func(t *testing.T, cut *signing.Cutover) error {
 			cfg := replay.DefaultClickHouseConfig(c)
 			// After the topic was created again the live tables hold rows
 			// of records it no longer has.
@@ -293,9 +300,8 @@ func requestLogCutover(t *testing.T, c kafka.Config, signer *events.Signer) cuto
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := replay.Rebuild(context.Background(), pool, target, nil); err != nil {
-				t.Fatal(err)
-			}
+			_, err = replay.Rebuild(context.Background(), pool, target, nil)
+			return err
 		},
 	}
 }
@@ -316,4 +322,53 @@ func idsOf(t *testing.T, pool *pgxpool.Pool, q string) []int {
 		ids = append(ids, id)
 	}
 	return ids
+}
+
+// Issue 30 point 2: a sink that meets a record of a format newer than its
+// build's neither stores it, nor dead-letters it, nor moves past it: it
+// stores what came before, holds the partition (its readiness says what it
+// waits for), and leaves the group for a newer replica; a replay refuses
+// to rebuild without the record.
+func TestSinksHoldARecordOfANewerFormat(t *testing.T) {
+	t.Parallel()
+	for name, mk := range sinkKinds {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			c := testenv.Kafka(t, 1)
+			c.YieldBackoff = 300 * time.Millisecond
+			signer := testenv.Signer(t)
+			s := mk(t, c, signer)
+			if err := kafka.EnsureTopics(ctx, c, testenv.Quiet(), s.topic, kafka.TopicDeadLetters, kafka.TopicRequestLogsDead); err != nil {
+				t.Fatal(err)
+			}
+			rawSend(t, c, s.topic, 0, s.value(1), signer, 1)
+			rawSend(t, c, s.topic, 0, s.value(2), signer, 2) // a newer build's format
+			rawSend(t, c, s.topic, 0, s.value(3), signer, 1)
+			_, ready := s.live(t, nil)
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				err := ready(ctx)
+				if err != nil && strings.Contains(err.Error(), "waiting for a newer cfgd: ") && strings.HasSuffix(err.Error(), " v2") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("ready: %v, want it waiting for a newer cfgd", err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			time.Sleep(time.Second) // it comes back every 300ms: still held
+			if got := s.held(t); !slices.Equal(got, []int{1}) {
+				t.Fatalf("the tables hold %v, want [1]: the records from the newer one on wait", got)
+			}
+			for _, topic := range []string{kafka.TopicDeadLetters, kafka.TopicRequestLogsDead} {
+				if dls, err := kafka.ReadDeadLetters(ctx, c, topic); err != nil || len(dls) != 0 {
+					t.Fatalf("dead letters %v (%v), want none", dls, err)
+				}
+			}
+			if err := s.replay(t, nil); err == nil || !strings.Contains(err.Error(), "waiting for a newer cfgd") {
+				t.Fatalf("replay: %v, want it refused for the newer record", err)
+			}
+		})
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/signing"
@@ -39,7 +40,14 @@ type Lifecycle struct {
 	// the topic's signing watermark (nil: every record must be signed).
 	Cutover *signing.Cutover
 	metrics *Metrics
+	// waiting is why the sink waits for a newer cfgd (a record format
+	// newer than this build's).
+	waiting process.Health
 }
+
+// Ready fails while the sink holds a partition at a record only a newer
+// cfgd understands.
+func (s *Lifecycle) Ready(ctx context.Context) error { return s.waiting.Ready(ctx) }
 
 // NewLifecycle returns the sink; signer verifies every record.
 func NewLifecycle(pool *pgxpool.Pool, c kafka.Config, signer *events.Signer, log *slog.Logger) *Lifecycle {
@@ -52,7 +60,8 @@ func NewLifecycle(pool *pgxpool.Pool, c kafka.Config, signer *events.Signer, log
 func (s *Lifecycle) Run(ctx context.Context) error {
 	return kafka.Consume(ctx, s.bus, LifecycleGroup, []string{tasks.TopicLifecycle}, s.handle,
 		kafka.WithBatch(s.MaxBatch, s.MaxWait), kafka.WithRetry(50*time.Millisecond, 10*time.Second), kafka.WithLog(s.log),
-		kafka.WithDeadLetter(kafka.TopicDeadLetters), kafka.WithMetrics(s.metrics.registerer()), kafka.WithSetup(s.Cutover.Start))
+		kafka.WithDeadLetter(kafka.TopicDeadLetters), kafka.WithMetrics(s.metrics.registerer()), kafka.WithSetup(s.Cutover.Start),
+		kafka.WithWaiting(&s.waiting))
 }
 
 func (s *Lifecycle) handle(ctx context.Context, b *kafka.Batch) error {
@@ -60,8 +69,16 @@ func (s *Lifecycle) handle(ctx context.Context, b *kafka.Batch) error {
 		return err
 	}
 	recs := make([]tasks.Lifecycle, 0, len(b.Messages))
+	var newer error
+	var at *sarama.ConsumerMessage
 	for _, m := range b.Messages {
 		r, err := lifecycleRecord(s.signer, s.Cutover, m)
+		var ns *events.ErrNewerSchema
+		if errors.As(err, &ns) {
+			// Applied up to it; it waits for a newer member of the group.
+			newer, at = err, m
+			break
+		}
 		switch {
 		case errors.Is(err, events.ErrBadSignature):
 			if err := b.DeadLetter(ctx, m, LifecycleGroup, kafka.ReasonBadSignature, err); err != nil {
@@ -80,6 +97,9 @@ func (s *Lifecycle) handle(ctx context.Context, b *kafka.Batch) error {
 	}); err != nil {
 		return fmt.Errorf("lifecycle batch: %w", err)
 	}
+	if newer != nil {
+		return kafka.Yield(newer, at)
+	}
 	return nil
 }
 
@@ -87,10 +107,14 @@ func (s *Lifecycle) handle(ctx context.Context, b *kafka.Batch) error {
 var errUnreadable = errors.New("unreadable lifecycle record")
 
 // lifecycleRecord verifies (unsigned below cut's watermark) and decodes
-// one record, as the sink and the replay feed read it.
+// one record, as the sink and the replay feed read it; a record of a newer
+// format is *events.ErrNewerSchema.
 func lifecycleRecord(signer *events.Signer, cut *signing.Cutover, m *sarama.ConsumerMessage) (tasks.Lifecycle, error) {
 	var r tasks.Lifecycle
 	if err := cut.Verify(signer, m); err != nil {
+		return r, err
+	}
+	if err := events.CheckFormat(tasks.LifecycleFormat, events.ParseSchemaHeader(header(m, events.HeaderSchemaVersion)), tasks.LifecycleVersion); err != nil {
 		return r, err
 	}
 	if err := json.Unmarshal(m.Value, &r); err != nil || r.TaskID == "" || r.Step == "" {

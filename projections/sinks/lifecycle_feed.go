@@ -2,6 +2,8 @@ package sinks
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/IBM/sarama"
@@ -73,7 +75,11 @@ func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp fu
 	defer r.Close()
 	n, next, err := replay.RebuildFromTopic(ctx, r, conn, f.bus.Topic(tasks.TopicLifecycle), f.batch, caughtUp, progress,
 		func(ctx context.Context, tx pgx.Tx, _ int32, msgs []*sarama.ConsumerMessage) error {
-			return taskview.ApplyLifecycle(ctx, tx, f.decode(msgs))
+			recs, err := f.decode(msgs)
+			if err != nil {
+				return err
+			}
+			return taskview.ApplyLifecycle(ctx, tx, recs)
 		})
 	if err == nil {
 		f.next = next
@@ -82,17 +88,22 @@ func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp fu
 }
 
 // decode reads msgs as the sink does, skipping what it skips (the sink
-// dead-lettered the forged records already).
-func (f *LifecycleFeed) decode(msgs []*sarama.ConsumerMessage) []tasks.Lifecycle {
+// dead-lettered the forged records already). A record only a newer cfgd
+// understands fails the replay: a rebuild without it would lack it.
+func (f *LifecycleFeed) decode(msgs []*sarama.ConsumerMessage) ([]tasks.Lifecycle, error) {
 	recs := make([]tasks.Lifecycle, 0, len(msgs))
 	for _, m := range msgs {
 		r, err := lifecycleRecord(f.signer, f.cut, m)
+		var ns *events.ErrNewerSchema
+		if errors.As(err, &ns) {
+			return nil, fmt.Errorf("%s partition %d offset %d: %w", m.Topic, m.Partition, m.Offset, err)
+		}
 		if err != nil {
 			continue
 		}
 		recs = append(recs, r)
 	}
-	return recs
+	return recs, nil
 }
 
 // Lock implements projections.Feed: the sink writes only the tables the
@@ -115,7 +126,11 @@ func (f *LifecycleFeed) CatchUp(ctx context.Context, tx pgx.Tx, _ string) (int64
 	var n int64
 	_, err = r.Read(ctx, topic, f.next, ends, f.batch, func(ctx context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
 		n += int64(len(msgs))
-		return taskview.ApplyLifecycle(ctx, tx, f.decode(msgs))
+		recs, err := f.decode(msgs)
+		if err != nil {
+			return err
+		}
+		return taskview.ApplyLifecycle(ctx, tx, recs)
 	})
 	return n, err
 }

@@ -43,6 +43,9 @@ type decoded struct {
 	bad    []poisoned
 	reason string
 	err    error
+	// newer: a record only a newer cfgd understands
+	// (*events.ErrNewerSchema), neither stored nor dead-lettered.
+	newer error
 }
 
 // decode reads m's events and checks them as the sink stores them (the
@@ -57,6 +60,9 @@ func decode(m *sarama.ConsumerMessage, v *events.Signer, cut *signing.Cutover) d
 		if err := cut.Verify(v, m); err != nil {
 			return decoded{msg: m, reason: kafka.ReasonBadSignature, err: fmt.Errorf("request-log record: %w", err)}
 		}
+	}
+	if err := events.CheckFormat(requestlog.BatchFormat, events.ParseSchemaHeader(header(m, events.HeaderSchemaVersion)), requestlog.BatchVersion); err != nil {
+		return decoded{msg: m, newer: err}
 	}
 	evs, err := requestlog.DecodeBatch(m.Value, nil)
 	if err != nil {
@@ -101,6 +107,9 @@ func (RequestLogCodec) NewBlock() replay.Block { return &block{b: newBatch()} }
 
 // Message implements replay.Decoded.
 func (d decoded) Message() *sarama.ConsumerMessage { return d.msg }
+
+// Newer implements replay.Decoded.
+func (d decoded) Newer() error { return d.newer }
 
 // block is a batch as a replay.Block: the replay inserts it into its
 // shadow raw table and commits no offsets.

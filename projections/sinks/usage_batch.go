@@ -25,8 +25,19 @@ func (u *Usage) handle(ctx context.Context, mb *kafka.Batch) error {
 		return fmt.Errorf("api-key usage: %w", err)
 	}
 	b := &usageBatch{partition: mb.Partition(), topicID: id}
+	var newer error
+	var at *sarama.ConsumerMessage
 	for _, m := range mb.Messages {
+		// Applied up to a record only a newer cfgd understands; it waits
+		// for a newer member of the group.
+		if newer = usesSchema(m); newer != nil {
+			at = m
+			break
+		}
 		b.add(u, m)
+	}
+	if b.records == 0 && newer != nil {
+		return kafka.Yield(newer, at)
 	}
 	if err := u.metrics.write(SinkUsage, len(b.uses), func() error { return u.apply(ctx, b) }); err != nil {
 		return fmt.Errorf("api-key usage: %w", err)
@@ -37,7 +48,16 @@ func (u *Usage) handle(ctx context.Context, mb *kafka.Batch) error {
 			return kafka.Stop(err)
 		}
 	}
+	if newer != nil {
+		return kafka.Yield(newer, at)
+	}
 	return nil
+}
+
+// usesSchema is *events.ErrNewerSchema for a usage record of a format
+// newer than this build's.
+func usesSchema(m *sarama.ConsumerMessage) error {
+	return events.CheckFormat(apikey.UsesFormat, events.ParseSchemaHeader(header(m, events.HeaderSchemaVersion)), apikey.UsesVersion)
 }
 
 // use is one key's uses in one record.
