@@ -82,7 +82,7 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	}
 
 	router, err := newRouter(log, metrics, d, busCfg, append(mods, modules.Module{
-		Name: "relay", Checks: []process.Check{{Name: "relay", Ping: pipe.Ready}},
+		Name: "relay", Checks: []process.Check{{Name: "relay", Ping: pipe.Ready}, {Name: "projections", Ping: pipe.ProjectionsReady}},
 	}))
 	if err != nil {
 		return err

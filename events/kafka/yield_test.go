@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -172,16 +173,35 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string, labels map[strin
 // of the same group takes the partition and applies it, and between them
 // every record is applied: none skipped, the old one applied none it
 // cannot understand.
+// With static members (Config.Replica, as serve runs) the coordinator
+// drops the yielding member only after its session timeout, and the newer
+// one takes over then.
 func TestConsumeNewerMemberTakesOverAYieldedPartition(t *testing.T) {
 	t.Parallel()
+	for _, static := range []bool{false, true} {
+		t.Run(fmt.Sprint("static=", static), func(t *testing.T) {
+			t.Parallel()
+			takeOver(t, static)
+		})
+	}
+}
+
+func takeOver(t *testing.T, static bool) {
 	c := testenv.Kafka(t, 2)
 	c.YieldBackoff = 300 * time.Millisecond
+	if static {
+		c.YieldBackoff = 12 * time.Second // past the session timeout
+	}
 	produceN(t, c, "in", 0, 100)
 	old, newer := newStore(), newStore()
 	var held sync.Map
-	stopOld, _ := run(t, c, "g", "in", oldHandler(old, &held), kafka.WithBatch(10, 5*time.Millisecond))
+	oc, nc := c, c
+	if static {
+		oc.Replica, nc.Replica = "old", "new"
+	}
+	stopOld, _ := run(t, oc, "g", "in", oldHandler(old, &held), kafka.WithBatch(10, 5*time.Millisecond))
 	waitFor(t, "the old member to hold", func() bool { n := 0; held.Range(func(any, any) bool { n++; return true }); return n > 0 })
-	stopNew, _ := run(t, c, "g", "in", func(_ context.Context, b *kafka.Batch) error { newer.add(b); return nil }, kafka.WithBatch(10, 5*time.Millisecond))
+	stopNew, _ := run(t, nc, "g", "in", func(_ context.Context, b *kafka.Batch) error { newer.add(b); return nil }, kafka.WithBatch(10, 5*time.Millisecond))
 	produceN(t, c, "in", 100, 100)
 	all := func() map[string]bool {
 		out := map[string]bool{}

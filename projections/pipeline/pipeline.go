@@ -83,12 +83,13 @@ func New(cfg Config, pool *pgxpool.Pool, reg *events.Registry, log *slog.Logger,
 }
 
 // Ready fails while the relay cannot publish for a reason only an operator
-// can fix (a checkpoint ahead of the cluster, after a restore), or while a
-// projection group waits for a newer cfgd (Runner.Ready); /readyz reports
-// it.
-func (p *Pipeline) Ready(ctx context.Context) error {
-	return errors.Join(p.relay.Ready(ctx), p.runner.Ready(ctx))
-}
+// can fix (a checkpoint ahead of the cluster, after a restore); /readyz
+// reports it.
+func (p *Pipeline) Ready(ctx context.Context) error { return p.relay.Ready(ctx) }
+
+// ProjectionsReady fails while a projection group waits for a newer cfgd
+// (Runner.Ready); /readyz reports it.
+func (p *Pipeline) ProjectionsReady(ctx context.Context) error { return p.runner.Ready(ctx) }
 
 // Run creates the events topic, then relays and projects until ctx ends.
 // The producer is flushed and closed on the way out.
