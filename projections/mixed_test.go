@@ -3,6 +3,7 @@ package projections_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -155,5 +156,33 @@ func TestRollingUpgradeOfAProjectionSkipsNothing(t *testing.T) {
 	}
 	if len(got) != len(streams) {
 		t.Errorf("read model %v", got)
+	}
+}
+
+// A replay reads the event store, which keeps no schema level: an event
+// type the old build does not know, or a newer version of one its
+// projection handles, stops it (events.ErrNewerSchema) instead of being
+// skipped with the checkpoint moved; the newer build applies both.
+func TestApplyFromTheStoreRefusesEventsOfANewerBuild(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, oldReg := setup(t, 1)
+	newReg, err := events.NewRegistry(depositedV2{}, withdrawn{}, unrelated{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _ := balances(nil)
+	for i, e := range []events.Event{withdrawn{1}, depositedV2{Cents: 100}} {
+		env := envelope(t, "acc", int64(i+1), e)
+		var ns *events.ErrNewerSchema
+		if _, err := projections.Apply(ctx, pool, oldReg, old, env); !errors.As(err, &ns) || ns.Type != e.EventType() {
+			t.Fatalf("the old build applied %s: %v, want it refused for a newer cfgd", e.EventType(), err)
+		}
+		if got, err := projections.Apply(ctx, pool, newReg, newerBalances(), env); err != nil || got != projections.Applied {
+			t.Fatalf("the newer build: %v (%v)", got, err)
+		}
+	}
+	if got := snapshot(t, pool)["acc"]; got != (balance{0, "1,2"}) {
+		t.Fatalf("balance %+v", got)
 	}
 }
