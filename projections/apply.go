@@ -96,12 +96,19 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, reg *events.Registry, p *Pro
 }
 
 // decoded is env ready to apply: its payload decoded, or none for a type
-// p does not handle or the registry does not know (the checkpoint still
-// moves past it). Like the runner, it leaves the payload of a type p does
-// not handle undecoded: most events of the log are such for most
-// projections, and only the checkpoint moves for them.
+// p does not handle (the checkpoint still moves past it). Like the runner,
+// it leaves the payload of a type p does not handle undecoded: most events
+// of the log are such for most projections, and only the checkpoint moves
+// for them. env comes from the event store, which keeps no schema level:
+// a type the registry does not know was written by a newer cfgd (every
+// type cfgd ever wrote stays registered), and may concern p, so it is
+// *events.ErrNewerSchema, as is a newer version of a type p handles
+// (Registry.Decode): a replay never rebuilds without them.
 func decoded(reg *events.Registry, p *Projection, env events.Envelope) (*delivery, error) {
 	d := &delivery{env: env}
+	if !reg.Known(env.Type) {
+		return nil, fmt.Errorf("projection %s: %w", p.Name, &events.ErrNewerSchema{Type: env.Type, Version: max(env.Metadata.SchemaVersion, 1)})
+	}
 	if !p.Handles(env.Type) {
 		return d, nil
 	}

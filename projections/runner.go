@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -113,6 +114,23 @@ type Runner struct {
 	pool    *pgxpool.Pool
 	log     *slog.Logger
 	metrics *runnerMetrics
+	// waiting is, per group (a *process.Health), why it waits for a
+	// newer cfgd (kafka.YieldError).
+	waiting sync.Map
+}
+
+// Ready fails while a group holds a partition at an event only a newer
+// cfgd understands ("waiting for a newer cfgd: <type> v<N>"): the group
+// left its consumer group for a newer replica to apply it.
+func (r *Runner) Ready(ctx context.Context) error {
+	var errs []error
+	r.waiting.Range(func(name, h any) bool {
+		if err := h.(*process.Health).Ready(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("projections %s: %w", name, err))
+		}
+		return true
+	})
+	return errors.Join(errs...)
 }
 
 type runnerMetrics struct {
@@ -206,8 +224,10 @@ func (r *Runner) Run(ctx context.Context, groups ...Group) error {
 	eg, ctx := errgroup.WithContext(ctx)
 	for _, g := range groups {
 		h := &groupHandler{r: r, g: g, applied: applied, log: r.log.With("group", g.Name)}
+		waiting := &process.Health{}
+		r.waiting.Store(g.Name, waiting)
 		opts := []kafka.ConsumeOption{kafka.WithBatch(r.cfg.BatchSize, 0), kafka.WithRetry(r.cfg.Backoff, r.cfg.MaxBackoff),
-			kafka.WithDeadLetter(kafka.TopicDeadLetters), kafka.WithLog(h.log)}
+			kafka.WithDeadLetter(kafka.TopicDeadLetters), kafka.WithLog(h.log), kafka.WithWaiting(waiting)}
 		if r.cfg.Metrics != nil {
 			opts = append(opts, kafka.WithMetrics(r.cfg.Metrics))
 		}
@@ -243,7 +263,7 @@ type held struct {
 func (h *groupHandler) handle(ctx context.Context, b *kafka.Batch) error {
 	cfg := h.r.cfg
 	st, _ := b.Held().(*held)
-	ds, err := h.prepare(ctx, b)
+	ds, newer, err := h.prepare(ctx, b)
 	if err != nil {
 		return err // ctx ended; nothing of the batch is committed
 	}
@@ -252,8 +272,22 @@ func (h *groupHandler) handle(ctx context.Context, b *kafka.Batch) error {
 		waiting = st.ds
 	}
 	waiting, err = h.apply(ctx, b, append(waiting, ds...))
-	if err != nil || len(waiting) == 0 {
+	if err != nil {
 		return err
+	}
+	// A record only a newer cfgd understands: what came before it is
+	// applied; it and what follows wait for a newer member of the group
+	// (the loop commits no further than it, or than the events held).
+	yield := func() error {
+		if newer == nil {
+			return nil
+		}
+		h.log.Warn("an event only a newer cfgd understands: holding the partition for a newer member of the group",
+			"type", newer.cause.Type, "version", newer.cause.Version, "partition", newer.src.Partition, "offset", newer.src.Offset)
+		return kafka.Yield(newer.cause, newer.src)
+	}
+	if len(waiting) == 0 {
+		return yield()
 	}
 	if st == nil {
 		st = &held{since: time.Now()}
@@ -269,7 +303,14 @@ func (h *groupHandler) handle(ctx context.Context, b *kafka.Batch) error {
 	}
 	// Too much held: stop reading until the gap closes.
 	b.Hold(st, waiting[0].src.Offset, len(waiting) >= 10*cfg.BatchSize)
-	return nil
+	return yield()
+}
+
+// newerRecord is the first record of a batch only a newer cfgd
+// understands.
+type newerRecord struct {
+	src   *sarama.ConsumerMessage
+	cause *events.ErrNewerSchema
 }
 
 // prepare verifies and decodes messages. A message that fails the
@@ -277,23 +318,33 @@ func (h *groupHandler) handle(ctx context.Context, b *kafka.Batch) error {
 // the whole group and dropped: its stream and version cannot be trusted, so
 // no checkpoint moves for it. An envelope whose payload does not decode is
 // dead-lettered for each projection that handles its type, and passes them
-// by.
-func (h *groupHandler) prepare(ctx context.Context, b *kafka.Batch) ([]*delivery, error) {
+// by. An envelope only a newer cfgd understands (Registry.Check: a newer
+// version of a type the group handles, or a type a build of a higher
+// schema level wrote, which may concern the group) ends the batch: it is
+// returned as newer, and neither it nor what follows is prepared. A type
+// no build up to this one's level knows moves only the checkpoints.
+func (h *groupHandler) prepare(ctx context.Context, b *kafka.Batch) ([]*delivery, *newerRecord, error) {
 	out := make([]*delivery, 0, len(b.Messages))
 	for _, m := range b.Messages {
 		src := m
 		if err := h.r.cfg.Signer.Verify(m.Value, header(m.Headers, events.HeaderSignature)); err != nil {
 			if err := h.deadLetter(ctx, b, src, h.g.Name, kafka.ReasonBadSignature, err); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			continue
 		}
 		env, err := events.Unmarshal(m.Value)
 		if err != nil {
 			if err := h.deadLetter(ctx, b, src, h.g.Name, kafka.ReasonUndecodable, err); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			continue
+		}
+		level := events.ParseSchemaHeader(header(m.Headers, events.HeaderSchemaLevel))
+		var ns *events.ErrNewerSchema
+		if err := h.r.cfg.Registry.Check(env.Type, max(env.Metadata.SchemaVersion, 1), level); errors.As(err, &ns) &&
+			(!h.r.cfg.Registry.Known(env.Type) || h.handles(env.Type)) {
+			return out, &newerRecord{src: src, cause: ns}, nil
 		}
 		d := &delivery{env: env, src: src}
 		if !h.handles(env.Type) {
@@ -311,7 +362,7 @@ func (h *groupHandler) prepare(ctx context.Context, b *kafka.Batch) ([]*delivery
 					continue
 				}
 				if err := h.deadLetter(ctx, b, src, p.Name, kafka.ReasonUndecodable, err); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				d.markDead(p.Name, kafka.ReasonUndecodable)
 			}
@@ -320,7 +371,7 @@ func (h *groupHandler) prepare(ctx context.Context, b *kafka.Batch) ([]*delivery
 		}
 		out = append(out, d)
 	}
-	return out, nil
+	return out, nil, nil
 }
 
 func (h *groupHandler) handles(typ string) bool {

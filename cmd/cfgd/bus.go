@@ -16,7 +16,8 @@ import (
 // the broker refuses the connection, which the caller reports.
 func clientBus(c settings.Core) kafka.Config {
 	b := kafka.Config{Brokers: c.KafkaBrokers, Partitions: c.KafkaPartitions, TopicPrefix: c.KafkaTopicPrefix,
-		SASL: kafka.SASL{Mechanism: c.KafkaSASLMechanism, User: c.KafkaSASLUser, Password: c.KafkaSASLPassword.Reveal()}}
+		SASL:         kafka.SASL{Mechanism: c.KafkaSASLMechanism, User: c.KafkaSASLUser, Password: c.KafkaSASLPassword.Reveal()},
+		YieldBackoff: c.KafkaYieldBackoff}
 	if len(b.Brokers) == 0 {
 		b.Brokers = []string{c.KafkaEmbeddedAddr}
 		if login, err := kafka.ReadEmbeddedLogin(c.KafkaDataDir); err == nil {

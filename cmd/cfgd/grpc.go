@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
+	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections"
 	"github.com/cfgd/cfgd/projections/sinks"
@@ -25,6 +26,7 @@ func grpcModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, activeKey
 	uc := sinks.DefaultUsageConfig(w.bus)
 	signer := w.signer
 	uc.Signer = signer
+	uc.Cutover = w.cutover(kafka.TopicAPIKeyUsage)
 	usage, err := sinks.NewUsageFeed(uc, w.log)
 	if err != nil {
 		return modules.Module{}, err

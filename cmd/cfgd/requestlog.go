@@ -7,6 +7,7 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/cfgd/modules"
 	"github.com/cfgd/cfgd/deploy/process"
+	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/events/requestlog/ingestmetrics"
 	"github.com/cfgd/cfgd/events/requestlogkafka"
@@ -49,6 +50,7 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, act
 	// dead-letter what does not verify.
 	signer := w.signer
 	c.Sink.Signer = signer
+	c.Sink.Cutover = w.cutover(kafka.TopicRequestLogs)
 	c.Sink.Dial = w.deps.dialClickHouse
 	// The fence lets `cfgd replay requestlog.clickhouse` swap rebuilt
 	// tables in between two of the sink's batches.
@@ -80,6 +82,7 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, act
 	// defaults until cmd/settings reads them.
 	uc := sinks.DefaultUsageConfig(w.bus)
 	uc.Signer = signer
+	uc.Cutover = w.cutover(kafka.TopicAPIKeyUsage)
 	usage, err := sinks.NewUsage(uc, w.deps.pg, w.log)
 	if err != nil {
 		return modules.Module{}, err
@@ -110,7 +113,7 @@ func requestLogModule(w wiring, a *auth.API, prod *requestlogkafka.Producer, act
 			// The page's assets are served by the front module.
 			return pages.MountMonitorDashboard(r, a.Staff(), w.assets)
 		},
-		Replayables: []replay.Replayable{replay.ForClickHouse(rc, w.deps.ch, w.deps.pg, sinks.RequestLogCodec{Signer: signer}, c.Sink.Group)},
+		Replayables: []replay.Replayable{replay.ForClickHouse(rc, w.deps.ch, w.deps.pg, sinks.RequestLogCodec{Signer: signer, Cutover: c.Sink.Cutover}, c.Sink.Group)},
 		Checks:      []process.Check{{Name: "requestlog-sink", Ping: s.Ready}, {Name: "apikey-usage", Ping: usage.Ready}},
 		Background: []process.Runner{afterMigrations(w, s.Runner()), usage.Runner(), {Name: "requestlog-producer", Run: func(ctx context.Context) error {
 			// Servers stop first, so nothing produces once this closes.

@@ -36,7 +36,7 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 
 	busCfg := kafka.Config{Brokers: c.KafkaBrokers, Partitions: c.KafkaPartitions, TopicPrefix: c.KafkaTopicPrefix,
 		SASL:    kafka.SASL{Mechanism: c.KafkaSASLMechanism, User: c.KafkaSASLUser, Password: c.KafkaSASLPassword.Reveal()},
-		Replica: replicaID(c)}
+		Replica: replicaID(c), YieldBackoff: c.KafkaYieldBackoff}
 	log.Info("kafka consumer groups", "replica", busCfg.Replica, "static_members", busCfg.Replica != "")
 	if len(busCfg.Brokers) == 0 {
 		emb, err := kafka.StartEmbedded(c.KafkaDataDir, c.KafkaEmbeddedAddr)
@@ -82,7 +82,7 @@ func serve(ctx context.Context, log *slog.Logger, app appSettings, stdout io.Wri
 	}
 
 	router, err := newRouter(log, metrics, d, busCfg, append(mods, modules.Module{
-		Name: "relay", Checks: []process.Check{{Name: "relay", Ping: pipe.Ready}},
+		Name: "relay", Checks: []process.Check{{Name: "relay", Ping: pipe.Ready}, {Name: "projections", Ping: pipe.ProjectionsReady}},
 	}))
 	if err != nil {
 		return err

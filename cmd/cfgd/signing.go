@@ -8,6 +8,7 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/settings"
 	"github.com/cfgd/cfgd/events"
+	"github.com/cfgd/cfgd/events/signing"
 )
 
 // eventKeyFile is the event signing key's file in AUTH__KEYS_DIR, written
@@ -47,4 +48,11 @@ func eventSigner(c settings.Core, keysDir string) (s *events.Signer, generated s
 		return nil, "", fmt.Errorf("event signing key %s: %w", path, err)
 	}
 	return s, generated, nil
+}
+
+// cutover is the signing cut-over of topic (a record topic cfgd began
+// signing in 0.1.0's line): its sink and its replay accept the unsigned
+// records an older cfgd wrote below the watermark it records in Postgres.
+func (w wiring) cutover(topic string) *signing.Cutover {
+	return signing.New(w.deps.pg, w.bus, topic, w.log)
 }

@@ -43,6 +43,8 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (modules.Module, erro
 	// Lifecycle records are signed and verified with the events' key.
 	signer := w.signer
 	sink := sinks.NewLifecycle(w.deps.pg, w.bus, signer, w.log)
+	cut := w.cutover(tasks.TopicLifecycle)
+	sink.Cutover = cut
 	if err := sink.SetMetrics(w.sinkMetrics); err != nil {
 		closeRedis()
 		return modules.Module{}, err
@@ -65,7 +67,7 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (modules.Module, erro
 	}
 	staff := a.Staff()
 	var monitor io.Closer // asynqmon's Redis connections, once mounted
-	var checks []process.Check
+	checks := []process.Check{{Name: "tasks-lifecycle-sink", Ping: sink.Ready}}
 	if rdb != w.deps.redis {
 		checks = append(checks, process.Check{Name: "tasks-redis", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
 	}
@@ -80,7 +82,7 @@ func tasksModule(_ context.Context, w wiring, a *auth.API) (modules.Module, erro
 			monitor = m
 			return pages.MountTaskDashboard(r, staff, w.assets)
 		},
-		Projections: []*projections.Projection{reactors.Control(app.Inspector, app.Registry, pub, appends), sinks.ViewsWithLifecycle(w.bus, signer, w.log)},
+		Projections: []*projections.Projection{reactors.Control(app.Inspector, app.Registry, pub, appends), sinks.ViewsWithLifecycle(w.bus, signer, cut, w.log)},
 		Checks:      checks,
 		Background: []process.Runner{
 			{Name: "tasks-lifecycle-sink", Run: sink.Run},

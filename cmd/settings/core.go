@@ -23,6 +23,9 @@ type Core struct {
 	KafkaEmbeddedAddr string
 	KafkaPartitions   int
 	KafkaTopicPrefix  string
+	// KafkaYieldBackoff is how long a consumer that met a record only a
+	// newer cfgd understands stays out of its group (KAFKA__YIELD_BACKOFF).
+	KafkaYieldBackoff time.Duration
 	// ReplicaID names this serve among the replicas sharing one broker
 	// (REPLICA__ID); empty: derived from the host name and HTTP port.
 	ReplicaID string
@@ -63,6 +66,7 @@ func DefaultCore() Core {
 		KafkaEmbeddedAddr: "127.0.0.1:19092",
 		KafkaPartitions:   8,
 		KafkaTopicPrefix:  "cfgd.",
+		KafkaYieldBackoff: kafka.DefaultYieldBackoff,
 		LogLevel:          "info",
 		ShutdownTimeout:   15 * time.Second,
 		EventMaxBytes:     store.DefaultMaxEventBytes,
@@ -83,6 +87,7 @@ func coreFields(c *Core) []field {
 		hostPort(&c.KafkaEmbeddedAddr, "KAFKA__EMBEDDED_ADDR", "embedded broker's listen address, in `serve` or `cfgd broker`"),
 		intRange(&c.KafkaPartitions, "KAFKA__PARTITIONS", "partitions of topics cfgd creates (1..1024)", 1, 1024),
 		str(&c.KafkaTopicPrefix, "KAFKA__TOPIC_PREFIX", "prefix of cfgd's topic names (`cfgd.events`, `cfgd.deadletters`, `cfgd.tasks.lifecycle`)"),
+		positive(&c.KafkaYieldBackoff, "KAFKA__YIELD_BACKOFF", "how long a consumer that meets a record only a newer cfgd understands (a rolling upgrade) stays out of its consumer group, so a newer replica takes the partition, before it joins again; it never skips the record (see [operations](operations.md#mixed-versions))"),
 		str(&c.ReplicaID, "REPLICA__ID", "this `serve`'s name among the replicas sharing one broker: stable across its restarts, different for every replica (two with one id fence each other, and `/readyz` says `fenced`). Its consumer-group members are static (`group.instance.id` = group + `.` + id), so a restart takes back its partitions without a rebalance; 1 to 100 letters, digits, `.`, `_`, `-`. Empty: the host name and `HTTP__ADDR`'s port (`web-1-8080`); with port 0, dynamic members"),
 		oneOf(&c.LogLevel, "LOG__LEVEL", "`debug`, `info`, `warn` or `error`; logs are JSON on stderr (every line, the default logger included)", "debug", "info", "warn", "error"),
 		optHostPort(&c.MetricsAddr, "METRICS__ADDR", "serve `/metrics` on a listener of its own (say `127.0.0.1:9090`) instead of `HTTP__ADDR`"),

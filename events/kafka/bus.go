@@ -34,6 +34,11 @@ type Config struct {
 	// session timeout takes back the same partitions with no rebalance of
 	// the other members. Empty: dynamic members (each start rebalances).
 	Replica string
+	// YieldBackoff is how long a consumer that met a record only a newer
+	// cfgd understands stays out of its group (YieldError), so a newer
+	// member takes the partition, before it joins again; default
+	// DefaultYieldBackoff.
+	YieldBackoff time.Duration
 }
 
 // Validate joins every problem of c.

@@ -1,11 +1,13 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -91,6 +93,36 @@ func (e *stopError) Unwrap() error { return e.err }
 // committing the batch: what a crash would do.
 func Stop(err error) error { return &stopError{err: err} }
 
+// YieldError is a Handler's answer when it meets a record its build cannot
+// fully understand (an *events.ErrNewerSchema: a newer version of a record
+// it reads, or a type only a newer cfgd knows). Such a record is never
+// skipped, dead-lettered or committed past: the handler applies the
+// batch's records before it (in its partition; the other partitions' whole)
+// and yields. The loop commits the offsets up to the held records and no
+// further, reports Cause through WithHealth, WithWaiting and the
+// cfgd_kafka_consumer_waiting_newer gauge, and leaves the consumer group
+// for Config.YieldBackoff, so that a newer member of the group is assigned
+// the partition and applies it; then it joins again (and yields again if
+// it gets the partition back and the record is still there).
+type YieldError struct {
+	Cause error
+	// At is, per held partition, the first record the handler did not
+	// apply.
+	At []*sarama.ConsumerMessage
+}
+
+func (e *YieldError) Error() string { return e.Cause.Error() }
+func (e *YieldError) Unwrap() error { return e.Cause }
+
+// Yield is the YieldError of cause, holding each partition at its record
+// in at.
+func Yield(cause error, at ...*sarama.ConsumerMessage) error {
+	return &YieldError{Cause: cause, At: at}
+}
+
+// DefaultYieldBackoff is Config.YieldBackoff's default.
+const DefaultYieldBackoff = 30 * time.Second
+
 // Health receives a consumer's readiness: why it is not keeping up (its
 // store or Kafka is down), or nil.
 type Health interface{ Set(error) }
@@ -111,6 +143,8 @@ type consumeOptions struct {
 	drain      time.Duration
 	manual     bool
 	log        *slog.Logger
+	setup      func(context.Context) error
+	waiting    Health
 }
 
 // WithBatch bounds a batch: it goes to the handler when it weighs n
@@ -170,6 +204,18 @@ func WithDrain(timeout time.Duration) ConsumeOption {
 // stays bounded while the store is down.
 func WithCommitEach() ConsumeOption { return func(o *consumeOptions) { o.manual = true } }
 
+// WithSetup runs fn once the topics exist, before the consumer joins its
+// group, until it succeeds (reported through WithHealth meanwhile): say,
+// recording where the topic ended when this build first started on it.
+func WithSetup(fn func(context.Context) error) ConsumeOption {
+	return func(o *consumeOptions) { o.setup = fn }
+}
+
+// WithWaiting reports to h only why the consumer waits for a newer cfgd
+// (a handler yielded: YieldError), and nil once it no longer does: for
+// consumers whose readiness says nothing else.
+func WithWaiting(h Health) ConsumeOption { return func(o *consumeOptions) { o.waiting = h } }
+
 // WithLog sets the logger (default: discard).
 func WithLog(l *slog.Logger) ConsumeOption { return func(o *consumeOptions) { o.log = l } }
 
@@ -187,7 +233,8 @@ func Consume(ctx context.Context, c Config, group string, topics []string, h Han
 	if o.batch < 1 || o.linger < 0 || o.first <= 0 || o.max < o.first {
 		return fmt.Errorf("kafka consumer %s: batch must be at least 1, linger not negative, retry delays positive", group)
 	}
-	l := &loop{o: o, group: group, h: h, log: o.log.With("group", group)}
+	l := &loop{o: o, group: group, h: h, log: o.log.With("group", group), heldAt: map[tp]int64{},
+		yieldFor: cmp.Or(c.YieldBackoff, DefaultYieldBackoff)}
 	if err := l.register(c, topics); err != nil {
 		return err
 	}
@@ -198,6 +245,11 @@ func Consume(ctx context.Context, c Config, group string, topics []string, h Han
 	}
 	if err := l.wait(ctx, "kafka topics", func(ctx context.Context) error { return EnsureTopics(ctx, c, l.log, names...) }); err != nil {
 		return nil
+	}
+	if o.setup != nil {
+		if err := l.wait(ctx, "consumer setup", o.setup); err != nil {
+			return nil
+		}
 	}
 	sc := c.ConsumerSarama()
 	if c.Replica != "" {
@@ -213,26 +265,33 @@ func Consume(ctx context.Context, c Config, group string, topics []string, h Han
 		sc.ChannelBufferSize = max(2*o.batch, 256)
 	}
 	var cg sarama.ConsumerGroup
-	if err := l.wait(ctx, "kafka consumer group", func(context.Context) error {
-		var err error
-		cg, err = sarama.NewConsumerGroup(c.Brokers, group, sc)
-		return err
-	}); err != nil {
+	var wg sync.WaitGroup
+	join := func() error {
+		if err := l.wait(ctx, "kafka consumer group", func(context.Context) error {
+			var err error
+			cg, err = sarama.NewConsumerGroup(c.Brokers, group, sc)
+			return err
+		}); err != nil {
+			return err
+		}
+		errs := cg.Errors()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for err := range errs {
+				l.log.Warn("kafka consumer", "err", err)
+			}
+		}()
 		return nil
 	}
-	defer cg.Close()
+	if err := join(); err != nil {
+		return nil
+	}
+	defer func() { _ = cg.Close() }()
 	if o.deadLetter != "" {
 		l.dlq = &deadLetters{c: c, topic: c.Topic(o.deadLetter), log: l.log, first: o.first, max: o.max}
 		defer l.dlq.close()
 	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for err := range cg.Errors() {
-			l.log.Warn("kafka consumer", "err", err)
-		}
-	}()
 	defer wg.Wait()
 	l.setHealth(nil)
 	full := make([]string, len(topics))
@@ -245,10 +304,25 @@ func Consume(ctx context.Context, c Config, group string, topics []string, h Han
 	bo := process.Backoff(o.first, o.max)
 	for sctx.Err() == nil {
 		// Consume returns at every rebalance; the loop rejoins.
-		err := cg.Consume(sctx, full, l)
+		session, end := context.WithCancel(sctx)
+		l.endSession.Store(&end)
+		err := cg.Consume(session, full, l)
+		end()
 		if p := l.fatal.Load(); p != nil {
 			_ = cg.Close()
 			return *p
+		}
+		if l.yielded.Swap(false) && sctx.Err() == nil {
+			// A handler met a record only a newer cfgd understands: leave
+			// the group, so its coordinator gives the partition to another
+			// member (a static member, Config.Replica, is dropped only
+			// after the session timeout), and come back later.
+			_ = cg.Close()
+			l.log.Warn("left the consumer group so that a newer cfgd takes the partition; joining again later", "after", l.yieldFor)
+			if !process.Sleep(sctx, l.yieldFor) || join() != nil {
+				break
+			}
+			continue
 		}
 		if errors.Is(err, sarama.ErrClosedConsumerGroup) {
 			break
@@ -288,6 +362,21 @@ type loop struct {
 
 	lag   *prometheus.GaugeVec
 	ready *prometheus.GaugeVec
+	newer *prometheus.GaugeVec
+
+	// yieldFor is how long the member stays out of the group after a
+	// handler yielded (YieldError); yielded says one did in this session,
+	// endSession ends the session.
+	yieldFor   time.Duration
+	yielded    atomic.Bool
+	endSession atomic.Pointer[context.CancelFunc]
+	// waiting is why the member waits for a newer cfgd (nil: it does
+	// not); heldAt the first record not applied of each partition held
+	// for it, until the partition's offset passes it or another member
+	// has the partition.
+	waiting atomic.Pointer[error]
+	waitMu  sync.Mutex
+	heldAt  map[tp]int64
 
 	// WithSpan: the session's one batcher, fed by every claim.
 	in     chan *sarama.ConsumerMessage
@@ -323,6 +412,11 @@ func (l *loop) wait(ctx context.Context, what string, fn func(context.Context) e
 }
 
 func (l *loop) setHealth(err error) {
+	if err == nil {
+		if w := l.waiting.Load(); w != nil {
+			err = *w
+		}
+	}
 	if l.o.health != nil {
 		l.o.health.Set(err)
 	}
@@ -341,41 +435,52 @@ func (l *loop) register(c Config, topics []string) error {
 	if l.o.metrics == nil {
 		return nil
 	}
-	var err error
-	l.lag, l.ready, err = consumerMetrics(l.o.metrics, c, l.group, topics)
+	m, err := consumerMetrics(l.o.metrics, c, l.group, topics)
+	l.lag, l.ready, l.newer = m.lag, m.ready, m.newer
 	return err
 }
 
 // InitConsumerMetrics creates the consumer metrics of group in r before
 // its Consume starts (which may wait for a dependency first), so they are
-// exported from the process's start: ready 0, the lag of every partition
-// the topics are created with 0. Consume with WithMetrics(r) then shares
-// them.
+// exported from the process's start: ready 0, the lag and the waiting for
+// a newer cfgd of every partition the topics are created with 0. Consume
+// with WithMetrics(r) then shares them.
 func InitConsumerMetrics(r prometheus.Registerer, c Config, group string, topics ...string) error {
-	_, _, err := consumerMetrics(r, c, group, topics)
+	_, err := consumerMetrics(r, c, group, topics)
 	return err
 }
 
-func consumerMetrics(r prometheus.Registerer, c Config, group string, topics []string) (lagVec, readyVec *prometheus.GaugeVec, err error) {
+type loopMetrics struct{ lag, ready, newer *prometheus.GaugeVec }
+
+func consumerMetrics(r prometheus.Registerer, c Config, group string, topics []string) (loopMetrics, error) {
+	var m loopMetrics
 	lag := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "cfgd_kafka_consumer_lag_records", Help: "Records of a partition after the consumer group's last applied batch (high watermark minus committed offset).",
 	}, []string{"group", "topic", "partition"})
 	ready := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "cfgd_kafka_consumer_ready", Help: "1 while a consumer group keeps up, 0 while it waits for Kafka or its store.",
 	}, []string{"group"})
-	if lagVec, err = registerShared(r, lag); err != nil {
-		return nil, nil, err
+	newer := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cfgd_kafka_consumer_waiting_newer", Help: "1 while this member holds a partition at a record only a newer cfgd understands (it left the group for a newer member to take it), else 0.",
+	}, []string{"group", "topic", "partition"})
+	var err error
+	if m.lag, err = registerShared(r, lag); err != nil {
+		return m, err
+	}
+	if m.newer, err = registerShared(r, newer); err != nil {
+		return m, err
 	}
 	for _, t := range topics {
 		for p := range c.Partitions {
-			lagVec.WithLabelValues(group, c.Topic(t), strconv.Itoa(p))
+			m.lag.WithLabelValues(group, c.Topic(t), strconv.Itoa(p))
+			m.newer.WithLabelValues(group, c.Topic(t), strconv.Itoa(p))
 		}
 	}
-	if readyVec, err = registerShared(r, ready); err != nil {
-		return nil, nil, err
+	if m.ready, err = registerShared(r, ready); err != nil {
+		return m, err
 	}
-	readyVec.WithLabelValues(group)
-	return lagVec, readyVec, nil
+	m.ready.WithLabelValues(group)
+	return m, nil
 }
 
 func registerShared(r prometheus.Registerer, g *prometheus.GaugeVec) (*prometheus.GaugeVec, error) {
@@ -394,6 +499,10 @@ func registerShared(r prometheus.Registerer, g *prometheus.GaugeVec) (*prometheu
 
 func (l *loop) Setup(sess sarama.ConsumerGroupSession) error {
 	l.session.Add(1)
+	// Partitions held for a newer cfgd that another member has now are
+	// its to apply.
+	claims := sess.Claims()
+	l.release(func(k tp, _ int64) bool { return !slices.Contains(claims[k.topic], k.p) })
 	if l.o.span {
 		l.in = make(chan *sarama.ConsumerMessage, 64)
 		l.stop = make(chan struct{})
@@ -416,6 +525,11 @@ func (l *loop) Cleanup(sarama.ConsumerGroupSession) error {
 }
 
 func (l *loop) ConsumeClaim(sess sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) error {
+	// The group's offset is past a record held for a newer cfgd: another
+	// member applied it.
+	l.release(func(k tp, heldAt int64) bool {
+		return k == tp{c.Topic(), c.Partition()} && c.InitialOffset() > heldAt
+	})
 	if !l.o.span {
 		cl := &claim{topic: c.Topic(), partition: c.Partition(), src: c, seen: -1}
 		l.batcher(sess, c.Messages(), sess.Context().Done(), cl)
@@ -573,6 +687,11 @@ func (l *loop) apply(sess sarama.ConsumerGroupSession, msgs []*sarama.ConsumerMe
 			l.cancel()
 			return err
 		}
+		var y *YieldError
+		if errors.As(err, &y) {
+			l.yield(sess, b, y)
+			return err
+		}
 		if ctx.Err() != nil {
 			return err
 		}
@@ -590,14 +709,87 @@ func (l *loop) apply(sess sarama.ConsumerGroupSession, msgs []*sarama.ConsumerMe
 	}
 }
 
+// tp is a topic's partition.
+type tp struct {
+	topic string
+	p     int32
+}
+
+// yield commits b's records before the ones y holds (never past them),
+// says why the member waits, and ends the session: the loop leaves the
+// group for a while (Config.YieldBackoff).
+func (l *loop) yield(sess sarama.ConsumerGroupSession, b *Batch, y *YieldError) {
+	held := map[tp]int64{}
+	for _, m := range y.At {
+		k := tp{m.Topic, m.Partition}
+		if o, ok := held[k]; !ok || m.Offset < o {
+			held[k] = m.Offset
+		}
+	}
+	applied := make([]*sarama.ConsumerMessage, 0, len(b.Messages))
+	for _, m := range b.Messages {
+		if o, ok := held[tp{m.Topic, m.Partition}]; ok && m.Offset >= o {
+			continue
+		}
+		applied = append(applied, m)
+	}
+	err := y.Cause
+	l.waitMu.Lock()
+	for k, o := range held {
+		l.heldAt[k] = o
+		if l.newer != nil {
+			l.newer.WithLabelValues(l.group, k.topic, strconv.Itoa(int(k.p))).Set(1)
+		}
+		l.log.Warn("holding a partition at a record only a newer cfgd understands: nothing past it is committed, and a newer member of the group takes the partition",
+			"topic", k.topic, "partition", k.p, "offset", o, "need", err)
+	}
+	l.waiting.Store(&err)
+	l.waitMu.Unlock()
+	if l.o.waiting != nil {
+		l.o.waiting.Set(err)
+	}
+	c := *b
+	c.Messages = applied
+	l.commit(sess, &c)
+	if !l.o.manual {
+		sess.Commit()
+	}
+	l.yielded.Store(true)
+	if end := l.endSession.Load(); end != nil {
+		(*end)()
+	}
+}
+
+// release stops waiting for a newer cfgd on the held partitions done says
+// are done with (given their held offset); with none left, the member
+// no longer waits.
+func (l *loop) release(done func(k tp, heldAt int64) bool) {
+	l.waitMu.Lock()
+	defer l.waitMu.Unlock()
+	if len(l.heldAt) == 0 {
+		return
+	}
+	for k, o := range l.heldAt {
+		if done(k, o) {
+			delete(l.heldAt, k)
+			if l.newer != nil {
+				l.newer.WithLabelValues(l.group, k.topic, strconv.Itoa(int(k.p))).Set(0)
+			}
+		}
+	}
+	if len(l.heldAt) == 0 {
+		l.waiting.Store(nil)
+		if l.o.waiting != nil {
+			l.o.waiting.Set(nil)
+		}
+		l.setHealth(nil)
+	}
+}
+
 // commit marks the offsets after b's messages (or before what b holds) and
 // commits them when WithCommitEach.
 func (l *loop) commit(sess sarama.ConsumerGroupSession, b *Batch) {
 	l.setHealth(nil)
-	type tp struct {
-		topic string
-		p     int32
-	}
 	next := map[tp]int64{}
 	for _, m := range b.Messages {
 		k := tp{m.Topic, m.Partition}
@@ -631,4 +823,6 @@ func (l *loop) commit(sess sarama.ConsumerGroupSession, b *Batch) {
 	if l.o.manual {
 		sess.Commit()
 	}
+	// Past a held record: a newer member applied it, or this build can.
+	l.release(func(k tp, heldAt int64) bool { off, ok := next[k]; return ok && off > heldAt })
 }

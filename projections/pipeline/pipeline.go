@@ -87,6 +87,10 @@ func New(cfg Config, pool *pgxpool.Pool, reg *events.Registry, log *slog.Logger,
 // reports it.
 func (p *Pipeline) Ready(ctx context.Context) error { return p.relay.Ready(ctx) }
 
+// ProjectionsReady fails while a projection group waits for a newer cfgd
+// (Runner.Ready); /readyz reports it.
+func (p *Pipeline) ProjectionsReady(ctx context.Context) error { return p.runner.Ready(ctx) }
+
 // Run creates the events topic, then relays and projects until ctx ends.
 // The producer is flushed and closed on the way out.
 func (p *Pipeline) Run(ctx context.Context) error {

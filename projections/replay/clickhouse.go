@@ -67,6 +67,9 @@ const (
 // Codec is how the live sink turns the topic's records into rows: a
 // rebuild builds the same rows, with the same ids.
 type Codec interface {
+	// Start runs before the topic is read (it exists then): say, loading
+	// what the decoding depends on.
+	Start(ctx context.Context) error
 	// Decode reads one record; it runs on one goroutine per partition.
 	Decode(m *sarama.ConsumerMessage) Decoded
 	// NewBlock returns an empty block of rows for one insert.
@@ -77,6 +80,9 @@ type Codec interface {
 // order.
 type Decoded interface {
 	Message() *sarama.ConsumerMessage
+	// Newer is *events.ErrNewerSchema for a record only a newer cfgd
+	// understands: the rebuild stops there (it would lack the record).
+	Newer() error
 }
 
 // Block is the rows of one insert into a shadow raw table.
@@ -563,6 +569,9 @@ func (r *ClickHouse) open(ctx context.Context) error {
 	if err := kafka.EnsureTopics(ctx, r.cfg.Bus, quiet, kafka.TopicRequestLogs); err != nil {
 		return err
 	}
+	if err := r.codec.Start(ctx); err != nil {
+		return err
+	}
 	reader, err := kafka.NewReader(r.cfg.Bus)
 	if err != nil {
 		return err
@@ -686,6 +695,10 @@ func (r *ClickHouse) consumeTo(ctx context.Context, target map[int32]int64) erro
 		// stopped: the shadow holds a prefix of every partition, as the
 		// sink's skip-what-is-held logic expects.
 		for _, d := range ds {
+			if err := d.Newer(); err != nil {
+				m := d.Message()
+				return fmt.Errorf("%s partition %d offset %d: %w", m.Topic, m.Partition, m.Offset, err)
+			}
 			r.b.Add(d)
 			m := d.Message()
 			if _, ok := r.first[m.Partition]; !ok {

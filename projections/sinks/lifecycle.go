@@ -12,8 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/signing"
 	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/readmodels/taskview"
 )
@@ -34,8 +36,18 @@ type Lifecycle struct {
 	log      *slog.Logger
 	MaxBatch int
 	MaxWait  time.Duration
-	metrics  *Metrics
+	// Cutover accepts the unsigned records an older cfgd wrote, below
+	// the topic's signing watermark (nil: every record must be signed).
+	Cutover *signing.Cutover
+	metrics *Metrics
+	// waiting is why the sink waits for a newer cfgd (a record format
+	// newer than this build's).
+	waiting process.Health
 }
+
+// Ready fails while the sink holds a partition at a record only a newer
+// cfgd understands.
+func (s *Lifecycle) Ready(ctx context.Context) error { return s.waiting.Ready(ctx) }
 
 // NewLifecycle returns the sink; signer verifies every record.
 func NewLifecycle(pool *pgxpool.Pool, c kafka.Config, signer *events.Signer, log *slog.Logger) *Lifecycle {
@@ -48,13 +60,25 @@ func NewLifecycle(pool *pgxpool.Pool, c kafka.Config, signer *events.Signer, log
 func (s *Lifecycle) Run(ctx context.Context) error {
 	return kafka.Consume(ctx, s.bus, LifecycleGroup, []string{tasks.TopicLifecycle}, s.handle,
 		kafka.WithBatch(s.MaxBatch, s.MaxWait), kafka.WithRetry(50*time.Millisecond, 10*time.Second), kafka.WithLog(s.log),
-		kafka.WithDeadLetter(kafka.TopicDeadLetters), kafka.WithMetrics(s.metrics.registerer()))
+		kafka.WithDeadLetter(kafka.TopicDeadLetters), kafka.WithMetrics(s.metrics.registerer()), kafka.WithSetup(s.Cutover.Start),
+		kafka.WithWaiting(&s.waiting))
 }
 
 func (s *Lifecycle) handle(ctx context.Context, b *kafka.Batch) error {
+	if err := s.Cutover.Session(ctx, b.Session); err != nil {
+		return err
+	}
 	recs := make([]tasks.Lifecycle, 0, len(b.Messages))
+	var newer error
+	var at *sarama.ConsumerMessage
 	for _, m := range b.Messages {
-		r, err := lifecycleRecord(s.signer, m)
+		r, err := lifecycleRecord(s.signer, s.Cutover, m)
+		var ns *events.ErrNewerSchema
+		if errors.As(err, &ns) {
+			// Applied up to it; it waits for a newer member of the group.
+			newer, at = err, m
+			break
+		}
 		switch {
 		case errors.Is(err, events.ErrBadSignature):
 			if err := b.DeadLetter(ctx, m, LifecycleGroup, kafka.ReasonBadSignature, err); err != nil {
@@ -73,23 +97,24 @@ func (s *Lifecycle) handle(ctx context.Context, b *kafka.Batch) error {
 	}); err != nil {
 		return fmt.Errorf("lifecycle batch: %w", err)
 	}
+	if newer != nil {
+		return kafka.Yield(newer, at)
+	}
 	return nil
 }
 
 // errUnreadable is a signed record that does not decode as a step.
 var errUnreadable = errors.New("unreadable lifecycle record")
 
-// lifecycleRecord verifies and decodes one record, as the sink and the
-// replay feed read it.
-func lifecycleRecord(signer *events.Signer, m *sarama.ConsumerMessage) (tasks.Lifecycle, error) {
+// lifecycleRecord verifies (unsigned below cut's watermark) and decodes
+// one record, as the sink and the replay feed read it; a record of a newer
+// format is *events.ErrNewerSchema.
+func lifecycleRecord(signer *events.Signer, cut *signing.Cutover, m *sarama.ConsumerMessage) (tasks.Lifecycle, error) {
 	var r tasks.Lifecycle
-	sig := ""
-	for _, h := range m.Headers {
-		if h != nil && string(h.Key) == events.HeaderSignature {
-			sig = string(h.Value)
-		}
+	if err := cut.Verify(signer, m); err != nil {
+		return r, err
 	}
-	if err := signer.Verify(m.Value, sig); err != nil {
+	if err := events.CheckFormat(tasks.LifecycleFormat, events.ParseSchemaHeader(header(m, events.HeaderSchemaVersion)), tasks.LifecycleVersion); err != nil {
 		return r, err
 	}
 	if err := json.Unmarshal(m.Value, &r); err != nil || r.TaskID == "" || r.Step == "" {

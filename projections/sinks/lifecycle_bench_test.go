@@ -46,7 +46,7 @@ func BenchmarkReplayLifecycleFeed(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		if _, err := replay.Run(ctx, pool, reg, sinks.ViewsWithLifecycle(c, testenv.Signer(b), testenv.Quiet()), replay.Config{}, nil); err != nil {
+		if _, err := replay.Run(ctx, pool, reg, sinks.ViewsWithLifecycle(c, testenv.Signer(b), nil, testenv.Quiet()), replay.Config{}, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -2,6 +2,8 @@ package sinks
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/IBM/sarama"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/signing"
 	"github.com/cfgd/cfgd/events/tasks"
 	"github.com/cfgd/cfgd/projections"
 	"github.com/cfgd/cfgd/projections/projectors"
@@ -26,6 +29,7 @@ import (
 type LifecycleFeed struct {
 	bus    kafka.Config
 	signer *events.Signer
+	cut    *signing.Cutover
 	log    *slog.Logger
 	batch  int
 	// next is where the rebuild stopped reading, per partition.
@@ -35,16 +39,17 @@ type LifecycleFeed struct {
 var _ projections.Feed = (*LifecycleFeed)(nil)
 
 // NewLifecycleFeed returns the feed over c's lifecycle topic; signer
-// verifies every record, as the sink does.
-func NewLifecycleFeed(c kafka.Config, signer *events.Signer, log *slog.Logger) *LifecycleFeed {
-	return &LifecycleFeed{bus: c, signer: signer, log: log, batch: 500}
+// verifies every record, as the sink does, and cut accepts the unsigned
+// ones below its watermark (nil: none).
+func NewLifecycleFeed(c kafka.Config, signer *events.Signer, cut *signing.Cutover, log *slog.Logger) *LifecycleFeed {
+	return &LifecycleFeed{bus: c, signer: signer, cut: cut, log: log, batch: 500}
 }
 
 // ViewsWithLifecycle is the task views' projection carrying the
 // lifecycle feed, as replay runs it.
-func ViewsWithLifecycle(c kafka.Config, signer *events.Signer, log *slog.Logger) *projections.Projection {
+func ViewsWithLifecycle(c kafka.Config, signer *events.Signer, cut *signing.Cutover, log *slog.Logger) *projections.Projection {
 	p := projectors.TaskQueues()
-	p.Feeds = append(p.Feeds, NewLifecycleFeed(c, signer, log))
+	p.Feeds = append(p.Feeds, NewLifecycleFeed(c, signer, cut, log))
 	return p
 }
 
@@ -60,6 +65,9 @@ func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp fu
 	if err := kafka.EnsureTopics(ctx, f.bus, f.log, tasks.TopicLifecycle); err != nil {
 		return 0, err
 	}
+	if err := f.cut.Start(ctx); err != nil {
+		return 0, err
+	}
 	r, err := kafka.NewReader(f.bus)
 	if err != nil {
 		return 0, err
@@ -67,7 +75,11 @@ func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp fu
 	defer r.Close()
 	n, next, err := replay.RebuildFromTopic(ctx, r, conn, f.bus.Topic(tasks.TopicLifecycle), f.batch, caughtUp, progress,
 		func(ctx context.Context, tx pgx.Tx, _ int32, msgs []*sarama.ConsumerMessage) error {
-			return taskview.ApplyLifecycle(ctx, tx, f.decode(msgs))
+			recs, err := f.decode(msgs)
+			if err != nil {
+				return err
+			}
+			return taskview.ApplyLifecycle(ctx, tx, recs)
 		})
 	if err == nil {
 		f.next = next
@@ -76,17 +88,22 @@ func (f *LifecycleFeed) Rebuild(ctx context.Context, conn *pgx.Conn, caughtUp fu
 }
 
 // decode reads msgs as the sink does, skipping what it skips (the sink
-// dead-lettered the forged records already).
-func (f *LifecycleFeed) decode(msgs []*sarama.ConsumerMessage) []tasks.Lifecycle {
+// dead-lettered the forged records already). A record only a newer cfgd
+// understands fails the replay: a rebuild without it would lack it.
+func (f *LifecycleFeed) decode(msgs []*sarama.ConsumerMessage) ([]tasks.Lifecycle, error) {
 	recs := make([]tasks.Lifecycle, 0, len(msgs))
 	for _, m := range msgs {
-		r, err := lifecycleRecord(f.signer, m)
+		r, err := lifecycleRecord(f.signer, f.cut, m)
+		var ns *events.ErrNewerSchema
+		if errors.As(err, &ns) {
+			return nil, fmt.Errorf("%s partition %d offset %d: %w", m.Topic, m.Partition, m.Offset, err)
+		}
 		if err != nil {
 			continue
 		}
 		recs = append(recs, r)
 	}
-	return recs
+	return recs, nil
 }
 
 // Lock implements projections.Feed: the sink writes only the tables the
@@ -109,7 +126,11 @@ func (f *LifecycleFeed) CatchUp(ctx context.Context, tx pgx.Tx, _ string) (int64
 	var n int64
 	_, err = r.Read(ctx, topic, f.next, ends, f.batch, func(ctx context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
 		n += int64(len(msgs))
-		return taskview.ApplyLifecycle(ctx, tx, f.decode(msgs))
+		recs, err := f.decode(msgs)
+		if err != nil {
+			return err
+		}
+		return taskview.ApplyLifecycle(ctx, tx, recs)
 	})
 	return n, err
 }

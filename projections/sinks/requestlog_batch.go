@@ -11,7 +11,6 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/cfgd/cfgd/deploy/process"
-	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
@@ -42,8 +41,6 @@ type poisoned struct {
 }
 
 func newBatch() *batch { return &batch{last: map[int32]int64{}} }
-
-func (b *batch) add(m *sarama.ConsumerMessage, v *events.Signer) { b.addDecoded(decode(m, v)) }
 
 func (b *batch) addDecoded(d decoded) {
 	m := d.msg
@@ -78,12 +75,32 @@ func (s *RequestLogs) handle(ctx context.Context, msgs *kafka.Batch) error {
 		if err := s.checkTopic(ctx); err != nil {
 			return err
 		}
+		if err := s.cfg.Cutover.Session(ctx, msgs.Session); err != nil {
+			return err
+		}
 		clear(s.held)
 		s.heldSession = msgs.Session
 	}
 	b := newBatch()
+	// A record only a newer cfgd understands holds its partition: the
+	// batch is applied without it and what follows it there, and it waits
+	// for a newer member of the group.
+	var newer error
+	var at []*sarama.ConsumerMessage
+	held := map[int32]bool{}
 	for _, m := range msgs.Messages {
-		b.add(m, s.cfg.Signer)
+		if held[m.Partition] {
+			continue
+		}
+		d := decode(m, s.cfg.Signer, s.cfg.Cutover)
+		if d.newer != nil {
+			newer, held[m.Partition], at = d.newer, true, append(at, m)
+			continue
+		}
+		b.addDecoded(d)
+	}
+	if b.records == 0 && newer != nil {
+		return kafka.Yield(newer, at...)
 	}
 	parts := make([]int32, 0, len(b.last))
 	for p := range b.last {
@@ -92,7 +109,7 @@ func (s *RequestLogs) handle(ctx context.Context, msgs *kafka.Batch) error {
 	// The insert shares one hold of the fence: a replay swaps tables
 	// before or after the whole batch, and no other sink writes these
 	// partitions meanwhile.
-	return s.owned(ctx, parts, func(gen int64, stale []int32, base map[int32]int64) error {
+	err := s.owned(ctx, parts, func(gen int64, stale []int32, base map[int32]int64) error {
 		for _, p := range stale {
 			delete(s.held, p)
 		}
@@ -109,6 +126,10 @@ func (s *RequestLogs) handle(ctx context.Context, msgs *kafka.Batch) error {
 		}
 		return s.write(ctx, msgs, b)
 	})
+	if err == nil && newer != nil {
+		return kafka.Yield(newer, at...)
+	}
+	return err
 }
 
 // write sends the poison records to the dead-letter topic and inserts the

@@ -10,6 +10,7 @@ import (
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/signing"
 	"github.com/cfgd/cfgd/projections/replay"
 )
 
@@ -17,14 +18,21 @@ import (
 // (replay.NewClickHouse): a rebuild writes the rows, and the ids, the sink
 // wrote, and refuses the records the sink refused.
 type RequestLogCodec struct {
-	// Signer verifies records as the sink's does (nil: no check).
-	Signer *events.Signer
+	// Signer verifies records as the sink's does (nil: no check), and
+	// Cutover accepts the unsigned ones below its watermark (nil: none).
+	Signer  *events.Signer
+	Cutover *signing.Cutover
 }
 
 var _ replay.Codec = RequestLogCodec{}
 
 // Decode implements replay.Codec.
-func (c RequestLogCodec) Decode(m *sarama.ConsumerMessage) replay.Decoded { return decode(m, c.Signer) }
+func (c RequestLogCodec) Decode(m *sarama.ConsumerMessage) replay.Decoded {
+	return decode(m, c.Signer, c.Cutover)
+}
+
+// Start implements replay.Codec: the watermark the rebuild reads under.
+func (c RequestLogCodec) Start(ctx context.Context) error { return c.Cutover.Start(ctx) }
 
 // decoded is a record read: its events, or why it cannot be stored (err),
 // or which of its events cannot (skip, each with its dead letter in bad).
@@ -35,20 +43,26 @@ type decoded struct {
 	bad    []poisoned
 	reason string
 	err    error
+	// newer: a record only a newer cfgd understands
+	// (*events.ErrNewerSchema), neither stored nor dead-lettered.
+	newer error
 }
 
 // decode reads m's events and checks them as the sink stores them (the
 // replay decodes on several goroutines, then adds in partition order).
-// With v, a record whose signature does not verify is refused whole: its
-// bytes are not cfgd's. An event that fails Check is dead-lettered on its
+// With v, a record whose signature does not verify (nor is an unsigned one
+// below cut's watermark) is refused whole: its bytes are not cfgd's. An event that fails Check is dead-lettered on its
 // own, as a record of that one event, and its neighbours are stored with
 // the ids they have anyway, so one caller's bad bytes cost no other
 // caller's rows.
-func decode(m *sarama.ConsumerMessage, v *events.Signer) decoded {
+func decode(m *sarama.ConsumerMessage, v *events.Signer, cut *signing.Cutover) decoded {
 	if v != nil {
-		if err := v.Verify(m.Value, header(m, events.HeaderSignature)); err != nil {
+		if err := cut.Verify(v, m); err != nil {
 			return decoded{msg: m, reason: kafka.ReasonBadSignature, err: fmt.Errorf("request-log record: %w", err)}
 		}
+	}
+	if err := events.CheckFormat(requestlog.BatchFormat, events.ParseSchemaHeader(header(m, events.HeaderSchemaVersion)), requestlog.BatchVersion); err != nil {
+		return decoded{msg: m, newer: err}
 	}
 	evs, err := requestlog.DecodeBatch(m.Value, nil)
 	if err != nil {
@@ -93,6 +107,9 @@ func (RequestLogCodec) NewBlock() replay.Block { return &block{b: newBatch()} }
 
 // Message implements replay.Decoded.
 func (d decoded) Message() *sarama.ConsumerMessage { return d.msg }
+
+// Newer implements replay.Decoded.
+func (d decoded) Newer() error { return d.newer }
 
 // block is a batch as a replay.Block: the replay inserts it into its
 // shadow raw table and commits no offsets.

@@ -229,7 +229,7 @@ func TestSinkWaitsForAnInsertLeftRunning(t *testing.T) {
 	msgs := testenv.ReadTopic(t, e.bus, e.bus.Topic(kafka.TopicRequestLogs), 12, 30*time.Second)
 	left := newBatch()
 	for _, m := range msgs[6:] {
-		left.add(m, nil)
+		left.addDecoded(decode(m, nil, nil))
 	}
 	for i := range 3 { // 9 s: 3 s each, 18.16's most
 		slow := fmt.Sprintf("CREATE MATERIALIZED VIEW requestlog_aaa_slow%d ENGINE = Null AS SELECT sleep(3) AS s FROM requestlog_raw", i)

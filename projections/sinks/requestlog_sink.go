@@ -25,6 +25,7 @@ import (
 	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/signing"
 	"github.com/cfgd/cfgd/projections/replay"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
@@ -33,9 +34,12 @@ import (
 type RequestLogConfig struct {
 	Bus kafka.Config
 	// Signer verifies each record's signature (requestlog.ProducerConfig
-	// signs with the same key): a record unsigned or forged goes to the
-	// dead letters. Nil skips the check (tests of other features only).
+	// signs with the same key): a record forged, or unsigned and not below
+	// the signing watermark (Cutover), goes to the dead letters. Nil skips the check (tests of other features only).
 	Signer *events.Signer
+	// Cutover accepts the unsigned records an older cfgd wrote, below
+	// the topic's signing watermark (nil: every record must be signed).
+	Cutover *signing.Cutover
 	// Group is the consumer group; renaming it replays the whole topic
 	// (harmlessly: rows already held are skipped).
 	Group string
@@ -226,7 +230,8 @@ func (s *RequestLogs) Run(ctx context.Context) error {
 	return kafka.Consume(ctx, s.cfg.Bus, s.cfg.Group, []string{kafka.TopicRequestLogs}, s.handle,
 		kafka.WithSpan(), kafka.WithBatch(s.cfg.BatchRows, s.cfg.BatchWait), kafka.WithWeight(recordEvents),
 		kafka.WithRetry(100*time.Millisecond, s.cfg.MaxBackoff), kafka.WithDeadLetter(kafka.TopicRequestLogsDead),
-		kafka.WithHealth(&s.health), kafka.WithDrain(10*time.Second), kafka.WithCommitEach(), kafka.WithLog(s.log), kafka.WithMetrics(s.metrics.registerer()))
+		kafka.WithHealth(&s.health), kafka.WithDrain(10*time.Second), kafka.WithCommitEach(), kafka.WithLog(s.log), kafka.WithMetrics(s.metrics.registerer()),
+		kafka.WithSetup(s.cfg.Cutover.Start))
 }
 
 // checkSchema tells whether the live tables and views are all there, and

@@ -13,6 +13,7 @@ import (
 	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/signing"
 )
 
 // UsageConfig configures the usage consumer.
@@ -33,6 +34,9 @@ type UsageConfig struct {
 	// Signer verifies each usage record's signature (nil: no check), so
 	// a record forged with a broker login alone counts no API-key use.
 	Signer *events.Signer
+	// Cutover accepts the unsigned records an older cfgd wrote, below
+	// the topic's signing watermark (nil: every record must be signed).
+	Cutover *signing.Cutover
 }
 
 // DefaultUsageConfig returns the defaults for bus c.
@@ -156,5 +160,6 @@ func (u *Usage) Stats() UsageStats {
 func (u *Usage) Run(ctx context.Context) error {
 	return kafka.Consume(ctx, u.cfg.Bus, u.cfg.Group, []string{kafka.TopicAPIKeyUsage}, u.handle,
 		kafka.WithBatch(u.cfg.BatchRecords, u.cfg.BatchWait), kafka.WithRetry(100*time.Millisecond, u.cfg.MaxBackoff),
-		kafka.WithHealth(&u.health), kafka.WithDrain(10*time.Second), kafka.WithCommitEach(), kafka.WithLog(u.log), kafka.WithMetrics(u.metrics.registerer()))
+		kafka.WithHealth(&u.health), kafka.WithDrain(10*time.Second), kafka.WithCommitEach(), kafka.WithLog(u.log), kafka.WithMetrics(u.metrics.registerer()),
+		kafka.WithSetup(u.cfg.Cutover.Start))
 }

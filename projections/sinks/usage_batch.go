@@ -14,6 +14,7 @@ import (
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/signing"
 	"github.com/cfgd/cfgd/readmodels/apikeyview"
 )
 
@@ -25,8 +26,19 @@ func (u *Usage) handle(ctx context.Context, mb *kafka.Batch) error {
 		return fmt.Errorf("api-key usage: %w", err)
 	}
 	b := &usageBatch{partition: mb.Partition(), topicID: id}
+	var newer error
+	var at *sarama.ConsumerMessage
 	for _, m := range mb.Messages {
+		// Applied up to a record only a newer cfgd understands; it waits
+		// for a newer member of the group.
+		if newer = usesSchema(m); newer != nil {
+			at = m
+			break
+		}
 		b.add(u, m)
+	}
+	if b.records == 0 && newer != nil {
+		return kafka.Yield(newer, at)
 	}
 	if err := u.metrics.write(SinkUsage, len(b.uses), func() error { return u.apply(ctx, b) }); err != nil {
 		return fmt.Errorf("api-key usage: %w", err)
@@ -37,7 +49,16 @@ func (u *Usage) handle(ctx context.Context, mb *kafka.Batch) error {
 			return kafka.Stop(err)
 		}
 	}
+	if newer != nil {
+		return kafka.Yield(newer, at)
+	}
 	return nil
+}
+
+// usesSchema is *events.ErrNewerSchema for a usage record of a format
+// newer than this build's.
+func usesSchema(m *sarama.ConsumerMessage) error {
+	return events.CheckFormat(apikey.UsesFormat, events.ParseSchemaHeader(header(m, events.HeaderSchemaVersion)), apikey.UsesVersion)
 }
 
 // use is one key's uses in one record.
@@ -67,7 +88,7 @@ type usageBatch struct {
 func (b *usageBatch) add(u *Usage, m *sarama.ConsumerMessage) {
 	b.records++
 	b.last = m.Offset
-	uses, err := decodeUses(m, u.cfg.Signer)
+	uses, err := decodeUses(m, u.cfg.Signer, u.cfg.Cutover)
 	if err != nil {
 		b.poisoned++
 		u.log.Warn("api-key usage: unreadable usage record ignored", "partition", m.Partition, "offset", m.Offset, "err", err)
@@ -93,6 +114,9 @@ func (u *Usage) topicID(ctx context.Context, session uint64) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := u.cfg.Cutover.Session(ctx, session); err != nil {
+		return "", err
+	}
 	u.idRead, u.idSession, u.idValue = true, session, id
 	return id, nil
 }
@@ -107,11 +131,12 @@ func (u *Usage) topicRecreated(ctx context.Context, partition int32, id string) 
 		"topic", u.topic, "topic_id", id, "partition", partition)
 }
 
-// decodeUses reads a usage record signed with v's key (nil v: no check),
-// so a record forged with a broker login alone counts no use.
-func decodeUses(m *sarama.ConsumerMessage, v *events.Signer) ([]apikey.Use, error) {
+// decodeUses reads a usage record signed with v's key (nil v: no check;
+// unsigned below cut's watermark), so a record forged with a broker login
+// alone counts no use.
+func decodeUses(m *sarama.ConsumerMessage, v *events.Signer, cut *signing.Cutover) ([]apikey.Use, error) {
 	if v != nil {
-		if err := v.Verify(m.Value, header(m, events.HeaderSignature)); err != nil {
+		if err := cut.Verify(v, m); err != nil {
 			return nil, fmt.Errorf("%s: %w", kafka.ReasonBadSignature, err)
 		}
 	}

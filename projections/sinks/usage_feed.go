@@ -2,6 +2,7 @@ package sinks
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/IBM/sarama"
@@ -67,6 +68,10 @@ func (f *UsageFeed) apply(ctx context.Context, tx pgx.Tx, p int32, msgs []*saram
 	}
 	b := &usageBatch{partition: p, topicID: id}
 	for _, m := range msgs {
+		// A rebuild without it would lack its uses.
+		if err := usesSchema(m); err != nil {
+			return fmt.Errorf("%s partition %d offset %d: %w", m.Topic, m.Partition, m.Offset, err)
+		}
 		b.add(f.u, m)
 	}
 	_, err = f.u.applyTx(ctx, tx, b)

@@ -82,7 +82,7 @@ func (s *stack) replayViews(t *testing.T, afterRebuild func()) replay.Result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := sinks.ViewsWithLifecycle(s.Bus, testenv.Signer(t), testenv.Quiet())
+	p := sinks.ViewsWithLifecycle(s.Bus, testenv.Signer(t), nil, testenv.Quiet())
 	for i, f := range p.Feeds {
 		p.Feeds[i] = hooked{Feed: f, after: afterRebuild}
 	}

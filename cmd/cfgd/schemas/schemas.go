@@ -17,6 +17,7 @@ import (
 
 	"github.com/cfgd/cfgd/deploy/config"
 	"github.com/cfgd/cfgd/deploy/migrate"
+	"github.com/cfgd/cfgd/events/signing"
 	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/readmodels/apikeyview"
 	"github.com/cfgd/cfgd/readmodels/identityview"
@@ -36,6 +37,7 @@ func Postgres() ([]migrate.Schema, error) {
 		{"readmodels/apikeyview", apikeyview.PostgresSchema},
 		{"readmodels/taskview", taskview.PostgresSchema},
 		{"readmodels/requestlogview", requestlogview.PostgresSchema},
+		{"events/signing", signing.PostgresSchema},
 	}
 	out := make([]migrate.Schema, 0, len(owners))
 	for _, o := range owners {
