@@ -10,7 +10,7 @@ import (
 	"github.com/cfgd/cfgd/commands/apikeys"
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/apikey"
+	"github.com/cfgd/cfgd/events/catalog"
 	"github.com/cfgd/cfgd/events/store"
 	"github.com/cfgd/cfgd/projections"
 	"github.com/cfgd/cfgd/projections/projectors"
@@ -37,7 +37,7 @@ func TestProjectionIsIdempotent(t *testing.T) {
 	if _, err := apikeys.NewRevokeHandler(pool, time.Now).Handle(ctx, apikeys.Revoke{ID: a.State.ID}); err != nil {
 		t.Fatal(err)
 	}
-	reg, err := events.NewRegistry(apikey.Events()...)
+	reg, err := events.NewRegistry(catalog.Events()...)
 	if err != nil {
 		t.Fatal(err)
 	}
