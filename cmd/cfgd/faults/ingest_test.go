@@ -144,6 +144,17 @@ func merged(c *cfgd, ins []*ingester) *ingester {
 	return all
 }
 
+// ingestEach starts one ingester per replica (batches of 50, every
+// 20 ms) until ctx ends; wait waits for them.
+func ingestEach(ctx context.Context, replicas []*cfgd, key string, keyID int64) (ins ingesters, wait []func()) {
+	for i, r := range replicas {
+		in := newIngester(r, key, keyID, 50, 20*time.Millisecond)
+		ins = append(ins, in)
+		wait = append(wait, in.run(ctx, fmt.Sprintf("r%d", i), 1))
+	}
+	return ins, wait
+}
+
 // ingesters are several replicas' ingesters, counted together.
 type ingesters []*ingester
 

@@ -181,13 +181,7 @@ func TestReplicas(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ins := make([]*ingester, len(replicas))
-	var waits []func()
-	for i, r := range replicas {
-		ins[i] = newIngester(r, key, keyID, 50, 20*time.Millisecond)
-		waits = append(waits, ins[i].run(ctx, fmt.Sprintf("r%d", i), 1))
-	}
-	load := ingesters(ins)
+	load, waits := ingestEach(ctx, replicas, key, keyID)
 	s := newSigner(replicas[0], mail)
 	otp := &otpUses{replicas: replicas, s: s}
 	waits = append(waits, otp.run(ctx, 2, 50*time.Millisecond))
@@ -216,12 +210,12 @@ func TestReplicas(t *testing.T) {
 		w()
 	}
 
-	all := merged(replicas[0], ins)
+	all := merged(replicas[0], load)
 	// Usage counts the posts each replica authenticated, sent once a
 	// second: the SIGKILLed replica (1) may lose its last second of them,
 	// every other replica stopped gracefully and sent all of its own.
 	minUsage := 0
-	for i, in := range ins {
+	for i, in := range load {
 		if i != 1 {
 			in.mu.Lock()
 			minUsage += in.calls

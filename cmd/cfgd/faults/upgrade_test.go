@@ -72,13 +72,7 @@ func TestUpgrade(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ins := make([]*ingester, len(replicas))
-	var waits []func()
-	for i, r := range replicas {
-		ins[i] = newIngester(r, key, keyID, 50, 20*time.Millisecond)
-		waits = append(waits, ins[i].run(ctx, fmt.Sprintf("r%d", i), 1))
-	}
-	load := ingesters(ins)
+	load, waits := ingestEach(ctx, replicas, key, keyID)
 	signers := []*signer{newSigner(replicas[0], mail), newSigner(replicas[1], mail)}
 	for i, s := range signers {
 		waits = append(waits, s.run(ctx, fmt.Sprintf("s%d", i), 1, 100*time.Millisecond))
@@ -154,7 +148,7 @@ func TestUpgrade(t *testing.T) {
 	}
 
 	// Every acknowledged operation present once.
-	all := merged(r0, ins)
+	all := merged(r0, load)
 	ch, pg := openClickHouse(t, chURL), openPostgres(t, pgURL)
 	// Every stop was graceful: usage counts every acknowledged post.
 	rows := all.checkIngested(t, ch, pg, 60*time.Second, all.calls)
