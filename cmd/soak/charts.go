@@ -85,9 +85,9 @@ func (s *samples) fitLine(col int) plotter.XYs {
 func writeSummary(dir string, rate float64, s *samples, sw *sweeps, l *load, fails []string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "ingest rate %.0f events/s (batches of %d), %d samples over %.1f min\n", rate, l.batch, len(s.t), last(s.t)/60)
-	fmt.Fprintf(&b, "load: %d events acknowledged, %d posts refused, %d failed, %d slots missed; %d probes lost; %d sign-in cycles (%d failed); %d tasks enqueued (%d failed); %d overview reads failed\n",
+	fmt.Fprintf(&b, "load: %d events acknowledged, %d posts refused, %d failed, %d slots missed; %d probes lost; %d sign-in cycles (%d failed); %d tasks enqueued (%d failed, %d succeeded by the end); %d overview reads failed\n",
 		l.acked.Load(), l.refused.Load(), l.failedPosts.Load(), l.missedSlots.Load(), l.probesLost.Load(),
-		l.signIns.Load(), l.signInFails.Load(), l.tasks.Load(), l.taskFails.Load(), l.statsFails.Load())
+		l.signIns.Load(), l.signInFails.Load(), l.tasks.Load(), l.taskFails.Load(), l.tasksDone, l.statsFails.Load())
 	fmt.Fprintf(&b, "whole run: ingest p99 %.0f ms, statistics p99 %.0f ms\n", p99ms(l.allProbes), p99ms(l.allStats))
 	for _, line := range sw.summary() {
 		fmt.Fprintln(&b, line)

@@ -40,6 +40,7 @@ type load struct {
 	tasks, taskFails                         atomic.Int64
 	statsFails                               atomic.Int64
 	probesLost                               atomic.Int64
+	tasksDone                                int
 
 	mu         sync.Mutex
 	probeDelay []time.Duration // since the last sample
@@ -554,6 +555,18 @@ func (l *load) check() []string {
 	if f := l.taskFails.Load(); f*100 > l.tasks.Load()+f {
 		out = append(out, fmt.Sprintf("tasks: %d of %d enqueues failed", f, l.tasks.Load()+f))
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var done, stuck int
+	err := l.st.pg.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'succeeded'),
+		count(*) FILTER (WHERE state <> 'succeeded' AND enqueued_at < now() - interval '1 minute') FROM task_runs`).Scan(&done, &stuck)
+	switch {
+	case err != nil:
+		out = append(out, fmt.Sprintf("tasks: reading task_runs: %v", err))
+	case stuck > 0:
+		out = append(out, fmt.Sprintf("tasks: %d demo:echo tasks enqueued over a minute before the end have not succeeded (%d have)", stuck, done))
+	}
+	l.tasksDone = done
 	if f := l.statsFails.Load(); f > 0 {
 		out = append(out, fmt.Sprintf("statistics: %d overview reads failed; first errors: %v", f, l.firstErrs))
 	}
