@@ -38,7 +38,7 @@ type series struct {
 // log, which has no retention) are checked per row or per event: what
 // must stay flat is the cost of one, not the total.
 var allSeries = []series{
-	{name: "serve_rss_mb", unit: "MiB", abs: 48, rel: 0.15, why: "serve's resident memory"},
+	{name: "serve_rss_mb", unit: "MiB", abs: 80, rel: 0.2, why: "serve's resident memory"},
 	{name: "serve_goroutines", unit: "", abs: 25, rel: 0.10, why: "serve's goroutines (go_goroutines of /metrics)"},
 	{name: "serve_fds", unit: "", abs: 16, rel: 0.10, why: "serve's open file descriptors (/proc/<pid>/fd)"},
 	{name: "worker_rss_mb", unit: "MiB", abs: 24, rel: 0.15, why: "the worker's resident memory"},
@@ -53,13 +53,15 @@ var allSeries = []series{
 	{name: "pg_events_mb", unit: "MiB", abs: -1, why: "events (the event store and outbox), table and indexes (append-only)"},
 	{name: "pg_events_bytes_per_row", unit: "B", abs: 64, rel: 0.15, why: "events bytes per row"},
 	{name: "pg_revocations_mb", unit: "MiB", abs: -1, why: "session_revocations, table and indexes (grows: one row per logout, never pruned)"},
-	{name: "pg_revocations_bytes_per_row", unit: "B", abs: 64, rel: 0.25, why: "session_revocations bytes per row"},
+	{name: "pg_revocations_bytes_per_row", unit: "B", abs: 256, rel: 0.5, why: "session_revocations bytes per row"},
 	{name: "dead_letters", unit: "", abs: 0, rel: 0, why: "records dead-lettered (cfgd_projection_deadletters_total + cfgd_sink_deadletters_total)"},
 	{name: "kafka_log_mb", unit: "MiB", abs: -1, why: "the embedded broker's data directory (no retention)"},
 	{name: "kafka_bytes_per_event", unit: "B", abs: 16, rel: 0.15, why: "broker log bytes per request-log event acknowledged"},
 	{name: "ingest_p99_ms", unit: "ms", abs: 500, rel: 0.5, why: "p99 of probe events, post to queryable in the raw table, per 10 s"},
 	{name: "stats_p99_ms", unit: "ms", abs: 100, rel: 0.5, why: "p99 of GET /api/grpc/monitor/overview/?hours=24 with a staff token, per 10 s"},
 	{name: "acked_events", unit: "", abs: -1, why: "request-log events acknowledged so far"},
+	{name: "redis_completed_tasks", unit: "", abs: 60, rel: 0.5, why: "completed tasks asynq keeps (TASKS__RETENTION=1m)"},
+	{name: "redis_keys", unit: "", abs: -1, why: "keys in the run's Redis database (sign-in throttles live an hour)"},
 }
 
 type samples struct {
@@ -143,7 +145,19 @@ func (s *sampler) sample(ctx context.Context) []float64 {
 		metrics["cfgd_projection_deadletters_total"] + metrics["cfgd_sink_deadletters_total"],
 		kafkaBytes / (1 << 20), per(kafkaBytes, acked),
 		probe, stats, acked,
+		s.redisCount(ctx, func(ctx context.Context) (int64, error) {
+			return s.st.rdb.ZCard(ctx, "asynq:{default}:completed").Result()
+		}),
+		s.redisCount(ctx, func(ctx context.Context) (int64, error) { return s.st.rdb.DBSize(ctx).Result() }),
 	}
+}
+
+func (s *sampler) redisCount(ctx context.Context, f func(context.Context) (int64, error)) float64 {
+	n, err := f(ctx)
+	if err != nil {
+		return nan
+	}
+	return float64(n)
 }
 
 func per(a, b float64) float64 {
