@@ -62,6 +62,7 @@ var allSeries = []series{
 	{name: "acked_events", unit: "", abs: -1, why: "request-log events acknowledged so far"},
 	{name: "redis_completed_tasks", unit: "", abs: 60, rel: 0.5, why: "completed tasks asynq keeps (TASKS__RETENTION=1m)"},
 	{name: "redis_keys", unit: "", abs: -1, why: "keys in the run's Redis database (sign-in throttles live an hour)"},
+	{name: "load_avg", unit: "", abs: -1, why: "the machine's 1-minute load average (/proc/loadavg): other work sharing the cores"},
 }
 
 type samples struct {
@@ -149,6 +150,7 @@ func (s *sampler) sample(ctx context.Context) []float64 {
 			return s.st.rdb.ZCard(ctx, "asynq:{default}:completed").Result()
 		}),
 		s.redisCount(ctx, func(ctx context.Context) (int64, error) { return s.st.rdb.DBSize(ctx).Result() }),
+		loadAvg(),
 	}
 }
 
@@ -239,6 +241,18 @@ func procStatus(pid int, field string) float64 {
 		}
 	}
 	return nan
+}
+
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return nan
+	}
+	f, err := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
+	if err != nil {
+		return nan
+	}
+	return f
 }
 
 func fds(pid int) float64 {
