@@ -251,7 +251,9 @@ func (l *load) run(ctx context.Context, rate float64) (wait func()) {
 
 // probes sends one stamped event every 200 ms and polls the raw table
 // every 100 ms for those not seen yet: the delay from the post to the
-// first poll that finds the row (produce to queryable).
+// first poll that finds the row (produce to queryable). When the run
+// ends it polls a minute more; a probe still not found then is lost, and
+// named.
 func (l *load) probes(ctx context.Context) {
 	pending := map[string]time.Time{}
 	send := time.NewTicker(200 * time.Millisecond)
@@ -261,7 +263,16 @@ func (l *load) probes(ctx context.Context) {
 	for n := 0; ; {
 		select {
 		case <-ctx.Done():
-			l.probesLost.Add(int64(countOlder(pending, time.Now().Add(-time.Minute))))
+			grace, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			for len(pending) > 0 && grace.Err() == nil {
+				l.pollProbes(grace, pending)
+				sleep(grace, 200*time.Millisecond)
+			}
+			for id, at := range pending {
+				l.probesLost.Add(1)
+				l.noteErr(fmt.Sprintf("probe %s, acknowledged at %s, not queryable a minute after the run", id, at.UTC().Format(time.TimeOnly)))
+			}
 			return
 		case <-send.C:
 			id := fmt.Sprintf("probe-%d", n)
@@ -273,51 +284,48 @@ func (l *load) probes(ctx context.Context) {
 				pending[id] = at
 			}
 		case <-poll.C:
-			if len(pending) == 0 {
-				continue
-			}
-			ids := make([]string, 0, len(pending))
-			for id := range pending {
-				ids = append(ids, "'"+id+"'")
-			}
-			rows, err := l.st.ch.Query(ctx, fmt.Sprintf("SELECT request_id FROM %s.requestlog_raw WHERE service_name = 'soak-probe' AND request_id IN (%s)",
-				l.st.chDB, strings.Join(ids, ",")))
-			if err != nil {
-				continue
-			}
-			now := time.Now()
-			for rows.Next() {
-				var id string
-				if rows.Scan(&id) == nil {
-					if at, ok := pending[id]; ok {
-						l.mu.Lock()
-						l.probeDelay = append(l.probeDelay, now.Sub(at))
-						l.allProbes = append(l.allProbes, now.Sub(at))
-						l.mu.Unlock()
-						delete(pending, id)
-					}
-				}
-			}
-			rows.Close()
+			l.pollProbes(ctx, pending)
 			// A probe unseen after 5 minutes is lost.
 			for id, at := range pending {
-				if now.Sub(at) > 5*time.Minute {
+				if time.Since(at) > 5*time.Minute {
 					delete(pending, id)
 					l.probesLost.Add(1)
+					l.noteErr(fmt.Sprintf("probe %s, acknowledged at %s, not queryable after 5 minutes", id, at.UTC().Format(time.TimeOnly)))
 				}
 			}
 		}
 	}
 }
 
-func countOlder(m map[string]time.Time, t time.Time) int {
-	n := 0
-	for _, at := range m {
-		if at.Before(t) {
-			n++
+func (l *load) pollProbes(ctx context.Context, pending map[string]time.Time) {
+	if len(pending) == 0 {
+		return
+	}
+	ids := make([]string, 0, len(pending))
+	for id := range pending {
+		ids = append(ids, "'"+id+"'")
+	}
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rows, err := l.st.ch.Query(qctx, fmt.Sprintf("SELECT request_id FROM %s.requestlog_raw WHERE service_name = 'soak-probe' AND request_id IN (%s)",
+		l.st.chDB, strings.Join(ids, ",")))
+	if err != nil {
+		return
+	}
+	defer rows.Close()
+	now := time.Now()
+	for rows.Next() {
+		var id string
+		if rows.Scan(&id) == nil {
+			if at, ok := pending[id]; ok {
+				l.mu.Lock()
+				l.probeDelay = append(l.probeDelay, now.Sub(at))
+				l.allProbes = append(l.allProbes, now.Sub(at))
+				l.mu.Unlock()
+				delete(pending, id)
+			}
 		}
 	}
-	return n
 }
 
 // post sends body as JSON with an optional Bearer token and decodes a 2xx
@@ -547,7 +555,7 @@ func (l *load) check() []string {
 		out = append(out, fmt.Sprintf("ingest: %d batch slots missed (every sender busy): the rate was not held", m))
 	}
 	if n := l.probesLost.Load(); n > 0 {
-		out = append(out, fmt.Sprintf("ingest: %d acknowledged probe events never became queryable", n))
+		out = append(out, fmt.Sprintf("ingest: %d acknowledged probe events never became queryable; first errors: %v", n, l.firstErrs))
 	}
 	if f := l.signInFails.Load(); f*100 > l.signIns.Load()+f {
 		out = append(out, fmt.Sprintf("sign-in: %d of %d cycles failed; first errors: %v", f, l.signIns.Load()+f, l.firstErrs))
