@@ -5,7 +5,7 @@ BIN      := $(CURDIR)/bin/cfgd
 export CFGD_DATA_DIR := $(DATA_DIR)
 export KAFKA__DATA_DIR ?= $(DATA_DIR)/kafka
 
-.PHONY: all build run test test-short test-cluster test-upgrade bench bench-ingest bench-replay bench-replay-clickhouse bench-replay-postgres mutate proto protos-release stack-up stack-down stack-status migrate lint fmt clean
+.PHONY: all build run test test-short test-cluster test-upgrade bench bench-ingest soak bench-replay bench-replay-clickhouse bench-replay-postgres mutate proto protos-release stack-up stack-down stack-status migrate lint fmt clean
 
 all: build
 
@@ -102,6 +102,15 @@ clean:
 BENCH_INGEST_ARGS ?=
 bench-ingest: stack-up
 	$(GO) run ./cmd/loadgen $(BENCH_INGEST_ARGS)
+
+## soak: one serve (embedded broker) and one worker on the local stack for SOAK_DURATION at half the
+## ingest rate an unpaced REST burst measures, with sign-ins, API keys and tasks beside; samples every 10 s,
+## writes ./data/soak/<time>/ (samples.csv, a PNG per series, summary.txt) and fails on a series still
+## growing over the second half, or a retention or idempotency sweep not on time (docs/testing.md, Soak)
+SOAK_DURATION ?= 30m
+SOAK_ARGS     ?=
+soak: stack-up build
+	$(GO) run ./cmd/soak -cfgd $(BIN) -duration $(SOAK_DURATION) -out $(DATA_DIR)/soak $(SOAK_ARGS)
 
 ## bench-replay: both replay benchmarks below, each next to its raw read of the same log
 bench-replay: bench-replay-postgres bench-replay-clickhouse
