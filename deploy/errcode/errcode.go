@@ -13,6 +13,7 @@ package errcode
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -253,11 +254,28 @@ func From(err error) *Error {
 	switch {
 	case errors.Is(err, context.Canceled):
 		return Wrap(ClientClosed, MessageClientClosed, err)
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr):
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr), postgresUnavailable(err):
 		return Wrap(Unavailable, MessageUnavailable, err)
 	default:
 		return Wrap(Internal, MessageInternal, err)
 	}
+}
+
+// postgresUnavailable tells a Postgres that is going away or not there
+// yet from a fault of cfgd's: a connection it refused or cut (SQLSTATE
+// class 08), an operator intervention (57: shut down, crashed, still
+// starting up), too many connections (53), or an answer cut off mid-way.
+// Found by make chaos: each kill of Postgres answered 500 for about a
+// second. The driver's error is matched by its SQLState method, so this
+// package (which the reporter library builds on) imports no driver.
+func postgresUnavailable(err error) bool {
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		state := pg.SQLState()
+		class := state[:min(2, len(state))]
+		return class == "08" || class == "57" || class == "53"
+	}
+	return errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // Logged tells whether a transport logs the cause of e: only failures on

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
 )
 
@@ -119,6 +121,12 @@ func TestFrom(t *testing.T) {
 		{"client gone", fmt.Errorf("query: %w", context.Canceled), ClientClosed, MessageClientClosed},
 		{"deadline", fmt.Errorf("query: %w", context.DeadlineExceeded), Unavailable, MessageUnavailable},
 		{"network", fmt.Errorf("dial: %w", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}), Unavailable, MessageUnavailable},
+		{"postgres shut down", fmt.Errorf("load session: %w", &pgconn.PgError{Code: "57P01", Message: "terminating connection due to unexpected postmaster exit"}), Unavailable, MessageUnavailable},
+		{"postgres starting up", fmt.Errorf("load revocations: %w", &pgconn.PgError{Code: "57P03", Message: "the database system is starting up"}), Unavailable, MessageUnavailable},
+		{"postgres connection failure", fmt.Errorf("claim: %w", &pgconn.PgError{Code: "08006"}), Unavailable, MessageUnavailable},
+		{"postgres too many connections", fmt.Errorf("claim: %w", &pgconn.PgError{Code: "53300"}), Unavailable, MessageUnavailable},
+		{"an answer cut off", fmt.Errorf("query: %w", io.ErrUnexpectedEOF), Unavailable, MessageUnavailable},
+		{"a postgres error of cfgd's", fmt.Errorf("insert: %w", &pgconn.PgError{Code: "23505", Message: "duplicate key"}), Internal, MessageInternal},
 		{"anything else hides its text", errors.New("pq: secret column"), Internal, MessageInternal},
 	}
 	for _, tc := range tests {
