@@ -1,0 +1,393 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
+)
+
+// report is what the checker found.
+type report struct {
+	violations []string
+	notes      []string
+	// request log
+	sent, acked, held, lost, doubled, unknown, unackedHeld int
+	healTook                                               time.Duration
+}
+
+func (rp *report) violate(format string, args ...any) {
+	rp.violations = append(rp.violations, fmt.Sprintf(format, args...))
+}
+
+func (rp *report) note(format string, args ...any) {
+	rp.notes = append(rp.notes, fmt.Sprintf(format, args...))
+}
+
+// eventually polls cond every second until it returns nil or timeout
+// passes; it returns the last error and how long it took.
+func eventually(ctx context.Context, timeout time.Duration, cond func(context.Context) error) (time.Duration, error) {
+	start := time.Now()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		err := cond(cctx)
+		cancel()
+		if err == nil || time.Since(start) > timeout || ctx.Err() != nil {
+			return time.Since(start), err
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func (r *rig) node(name string) (driver.Conn, error) {
+	return clickhouse.Open(&clickhouse.Options{Addr: []string{r.chAddrs[name]}, Auth: clickhouse.Auth{Database: "cfgd"},
+		DialTimeout: 2 * time.Second})
+}
+
+// checker reads the ledger and the stores.
+type checker struct {
+	r  *rig
+	l  *ledger
+	c  *client
+	pg *pgxpool.Pool
+	rp *report
+}
+
+// requestLogs: both replicas of each shard agree and the shards hold every
+// acknowledged event once; nothing is stored that no client sent.
+func (ck *checker) requestLogs(ctx context.Context) {
+	local := requestlogview.RawTable + requestlogview.LocalSuffix
+	nodes := map[string]driver.Conn{}
+	for name := range ck.r.chAddrs {
+		conn, err := ck.r.node(name)
+		if err != nil {
+			ck.rp.violate("ClickHouse %s: %v", name, err)
+			return
+		}
+		defer conn.Close()
+		nodes[name] = conn
+	}
+	l := ck.l
+	l.mu.Lock()
+	sent, acked := l.sent, l.acked
+	l.mu.Unlock()
+	ck.rp.sent, ck.rp.acked = len(sent), len(acked)
+	var held map[string]int
+	prev := -1
+	took, err := eventually(ctx, 3*time.Minute, func(ctx context.Context) error {
+		counts := map[string]uint64{}
+		for name, conn := range nodes {
+			var n uint64
+			if err := conn.QueryRow(ctx, "SELECT count() FROM "+local).Scan(&n); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			counts[name] = n
+		}
+		if counts["s1r1"] != counts["s1r2"] || counts["s2r1"] != counts["s2r2"] {
+			return fmt.Errorf("replicas of a shard differ: %v", counts)
+		}
+		held = map[string]int{}
+		for _, name := range []string{"s1r1", "s2r1"} {
+			rows, err := nodes[name].Query(ctx, "SELECT request_id FROM "+local)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					rows.Close()
+					return err
+				}
+				held[id]++
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
+		total := int(counts["s1r1"] + counts["s2r1"])
+		missing := 0
+		for id := range acked {
+			if held[id] == 0 {
+				missing++
+			}
+		}
+		stable := total == prev
+		prev = total
+		switch {
+		case missing > 0:
+			return fmt.Errorf("%d of %d acknowledged events not stored (%d rows)", missing, len(acked), total)
+		case !stable:
+			return fmt.Errorf("still growing: %d rows", total)
+		}
+		return nil
+	})
+	if err != nil {
+		ck.rp.note("ClickHouse did not settle within %v: %v", took.Round(time.Second), err)
+	}
+	rows := 0
+	for id, n := range held {
+		rows += n
+		if n > 1 {
+			ck.rp.doubled++
+		}
+		if !sent[id] {
+			ck.rp.unknown++
+		} else if !acked[id] {
+			ck.rp.unackedHeld++
+		}
+	}
+	for id := range acked {
+		if held[id] == 0 {
+			ck.rp.lost++
+		}
+	}
+	ck.rp.held = rows
+	if ck.rp.lost > 0 {
+		ck.rp.violate("%d acknowledged request-log events are not stored", ck.rp.lost)
+	}
+	if ck.rp.doubled > 0 {
+		ck.rp.violate("%d request-log events are stored more than once", ck.rp.doubled)
+	}
+	if ck.rp.unknown > 0 {
+		ck.rp.violate("%d stored request-log events were never sent", ck.rp.unknown)
+	}
+	ck.rp.note("request log: %d events sent, %d acknowledged, %d rows stored (%d of them unacknowledged, stored once), settled in %v",
+		len(sent), len(acked), rows, ck.rp.unackedHeld, took.Round(time.Millisecond))
+
+	// The statistics through each replica equal raw SQL.
+	for i := range ck.r.serveURL {
+		took, err := eventually(ctx, time.Minute, func(ctx context.Context) error {
+			var o requestlogview.Overview
+			code, err := ck.c.do(ctx, i, http.MethodGet, "/api/grpc/monitor/overview/?hours=24", nil,
+				map[string]string{"Authorization": ck.r.staff}, &o)
+			if err != nil {
+				return err
+			}
+			if code != http.StatusOK {
+				return fmt.Errorf("overview answered %d", code)
+			}
+			if o.TotalRequests != int64(rows) {
+				return fmt.Errorf("overview counts %d, raw SQL %d", o.TotalRequests, rows)
+			}
+			return nil
+		})
+		if err != nil {
+			ck.rp.violate("serve-%d: overview statistics differ from raw SQL: %v", i, err)
+		} else {
+			ck.rp.note("serve-%d: overview equals raw SQL (%d) after %v", i, rows, took.Round(time.Millisecond))
+		}
+	}
+
+	// The long-lived key's usage counts the posts it authenticated.
+	var usage int64
+	if err := ck.pg.QueryRow(ctx, `SELECT request_count FROM api_keys WHERE id = $1`, ck.r.keyID).Scan(&usage); err != nil {
+		ck.rp.violate("api key usage: %v", err)
+		return
+	}
+	l.mu.Lock()
+	posts, answered := l.keyPosts, l.keyAnswered
+	bad := append([]string(nil), l.badIngest...)
+	l.mu.Unlock()
+	if usage > int64(posts) {
+		ck.rp.violate("API key usage %d is more than the %d posts made with it", usage, posts)
+	}
+	ck.rp.note("API key usage %d; posts made %d, answered %d (a kill -9 of a serve loses the uses it had not flushed: up to 1 s of them)", usage, posts, answered)
+	if len(bad) > 0 {
+		ck.rp.violate("%d valid ingest batches were refused: %s", len(bad), strings.Join(first(bad, 5), "; "))
+	}
+}
+
+func first(s []string, n int) []string {
+	if len(s) > n {
+		return append(s[:n:n], fmt.Sprintf("... %d more", len(s)-n))
+	}
+	return s
+}
+
+// users: every sign-in that got tokens has one user, the one it was told;
+// the read model equals the event store; no code was accepted twice.
+func (ck *checker) users(ctx context.Context) {
+	l := ck.l
+	l.mu.Lock()
+	signed := map[string]int64{}
+	for k, v := range l.signed {
+		signed[k] = v
+	}
+	reused, freshBad, tries := append([]string(nil), l.reused...), append([]string(nil), l.freshBad...), l.reuseTrys
+	l.mu.Unlock()
+	users := map[string]int64{}
+	_, err := eventually(ctx, time.Minute, func(ctx context.Context) error {
+		var registered, claimed, rows, distinct int
+		if err := ck.pg.QueryRow(ctx, `SELECT
+			(SELECT count(*) FROM events WHERE type = 'user.registered'),
+			(SELECT count(*) FROM events WHERE type = 'user.email_claimed'),
+			(SELECT count(*) FROM users),
+			(SELECT count(DISTINCT lower(email)) FROM users)`).Scan(&registered, &claimed, &rows, &distinct); err != nil {
+			return err
+		}
+		if distinct != rows {
+			return fmt.Errorf("users are not unique by e-mail: %d rows, %d addresses", rows, distinct)
+		}
+		if registered != claimed {
+			return fmt.Errorf("event store: %d users registered, %d addresses claimed", registered, claimed)
+		}
+		if rows != registered {
+			return fmt.Errorf("users read model has %d rows, the event store registered %d", rows, registered)
+		}
+		r, err := ck.pg.Query(ctx, `SELECT lower(email), id FROM users`)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		clear(users)
+		for r.Next() {
+			var email string
+			var id int64
+			if err := r.Scan(&email, &id); err != nil {
+				return err
+			}
+			users[email] = id
+		}
+		return r.Err()
+	})
+	if err != nil {
+		ck.rp.violate("users: %v", err)
+	}
+	wrong := 0
+	for email, id := range signed {
+		if users[email] != id {
+			wrong++
+			if wrong <= 5 {
+				ck.rp.violate("%s signed in as user %d, its row is user %d", email, id, users[email])
+			}
+		}
+	}
+	if len(reused) > 0 {
+		ck.rp.violate("%d used OTP codes were accepted again: %s", len(reused), strings.Join(first(reused, 5), "; "))
+	}
+	if len(freshBad) > 0 {
+		ck.rp.violate("%d fresh OTP codes were refused by the replica they were used on: %s", len(freshBad), strings.Join(first(freshBad, 5), "; "))
+	}
+	ck.rp.note("sign-ins: %d got tokens, %d users in all, %d second uses refused, %d with a wrong user", len(signed), len(users), tries, wrong)
+}
+
+// keys: every revoked key is refused by both replicas now.
+func (ck *checker) keys(ctx context.Context) {
+	l := ck.l
+	l.mu.Lock()
+	revoked := map[int64]string{}
+	for k, v := range l.revoked {
+		revoked[k] = v
+	}
+	lags := append([]time.Duration(nil), l.revokeLags...)
+	l.mu.Unlock()
+	for id, key := range revoked {
+		for r := range ck.r.serveURL {
+			code, err := ck.c.do(ctx, r, http.MethodPost, "/api/grpc/monitor/ingest/", []logEvent{}, map[string]string{"X-API-Key": key}, nil)
+			if err == nil && code != http.StatusUnauthorized {
+				ck.rp.violate("revoked API key %d is answered %d by serve-%d", id, code, r)
+			}
+		}
+	}
+	var worst time.Duration
+	over := 0
+	for _, d := range lags {
+		worst = max(worst, d)
+		if d > 2*time.Second {
+			over++
+		}
+	}
+	ck.rp.note("API keys: %d revoked, %d measured until both replicas refused them: worst %v, %d over 2 s (faults included)",
+		len(revoked), len(lags), worst.Round(time.Millisecond), over)
+}
+
+// tasks: every acknowledged task reached a final state or is still queued.
+func (ck *checker) tasks(ctx context.Context) {
+	ck.l.mu.Lock()
+	ids := append([]string(nil), ck.l.tasks...)
+	ck.l.mu.Unlock()
+	states := map[string]string{}
+	took, err := eventually(ctx, 2*time.Minute, func(ctx context.Context) error {
+		rows, err := ck.pg.Query(ctx, `SELECT task_id, state FROM task_runs WHERE task_id = ANY($1)`, ids)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		clear(states)
+		for rows.Next() {
+			var id, s string
+			if err := rows.Scan(&id, &s); err != nil {
+				return err
+			}
+			states[id] = s
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		open := 0
+		for _, id := range ids {
+			if s := states[id]; s != "succeeded" && s != "failed" && s != "archived" && s != "deleted" {
+				open++
+			}
+		}
+		if open > 0 {
+			return fmt.Errorf("%d of %d acknowledged tasks not final", open, len(ids))
+		}
+		return nil
+	})
+	by := map[string]int{}
+	for _, id := range ids {
+		s := states[id]
+		if s == "" {
+			s = "(no row)"
+		}
+		by[s]++
+	}
+	if err != nil {
+		ck.rp.violate("tasks: %v: %v", err, by)
+	}
+	ck.rp.note("tasks: %d acknowledged, states %v (settled in %v)", len(ids), by, took.Round(time.Millisecond))
+}
+
+// deadLetters: none, or each one named.
+func (ck *checker) deadLetters(ctx context.Context) {
+	out, err := ck.r.cli(ctx, 2*time.Minute, "deadletters", "list")
+	if err != nil {
+		ck.rp.violate("cfgd deadletters list: %v", err)
+		return
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if strings.TrimSpace(out) == "" {
+		lines = nil
+	}
+	if len(lines) > 0 {
+		ck.rp.violate("%d dead letters, none explained: %s", len(lines), strings.Join(first(lines, 5), " | "))
+	} else {
+		ck.rp.note("dead letters: none")
+	}
+}
+
+// readyz says whether replica i answers ready.
+func (ck *checker) readyz(ctx context.Context, i int) error {
+	var body struct {
+		Status string          `json:"status"`
+		Checks json.RawMessage `json:"checks"`
+	}
+	code, err := ck.c.do(ctx, i, http.MethodGet, "/readyz", nil, nil, &body)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK || body.Status != "ready" {
+		return fmt.Errorf("serve-%d /readyz %d %s", i, code, body.Checks)
+	}
+	return nil
+}
