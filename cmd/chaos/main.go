@@ -179,13 +179,32 @@ func chaos(seed uint64, length time.Duration, bin string, base int, dataRoot str
 		say("the replicas are not ready: %v", err)
 		return 2
 	}
+	ld := &loader{c: cl, r: r, l: ck.l, hist: hist, mail: r.mail, seed: seed}
+	// The key was made before the replicas started; they refuse it until
+	// their API-key projection has it, which /readyz does not wait for.
+	keyWait := time.Now()
+	if _, err := eventually(ctx, time.Minute, func(ctx context.Context) error {
+		for i := range r.serveURL {
+			code, err := ld.ingestOnce(ctx, r.key, fmt.Sprintf("c%d-warmup-%d-%d", seed, i, time.Now().UnixNano()), i)
+			if err != nil || code != http.StatusAccepted {
+				return fmt.Errorf("serve-%d answers the new API key %s", i, outcome(code, err))
+			}
+		}
+		return nil
+	}); err != nil {
+		say("%v", err)
+		return 2
+	}
+	if d := time.Since(keyWait); d > time.Second {
+		ck.rp.note("the API key made before the replicas started was refused (401) for %v after both answered ready", d.Round(time.Millisecond))
+	}
+	hist.write(map[string]any{"ev": "key_usable", "ms": time.Since(keyWait).Milliseconds()})
 	faults := plan(seed, length, r.sup.comps)
 	for _, f := range faults {
 		hist.write(map[string]any{"ev": "schedule", "n": f.N, "at_s": f.At.Seconds(), "target": f.Target, "kind": f.Kind, "for_s": f.For.Seconds()})
 	}
 	say("both replicas ready; schedule: %d faults over %v; load starts", len(faults), length)
 
-	ld := &loader{c: cl, r: r, l: ck.l, hist: hist, mail: r.mail, seed: seed}
 	stop, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	hard, endRetries := context.WithCancel(ctx)

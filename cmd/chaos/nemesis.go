@@ -36,24 +36,50 @@ func restartMargin(f fault) time.Duration {
 // plan draws the schedule from the seed alone (PCG): which process, which
 // fault, when and for how long (1-30 s). Faults overlap, but a
 // single-instance component goes down alone, and never every replica of a
-// tier at once; a draw that breaks either is dropped (the draw is still
+// tier at once: a single's fault waits until the faults before it ended,
+// and another draw that would break a rule is dropped (the draw is still
 // taken, so the schedule depends on the seed only).
 func plan(seed uint64, length time.Duration, targets []*component) []fault {
 	rng := mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	var out []fault
 	end := func(f fault) time.Duration { return f.At + f.For + restartMargin(f) }
 	overlaps := func(a, b fault) bool { return a.At < end(b) && b.At < end(a) }
+	var singles, others []*component
+	for _, c := range targets {
+		if c.tier == tierSingle {
+			singles = append(singles, c)
+		} else {
+			others = append(others, c)
+		}
+	}
 	at := 5 * time.Second
 	for {
 		at += time.Duration(1000+rng.IntN(5000)) * time.Millisecond
 		if at >= length {
 			return out
 		}
-		c := targets[rng.IntN(len(targets))]
+		// One draw in eight goes to a single-instance component:
+		// each of their faults holds everything else off for its length.
+		pool := others
+		if rng.IntN(8) == 0 {
+			pool = singles
+		}
+		c := pool[rng.IntN(len(pool))]
 		f := fault{At: at, Target: c.name, Tier: c.tier, Kind: faultKill,
 			For: time.Duration(1000+rng.IntN(29000)) * time.Millisecond}
 		if rng.IntN(2) == 0 {
 			f.Kind = faultPause
+		}
+		if f.Tier == tierSingle {
+			// It waits for a quiet moment: after every fault before it
+			// ended, and the next ones come after it.
+			for _, g := range out {
+				f.At = max(f.At, end(g))
+			}
+			if f.At >= length {
+				return out
+			}
+			at = f.At
 		}
 		ok := true
 		for _, g := range out {
