@@ -21,6 +21,11 @@ func basicAuth(user, pw string) string {
 type client struct {
 	urls []string
 	http *http.Client
+
+	mu sync.Mutex
+	// internal counts the 500 answers by route: a dependency's fault is
+	// to be answered 503 (retry), an internal error is a defect.
+	internal map[string]int
 }
 
 // do sends body (JSON, when non-nil) and decodes a 2xx answer into out.
@@ -48,6 +53,11 @@ func (c *client) do(ctx context.Context, replica int, method, path string, body 
 		return 0, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusInternalServerError {
+		c.mu.Lock()
+		c.internal[method+" "+strings.Split(path, "?")[0]]++
+		c.mu.Unlock()
+	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if err != nil {
 		return resp.StatusCode, err

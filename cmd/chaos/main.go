@@ -166,7 +166,7 @@ func chaos(seed uint64, length time.Duration, bin string, base int, dataRoot str
 	defer supStop()
 	go r.sup.watch(supCtx)
 
-	cl := &client{urls: r.serveURL, http: &http.Client{Timeout: 15 * time.Second}}
+	cl := &client{urls: r.serveURL, http: &http.Client{Timeout: 15 * time.Second}, internal: map[string]int{}}
 	ck := &checker{r: r, l: newLedger(), c: cl, rp: &report{}}
 	if _, err := eventually(ctx, 2*time.Minute, func(ctx context.Context) error {
 		for i := range r.serveURL {
@@ -210,6 +210,12 @@ func chaos(seed uint64, length time.Duration, bin string, base int, dataRoot str
 	hard, endRetries := context.WithCancel(ctx)
 	defer endRetries()
 	waits := []func(){ld.ingestLoad(stop, hard), ld.signIns(stop, hard), ld.keyChurn(stop, hard), ld.tasks(stop, hard)}
+	grpcWait, err := ld.grpcIngest(stop, hard)
+	if err != nil {
+		say("gRPC: %v", err)
+		return 2
+	}
+	waits = append(waits, grpcWait)
 	time.Sleep(5 * time.Second)
 
 	nem := &nemesis{sup: r.sup, hist: hist, done: map[string]int{}}
@@ -277,6 +283,11 @@ wait:
 	ck.keys(ctx)
 	ck.tasks(ctx)
 	ck.deadLetters(ctx)
+	cl.mu.Lock()
+	for route, n := range cl.internal {
+		ck.rp.note("%s answered 500 %d times (the history has when; a dependency's fault should be a 503)", route, n)
+	}
+	cl.mu.Unlock()
 	r.sup.mu.Lock()
 	for name, n := range r.sup.exits {
 		ck.rp.note("%s exited %d times by itself (restarted by the supervisor)", name, n)

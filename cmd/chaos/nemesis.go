@@ -54,14 +54,14 @@ func plan(seed uint64, length time.Duration, targets []*component) []fault {
 	}
 	at := 5 * time.Second
 	for {
-		at += time.Duration(1000+rng.IntN(5000)) * time.Millisecond
+		at += time.Duration(500+rng.IntN(2500)) * time.Millisecond
 		if at >= length {
 			return out
 		}
-		// One draw in eight goes to a single-instance component:
+		// One draw in sixteen goes to a single-instance component:
 		// each of their faults holds everything else off for its length.
 		pool := others
-		if rng.IntN(8) == 0 {
+		if rng.IntN(16) == 0 {
 			pool = singles
 		}
 		c := pool[rng.IntN(len(pool))]
