@@ -198,9 +198,9 @@ func (ck *checker) requestLogs(ctx context.Context) {
 	bad := append([]string(nil), l.badIngest...)
 	l.mu.Unlock()
 	if usage > int64(posts) {
-		ck.rp.violate("API key usage %d is more than the %d posts made with it", usage, posts)
+		ck.rp.violate("API key usage %d is more than the %d calls made with it", usage, posts)
 	}
-	ck.rp.note("API key usage %d; posts made %d, answered %d (a kill -9 of a serve loses the uses it had not flushed: up to 1 s of them)", usage, posts, answered)
+	ck.rp.note("API key usage %d; calls made with it %d, answered %d (a kill -9 of a serve loses the uses it had not flushed: up to 1 s of them)", usage, posts, answered)
 	if len(bad) > 0 {
 		ck.rp.violate("%d valid ingest batches were refused: %s", len(bad), strings.Join(first(bad, 5), "; "))
 	}

@@ -54,6 +54,12 @@ func (ld *loader) grpcBatch(hard context.Context, clients []ingestv1.IngestServi
 		code := status.Code(err)
 		ld.hist.write(map[string]any{"ev": "op", "op": "grpc_ingest", "batch": id, "replica": r, "attempt": attempt,
 			"code": code.String(), "err": errString(err), "ms": time.Since(start).Milliseconds()})
+		ld.l.mu.Lock()
+		ld.l.keyPosts++
+		if code != codes.Unavailable && code != codes.Unauthenticated && code != codes.DeadlineExceeded && code != codes.Canceled {
+			ld.l.keyAnswered++
+		}
+		ld.l.mu.Unlock()
 		if err == nil {
 			ld.l.mu.Lock()
 			if accepted != int64(n) {

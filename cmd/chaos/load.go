@@ -82,9 +82,9 @@ type ledger struct {
 	// request-log events by request id: sent, and acknowledged (202)
 	sent  map[string]bool
 	acked map[string]bool
-	// ingest posts with the long-lived key: made, and answered by cfgd
-	// having authenticated them (any answer other than a cut connection,
-	// a 401 or a 503 before auth).
+	// calls with the long-lived key (REST posts and gRPC streams): made,
+	// and answered by cfgd having authenticated them (any answer other
+	// than a cut connection, a 401 or a 503).
 	keyPosts, keyAnswered int
 	ops                   map[string]int // operations by kind and outcome
 	badIngest             []string       // 4xx other than retryable/auth: the batch is valid, so a defect

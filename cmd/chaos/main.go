@@ -186,6 +186,9 @@ func chaos(seed uint64, length time.Duration, bin string, base int, dataRoot str
 	if _, err := eventually(ctx, time.Minute, func(ctx context.Context) error {
 		for i := range r.serveURL {
 			code, err := ld.ingestOnce(ctx, r.key, fmt.Sprintf("c%d-warmup-%d-%d", seed, i, time.Now().UnixNano()), i)
+			ld.l.mu.Lock()
+			ld.l.keyPosts++
+			ld.l.mu.Unlock()
 			if err != nil || code != http.StatusAccepted {
 				return fmt.Errorf("serve-%d answers the new API key %s", i, outcome(code, err))
 			}
