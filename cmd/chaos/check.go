@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,11 +56,14 @@ func (r *rig) node(name string) (driver.Conn, error) {
 
 // checker reads the ledger and the stores.
 type checker struct {
-	r  *rig
-	l  *ledger
-	c  *client
-	pg *pgxpool.Pool
-	rp *report
+	// healStart is the end of the schedule: the time to heal runs from it
+	// until every process is up and ClickHouse holds what was acknowledged.
+	healStart time.Time
+	r         *rig
+	l         *ledger
+	c         *client
+	pg        *pgxpool.Pool
+	rp        *report
 }
 
 // requestLogs: both replicas of each shard agree and the shards hold every
@@ -130,13 +135,20 @@ func (ck *checker) requestLogs(ctx context.Context) {
 		}
 		return nil
 	})
+	ck.rp.healTook = time.Since(ck.healStart)
 	if err != nil {
 		ck.rp.note("ClickHouse did not settle within %v: %v", took.Round(time.Second), err)
 	}
-	rows := 0
+	l.mu.Lock()
+	atLeastOnce := l.atLeastOnce
+	l.mu.Unlock()
+	rows, retriedTwice := 0, 0
 	for id, n := range held {
 		rows += n
-		if n > 1 {
+		switch {
+		case n > 1 && atLeastOnce[id]:
+			retriedTwice++
+		case n > 1:
 			ck.rp.doubled++
 		}
 		if !sent[id] {
@@ -162,6 +174,8 @@ func (ck *checker) requestLogs(ctx context.Context) {
 	}
 	ck.rp.note("request log: %d events sent, %d acknowledged, %d rows stored (%d of them unacknowledged, stored once), settled in %v",
 		len(sent), len(acked), rows, ck.rp.unackedHeld, took.Round(time.Millisecond))
+	ck.rp.note("OTLP: %d spans of retried exports (at least once: OTLP has no idempotency key), %d of them stored twice or more",
+		len(atLeastOnce), retriedTwice)
 
 	// The statistics through each replica equal raw SQL.
 	for i := range ck.r.serveURL {
@@ -310,8 +324,36 @@ func (ck *checker) keys(ctx context.Context) {
 	if over > 0 {
 		ck.rp.violate("%d revoked API keys were accepted more than 2 s after the revoke was answered (worst %v)", over, worst.Round(time.Millisecond))
 	}
-	ck.rp.note("API keys: %d revoked; the last call accepted with a revoked key came %v after the revoke's answer (0: none)",
-		len(revoked), worst.Round(time.Millisecond))
+	ck.l.mu.Lock()
+	excused := ck.l.excusedLags
+	ck.l.mu.Unlock()
+	ck.rp.note("API keys: %d revoked, %d judged; the last call accepted with a revoked key came %v after the revoke's answer (0: none); "+
+		"%d revocations (keys and sessions) not judged: a dependency was down or paused meanwhile",
+		len(revoked), len(lags), worst.Round(time.Millisecond), excused)
+}
+
+// sessions: a logged-out refresh token is refused at once, its access
+// token within JWT__REVOCATION_POLL (1 s) plus the projection lag.
+func (ck *checker) sessions() {
+	ck.l.mu.Lock()
+	bad := append([]string(nil), ck.l.refreshAfterLogout...)
+	lags := append([]time.Duration(nil), ck.l.sessionLags...)
+	ck.l.mu.Unlock()
+	if len(bad) > 0 {
+		ck.rp.violate("%d refresh tokens were accepted after their logout was answered: %s", len(bad), strings.Join(first(bad, 5), "; "))
+	}
+	var worst time.Duration
+	over := 0
+	for _, d := range lags {
+		worst = max(worst, d)
+		if d > 3*time.Second {
+			over++
+		}
+	}
+	if over > 0 {
+		ck.rp.violate("%d access tokens were accepted more than 3 s after their logout was answered (worst %v)", over, worst.Round(time.Millisecond))
+	}
+	ck.rp.note("sessions: %d logged out and judged; the last access accepted after a logout came %v after it (0: none)", len(lags), worst.Round(time.Millisecond))
 }
 
 // tasks: every acknowledged task reached a final state or is still queued.
@@ -394,4 +436,96 @@ func (ck *checker) readyz(ctx context.Context, i int) error {
 		return fmt.Errorf("serve-%d /readyz %d %s", i, code, body.Checks)
 	}
 	return nil
+}
+
+// readModelLine is a `cfgd replay --list` line of a Postgres read model:
+// its name, then, before STREAMS, POSITION and LAG, its tables.
+var readModelLine = regexp.MustCompile(`^(\S+)\s+read model\s.*\s(\S+)\s+\d+\s+\d+\s+\d+\s*$`)
+
+// readModels: every Postgres read model equals what `cfgd replay`
+// rebuilds, row for row. The worker stops first: its heartbeats move the
+// task read model.
+func (ck *checker) readModels(ctx context.Context) {
+	if w := ck.r.sup.byName("worker"); w != nil {
+		w.stop(30 * time.Second)
+	}
+	time.Sleep(2 * time.Second)
+	out, err := ck.r.cli(ctx, time.Minute, "replay", "--list")
+	if err != nil {
+		ck.rp.violate("cfgd replay --list: %v", err)
+		return
+	}
+	var names, tables []string
+	for _, line := range strings.Split(out, "\n") {
+		if m := readModelLine.FindStringSubmatch(line); m != nil {
+			names = append(names, m[1])
+			tables = append(tables, strings.Split(m[2], ",")...)
+		}
+	}
+	if len(names) == 0 {
+		ck.rp.violate("cfgd replay --list names no Postgres read model:\n%s", out)
+		return
+	}
+	dump := func() (map[string][]string, error) {
+		d := map[string][]string{}
+		for _, t := range tables {
+			rows, err := ck.pg.Query(ctx, fmt.Sprintf("SELECT t::text FROM %s t ORDER BY 1", t))
+			if err != nil {
+				return nil, err
+			}
+			for rows.Next() {
+				var s string
+				if err := rows.Scan(&s); err != nil {
+					rows.Close()
+					return nil, err
+				}
+				d[t] = append(d[t], s)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return nil, err
+			}
+		}
+		return d, nil
+	}
+	before, err := dump()
+	if err != nil {
+		ck.rp.violate("read models: %v", err)
+		return
+	}
+	t := time.Now()
+	if _, err := ck.r.cli(ctx, 5*time.Minute, append([]string{"replay"}, names...)...); err != nil {
+		ck.rp.violate("cfgd replay %v: %v", names, err)
+		return
+	}
+	after, err := dump()
+	if err != nil {
+		ck.rp.violate("read models after the replay: %v", err)
+		return
+	}
+	rows := 0
+	for _, tb := range tables {
+		rows += len(before[tb])
+		if !slices.Equal(before[tb], after[tb]) {
+			ck.rp.violate("read model table %s differs from its replay: %d rows live, %d replayed; first difference: %s",
+				tb, len(before[tb]), len(after[tb]), firstDiff(before[tb], after[tb]))
+		}
+	}
+	ck.rp.note("read models %v (%d tables, %d rows) equal their replay (%v)", names, len(tables), rows, time.Since(t).Round(time.Millisecond))
+}
+
+func firstDiff(a, b []string) string {
+	for i := range max(len(a), len(b)) {
+		var x, y string
+		if i < len(a) {
+			x = a[i]
+		}
+		if i < len(b) {
+			y = b[i]
+		}
+		if x != y {
+			return fmt.Sprintf("live %q, replayed %q", x, y)
+		}
+	}
+	return ""
 }

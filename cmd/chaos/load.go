@@ -82,6 +82,9 @@ type ledger struct {
 	// request-log events by request id: sent, and acknowledged (202)
 	sent  map[string]bool
 	acked map[string]bool
+	// atLeastOnce: events of an OTLP export that was retried (OTLP has no
+	// idempotency key: a retry after a lost answer may store them twice)
+	atLeastOnce map[string]bool
 	// calls with the long-lived key (REST posts and gRPC streams): made,
 	// and answered by cfgd having authenticated them (any answer other
 	// than a cut connection, a 401 or a 503).
@@ -94,6 +97,13 @@ type ledger struct {
 	freshBad  []string         // a fresh code refused (4xx) by the replica it was used on
 	reuseTrys int
 
+	// revocations (keys, sessions) measured while a dependency was down:
+	// their bound rests on the projections, so they are not judged
+	excusedLags int
+
+	refreshAfterLogout []string        // a refresh token accepted after its logout was answered
+	sessionLags        []time.Duration // from a logout's answer to the last call accepted with its access token
+
 	revoked    map[int64]string // revoked key id -> the key
 	revokeLags []time.Duration  // from the revoke's answer to the last call accepted with the key
 	lateKeys   []string         // still accepted when the load ended
@@ -103,7 +113,7 @@ type ledger struct {
 }
 
 func newLedger() *ledger {
-	return &ledger{sent: map[string]bool{}, acked: map[string]bool{}, ops: map[string]int{},
+	return &ledger{sent: map[string]bool{}, acked: map[string]bool{}, atLeastOnce: map[string]bool{}, ops: map[string]int{},
 		signed: map[string]int64{}, revoked: map[int64]string{}}
 }
 
@@ -304,11 +314,76 @@ func (ld *loader) signIn(hard context.Context, email string, n int) {
 		ld.l.mu.Unlock()
 	}
 	// The refresh token works on the other replica.
-	if res.Tokens.Refresh != "" {
-		code, err := ld.c.do(ctx, asker, http.MethodPost, "/api/auth/token/refresh/", map[string]string{"refresh": res.Tokens.Refresh}, nil, nil)
-		ld.hist.write(map[string]any{"ev": "op", "op": "token_refresh", "email": email, "replica": asker, "status": code, "err": errString(err)})
-		ld.l.op(fmt.Sprintf("token refresh: %s", outcome(code, err)))
+	if res.Tokens.Refresh == "" {
+		return
 	}
+	code, err = ld.c.do(ctx, asker, http.MethodPost, "/api/auth/token/refresh/", map[string]string{"refresh": res.Tokens.Refresh}, nil, nil)
+	ld.hist.write(map[string]any{"ev": "op", "op": "token_refresh", "email": email, "replica": asker, "status": code, "err": errString(err)})
+	ld.l.op(fmt.Sprintf("token refresh: %s", outcome(code, err)))
+	if n%3 == 0 {
+		ld.logout(ctx, email, user, res.Tokens.Access, res.Tokens.Refresh)
+	}
+}
+
+// logout ends the session on one replica; then its refresh token must
+// fail on both at once (refresh reads the session's stream) and its
+// access token within JWT__REVOCATION_POLL (1 s) plus the projection lag.
+func (ld *loader) logout(ctx context.Context, email string, replica int, access, refresh string) {
+	body := map[string]string{"refresh": refresh}
+	var code int
+	var err error
+	for attempt := range 5 {
+		code, err = ld.c.do(ctx, replica+attempt, http.MethodPost, "/api/auth/logout/", body, nil, nil)
+		ld.hist.write(map[string]any{"ev": "op", "op": "logout", "email": email, "replica": (replica + attempt) % 2, "status": code, "err": errString(err)})
+		if !retryable(code, err) {
+			break
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if err != nil || code != http.StatusOK {
+		ld.l.op("logout: failed " + outcome(code, err))
+		return
+	}
+	loggedOut := time.Now()
+	ld.l.op("logout: done")
+	for r := range 2 {
+		code, err := ld.c.do(ctx, r, http.MethodPost, "/api/auth/token/refresh/", body, nil, nil)
+		if err == nil && code < 300 {
+			ld.l.mu.Lock()
+			ld.l.refreshAfterLogout = append(ld.l.refreshAfterLogout, fmt.Sprintf("%s on replica %d", email, r))
+			ld.l.mu.Unlock()
+			ld.hist.write(map[string]any{"ev": "violation", "what": "refresh accepted after logout", "email": email, "replica": r})
+		}
+	}
+	bearer := map[string]string{"Authorization": "Bearer " + access}
+	refused := [2]bool{}
+	var lastAccepted time.Duration
+	for !(refused[0] && refused[1]) && ctx.Err() == nil {
+		for r := range 2 {
+			if refused[r] {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			code, err := ld.c.do(cctx, r, http.MethodGet, "/api/profile/", nil, bearer, nil)
+			cancel()
+			switch {
+			case err == nil && code == http.StatusUnauthorized:
+				refused[r] = true
+			case err == nil && code == http.StatusOK:
+				lastAccepted = time.Since(loggedOut)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ld.l.mu.Lock()
+	if ld.r.sup.dependencyFaulted(loggedOut.Add(-time.Second), loggedOut.Add(lastAccepted)) {
+		ld.l.excusedLags++
+	} else {
+		ld.l.sessionLags = append(ld.l.sessionLags, lastAccepted)
+	}
+	ld.l.mu.Unlock()
+	ld.hist.write(map[string]any{"ev": "op", "op": "session_refused", "email": email, "both": refused[0] && refused[1],
+		"last_accepted_ms": lastAccepted.Milliseconds(), "ms": time.Since(loggedOut).Milliseconds()})
 }
 
 func outcome(code int, err error) string {
@@ -389,7 +464,11 @@ func (ld *loader) churnOne(hard context.Context, seq int) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	ld.l.mu.Lock()
-	ld.l.revokeLags = append(ld.l.revokeLags, lastAccepted)
+	if ld.r.sup.dependencyFaulted(revokedAt.Add(-time.Second), revokedAt.Add(lastAccepted)) {
+		ld.l.excusedLags++
+	} else {
+		ld.l.revokeLags = append(ld.l.revokeLags, lastAccepted)
+	}
 	ld.l.mu.Unlock()
 	ld.hist.write(map[string]any{"ev": "op", "op": "apikey_refused", "id": res.APIKey.ID, "both": refused[0] && refused[1],
 		"last_accepted_ms": lastAccepted.Milliseconds(), "ms": time.Since(revokedAt).Milliseconds()})

@@ -218,7 +218,7 @@ func chaos(seed uint64, length time.Duration, bin string, base int, dataRoot str
 		say("gRPC: %v", err)
 		return 2
 	}
-	waits = append(waits, grpcWait)
+	waits = append(waits, grpcWait, ld.otlpLoad(stop, hard))
 	time.Sleep(5 * time.Second)
 
 	nem := &nemesis{sup: r.sup, hist: hist, done: map[string]int{}}
@@ -243,7 +243,7 @@ wait:
 	say("schedule done; healing")
 	// Heal: every process up, both replicas ready; the load goes on until
 	// then, then stops, and unacknowledged batches get 60 s more of retries.
-	healStart := time.Now()
+	ck.healStart = time.Now()
 	healTook, err := eventually(ctx, 3*time.Minute, func(ctx context.Context) error {
 		if !r.sup.allUp() {
 			var down []string
@@ -281,11 +281,12 @@ wait:
 	defer pool.Close()
 	ck.pg = pool
 	ck.requestLogs(ctx)
-	ck.rp.healTook = time.Since(healStart)
 	ck.users(ctx)
 	ck.keys(ctx)
+	ck.sessions()
 	ck.tasks(ctx)
 	ck.deadLetters(ctx)
+	ck.readModels(ctx)
 	cl.mu.Lock()
 	for route, n := range cl.internal {
 		ck.rp.note("%s answered 500 %d times (the history has when; a dependency's fault should be a 503)", route, n)
@@ -369,7 +370,7 @@ func printTable(seed uint64, length time.Duration, nem *nemesis, ck *checker) {
 		{"stored once, unacknowledged", rp.unackedHeld}} {
 		fmt.Printf("  %-34s %6d\n", row.k, row.v)
 	}
-	fmt.Printf("time to heal (schedule end to checked) %v\n", rp.healTook.Round(time.Millisecond))
+	fmt.Printf("time to heal (schedule end to every process up and ClickHouse settled) %v\n", rp.healTook.Round(time.Millisecond))
 	for _, n := range rp.notes {
 		fmt.Println("  " + n)
 	}

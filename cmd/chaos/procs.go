@@ -45,6 +45,8 @@ type component struct {
 	exited  chan struct{} // closed when an owned process ends
 	expect  bool          // down on purpose (killed by the nemesis, or the run ends)
 	faulted bool          // a fault of the nemesis is on it now
+	since   time.Time     // when the fault on it began
+	spans   [][2]time.Time
 }
 
 // start launches the component and waits until it accepts connections.
@@ -187,8 +189,29 @@ func (c *component) stop(timeout time.Duration) {
 
 func (c *component) setFaulted(on bool) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if on && !c.faulted {
+		c.since = time.Now()
+	}
+	if !on && c.faulted {
+		c.spans = append(c.spans, [2]time.Time{c.since, time.Now()})
+	}
 	c.faulted = on
-	c.mu.Unlock()
+}
+
+// faultedDuring says whether a fault on it overlapped [from, to].
+func (c *component) faultedDuring(from, to time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.faulted && c.since.Before(to) {
+		return true
+	}
+	for _, s := range c.spans {
+		if s[0].Before(to) && s[1].After(from) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *component) isFaulted() bool {
@@ -256,6 +279,18 @@ func (s *supervisor) watch(ctx context.Context) {
 			}()
 		}
 	}
+}
+
+// dependencyFaulted says whether a single-instance component (broker,
+// Postgres, Redis, ZooKeeper) was down or paused during [from, to]: a
+// bound that rests on the projections (Postgres, Kafka) does not hold then.
+func (s *supervisor) dependencyFaulted(from, to time.Time) bool {
+	for _, c := range s.comps {
+		if c.tier == tierSingle && c.faultedDuring(from, to) {
+			return true
+		}
+	}
+	return false
 }
 
 // allUp says whether every component runs and none is faulted.
