@@ -328,7 +328,7 @@ func (ck *checker) keys(ctx context.Context) {
 	excused := ck.l.excusedLags
 	ck.l.mu.Unlock()
 	ck.rp.note("API keys: %d revoked, %d judged; the last call accepted with a revoked key came %v after the revoke's answer (0: none); "+
-		"%d revocations (keys and sessions) not judged: a dependency was down or paused meanwhile",
+		"%d revocations (keys and sessions) not judged: Postgres or the broker was down or paused meanwhile",
 		len(revoked), len(lags), worst.Round(time.Millisecond), excused)
 }
 

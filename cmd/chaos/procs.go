@@ -281,12 +281,12 @@ func (s *supervisor) watch(ctx context.Context) {
 	}
 }
 
-// dependencyFaulted says whether a single-instance component (broker,
-// Postgres, Redis, ZooKeeper) was down or paused during [from, to]: a
-// bound that rests on the projections (Postgres, Kafka) does not hold then.
+// dependencyFaulted says whether Postgres or the broker was down or
+// paused during [from, to]: a bound that rests on the projections (an
+// event through Kafka into a Postgres read model) does not hold then.
 func (s *supervisor) dependencyFaulted(from, to time.Time) bool {
 	for _, c := range s.comps {
-		if c.tier == tierSingle && c.faultedDuring(from, to) {
+		if (c.name == "postgres" || c.name == "broker") && c.faultedDuring(from, to) {
 			return true
 		}
 	}
