@@ -146,13 +146,23 @@ func chaos(seed uint64, length time.Duration, bin string, base int, dataRoot str
 	// Ctrl-C stops the run and what it started.
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	passed := false
 	defer func() {
 		if keep {
 			say("left running (-keep): data in %s", dir)
 			return
 		}
 		r.down()
-		say("stopped everything; data and logs in %s", dir)
+		if passed {
+			// A pass keeps its history and logs; the stores' data (a few
+			// hundred MB to GBs, mostly ClickHouse parts) goes.
+			for _, d := range []string{"cluster", "postgres", "kafka", "redis", "media", "cfgd"} {
+				_ = os.RemoveAll(filepath.Join(dir, d))
+			}
+			say("stopped everything; history and logs in %s", dir)
+			return
+		}
+		say("stopped everything; data, history and logs in %s", dir)
 	}()
 	if err := r.up(ctx, say); err != nil {
 		say("start: %v (logs in %s/logs)", err, dir)
@@ -304,6 +314,7 @@ wait:
 	if len(ck.rp.violations) > 0 {
 		return 1
 	}
+	passed = true
 	return 0
 }
 
