@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -356,6 +357,46 @@ func (ck *checker) sessions() {
 	ck.rp.note("sessions: %d logged out and judged; the last access accepted after a logout came %v after it (0: none)", len(lags), worst.Round(time.Millisecond))
 }
 
+// queue: the default queue runs after its last resume was answered.
+func (ck *checker) queue(ctx context.Context) {
+	ck.l.mu.Lock()
+	pauses, resumes := ck.l.ops["queue: pause"], ck.l.ops["queue: resume"]
+	ck.l.mu.Unlock()
+	if pauses > resumes {
+		// The run ended between a pause and its resume: resume it, as the
+		// operator would, before the tasks are judged.
+		code, err := ck.c.do(ctx, 0, http.MethodPost, "/api/tasks/queue-manage/", map[string]string{"action": "resume", "queue_name": "default"},
+			map[string]string{"Authorization": ck.r.staff}, nil)
+		ck.rp.note("queue: resumed after the run: %s", outcome(code, err))
+	}
+	var paused bool
+	_, err := eventually(ctx, 30*time.Second, func(ctx context.Context) error {
+		var res struct {
+			Queues []struct {
+				Name     string `json:"name"`
+				IsPaused bool   `json:"is_paused"`
+			} `json:"queues"`
+		}
+		code, err := ck.c.do(ctx, 0, http.MethodGet, "/api/tasks/queue-status/", nil, map[string]string{"Authorization": ck.r.staff}, &res)
+		if err != nil || code != http.StatusOK {
+			return fmt.Errorf("queue-status: %s", outcome(code, err))
+		}
+		for _, q := range res.Queues {
+			if q.Name == "default" {
+				paused = q.IsPaused
+			}
+		}
+		if paused {
+			return errors.New("the default queue is paused")
+		}
+		return nil
+	})
+	if err != nil {
+		ck.rp.violate("queue: %v after %d pauses and %d resumes answered", err, pauses, resumes)
+	}
+	ck.rp.note("queue: %d pauses and %d resumes answered; paused at the end: %v", pauses, resumes, paused)
+}
+
 // tasks: every acknowledged task reached a final state or is still queued.
 func (ck *checker) tasks(ctx context.Context) {
 	ck.l.mu.Lock()
@@ -402,6 +443,33 @@ func (ck *checker) tasks(ctx context.Context) {
 		ck.rp.violate("tasks: %v: %v", err, by)
 	}
 	ck.rp.note("tasks: %d acknowledged, states %v (settled in %v)", len(ids), by, took.Round(time.Millisecond))
+
+	// The task statistics through each replica equal the lifecycle the
+	// read model recorded, and count no task no client enqueued.
+	var total, succeeded int
+	if err := ck.pg.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 'succeeded') FROM task_runs`).Scan(&total, &succeeded); err != nil {
+		ck.rp.violate("task_runs: %v", err)
+		return
+	}
+	ck.l.mu.Lock()
+	fails := ck.l.taskFails
+	ck.l.mu.Unlock()
+	if total < len(ids) || total > len(ids)+fails {
+		ck.rp.violate("tasks: %d runs recorded, %d enqueues acknowledged and %d failed (a failed enqueue may have happened)", total, len(ids), fails)
+	}
+	for i := range ck.r.serveURL {
+		var st struct {
+			Total     int `json:"total_tasks"`
+			Completed int `json:"completed_tasks"`
+		}
+		code, err := ck.c.do(ctx, i, http.MethodGet, "/api/tasks/task-statistics/", nil, map[string]string{"Authorization": ck.r.staff}, &st)
+		switch {
+		case err != nil || code != http.StatusOK:
+			ck.rp.violate("serve-%d task-statistics: %s", i, outcome(code, err))
+		case st.Total != total || st.Completed != succeeded:
+			ck.rp.violate("serve-%d task statistics %d total, %d completed; the lifecycle recorded %d and %d", i, st.Total, st.Completed, total, succeeded)
+		}
+	}
 }
 
 // deadLetters: none, or each one named.

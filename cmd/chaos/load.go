@@ -358,6 +358,7 @@ func (ld *loader) logout(ctx context.Context, email string, replica int, access,
 	bearer := map[string]string{"Authorization": "Bearer " + access}
 	refused := [2]bool{}
 	var lastAccepted time.Duration
+	lastBy := -1
 	for !(refused[0] && refused[1]) && ctx.Err() == nil {
 		for r := range 2 {
 			if refused[r] {
@@ -370,7 +371,7 @@ func (ld *loader) logout(ctx context.Context, email string, replica int, access,
 			case err == nil && code == http.StatusUnauthorized:
 				refused[r] = true
 			case err == nil && code == http.StatusOK:
-				lastAccepted = time.Since(loggedOut)
+				lastAccepted, lastBy = time.Since(loggedOut), r
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -383,7 +384,8 @@ func (ld *loader) logout(ctx context.Context, email string, replica int, access,
 	}
 	ld.l.mu.Unlock()
 	ld.hist.write(map[string]any{"ev": "op", "op": "session_refused", "email": email, "both": refused[0] && refused[1],
-		"last_accepted_ms": lastAccepted.Milliseconds(), "ms": time.Since(loggedOut).Milliseconds()})
+		"logout_replica": replica % 2, "last_accepted_ms": lastAccepted.Milliseconds(), "last_accepted_by": lastBy,
+		"ms": time.Since(loggedOut).Milliseconds()})
 }
 
 func outcome(code int, err error) string {
@@ -513,4 +515,36 @@ func (ld *loader) tasks(stop, hard context.Context) func() {
 		ld.l.tasks = append(ld.l.tasks, id)
 		ld.l.ops["task: enqueued"]++
 	})
+}
+
+// queueOps pauses the default queue and resumes it (staff REST, each a
+// command the tasks.control reactor carries out), retried until answered.
+func (ld *loader) queueOps(stop, hard context.Context) func() {
+	return every(stop, 1, 15*time.Second, func(_, seq int) {
+		for _, action := range []string{"pause", "resume"} {
+			ld.queueAction(hard, action, seq)
+			time.Sleep(2 * time.Second)
+		}
+	})
+}
+
+func (ld *loader) queueAction(hard context.Context, action string, seq int) {
+	body := map[string]string{"action": action, "queue_name": "default"}
+	staff := map[string]string{"Authorization": ld.r.staff}
+	for attempt := 0; hard.Err() == nil; attempt++ {
+		ctx, cancel := context.WithTimeout(hard, 10*time.Second)
+		code, err := ld.c.do(ctx, seq+attempt, http.MethodPost, "/api/tasks/queue-manage/", body, staff, nil)
+		cancel()
+		ld.hist.write(map[string]any{"ev": "op", "op": "queue_" + action, "seq": seq, "attempt": attempt, "status": code, "err": errString(err)})
+		if err == nil && code == http.StatusOK {
+			ld.l.op("queue: " + action)
+			return
+		}
+		if !retryable(code, err) {
+			ld.l.op(fmt.Sprintf("queue: %s refused %d", action, code))
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	ld.l.op("queue: " + action + " given up")
 }

@@ -156,10 +156,11 @@ func chaos(seed uint64, length time.Duration, bin string, base int, dataRoot str
 		if passed {
 			// A pass keeps its history and logs; the stores' data (a few
 			// hundred MB to GBs, mostly ClickHouse parts) goes.
+			say("stopped everything; removing the stores' data (a minute or two for the ClickHouse parts)")
 			for _, d := range []string{"cluster", "postgres", "kafka", "redis", "media", "cfgd"} {
 				_ = os.RemoveAll(filepath.Join(dir, d))
 			}
-			say("stopped everything; history and logs in %s", dir)
+			say("history and logs in %s", dir)
 			return
 		}
 		say("stopped everything; data, history and logs in %s", dir)
@@ -228,7 +229,7 @@ func chaos(seed uint64, length time.Duration, bin string, base int, dataRoot str
 		say("gRPC: %v", err)
 		return 2
 	}
-	waits = append(waits, grpcWait, ld.otlpLoad(stop, hard))
+	waits = append(waits, grpcWait, ld.otlpLoad(stop, hard), ld.queueOps(stop, hard))
 	time.Sleep(5 * time.Second)
 
 	nem := &nemesis{sup: r.sup, hist: hist, done: map[string]int{}}
@@ -294,8 +295,10 @@ wait:
 	ck.users(ctx)
 	ck.keys(ctx)
 	ck.sessions()
+	ck.queue(ctx)
 	ck.tasks(ctx)
 	ck.deadLetters(ctx)
+	ck.eventLog(ctx)
 	ck.readModels(ctx)
 	cl.mu.Lock()
 	for route, n := range cl.internal {
