@@ -5,7 +5,7 @@ BIN      := $(CURDIR)/bin/cfgd
 export CFGD_DATA_DIR := $(DATA_DIR)
 export KAFKA__DATA_DIR ?= $(DATA_DIR)/kafka
 
-.PHONY: all build run test test-short test-cluster test-upgrade bench bench-ingest soak bench-replay bench-replay-clickhouse bench-replay-postgres mutate proto protos-release stack-up stack-down stack-status migrate lint fmt clean
+.PHONY: all build run test test-short test-cluster test-upgrade chaos bench bench-ingest soak bench-replay bench-replay-clickhouse bench-replay-postgres mutate proto protos-release stack-up stack-down stack-status migrate lint fmt clean
 
 all: build
 
@@ -49,6 +49,16 @@ test-cluster: stack-up
 UPGRADE_FROM ?=
 test-upgrade: stack-up
 	UPGRADE_FROM=$(UPGRADE_FROM) GO=$(GO) deploy/scripts/upgrade/run.sh
+
+## chaos: cfgd as docs/scaling.md deploys it (cfgd broker, 2 serve, 1 worker, a ClickHouse cluster of
+## 2 shards x 2 replicas with ZooKeeper, its own Postgres and Redis; ports from CHAOS_PORT_BASE, 17000;
+## data under ./data/chaos/<seed>) under load while a nemesis drawn from CHAOS_SEED (default random,
+## printed) kills and pauses its processes for CHAOS_DURATION; then a checker against the ledger of
+## what was acknowledged (cmd/chaos, docs/testing.md#chaos)
+CHAOS_SEED     ?=
+CHAOS_DURATION ?= 10m
+chaos: build
+	CHAOS_SEED=$(CHAOS_SEED) CHAOS_DURATION=$(CHAOS_DURATION) $(GO) run ./cmd/chaos -cfgd $(BIN)
 
 test-short: stack-up
 	$(GO) test -count=1 ./...

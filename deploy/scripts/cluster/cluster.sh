@@ -10,6 +10,7 @@
 #   deploy/scripts/cluster/cluster.sh status        one line per server
 #   deploy/scripts/cluster/cluster.sh kill NODE     SIGKILL one server (s1r1, s1r2, s2r1, s2r2)
 #   deploy/scripts/cluster/cluster.sh start NODE    start one server again
+#   deploy/scripts/cluster/cluster.sh start zookeeper   start ZooKeeper again (make chaos restarts it after a kill -9)
 #   deploy/scripts/cluster/cluster.sh nodes         print NODE TCP_PORT per line
 #
 # Ports: ZooKeeper $CFGD_CLUSTER_ZK_PORT (2181); node i (1..4) listens on TCP
@@ -51,7 +52,8 @@ ensure_packages() {
 }
 
 # --- ZooKeeper ------------------------------------------------------------
-zk_mode() { { exec 3<>"/dev/tcp/127.0.0.1/$ZK_PORT" && printf 'srvr' >&3 && cat <&3; } 2>/dev/null | grep -o 'Mode: [a-z]*' || true; }
+# Bounded: a connection accepted while the server starts may never be answered.
+zk_mode() { timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf srvr >&3 && cat <&3' _ "$ZK_PORT" 2>/dev/null | grep -o 'Mode: [a-z]*' || true; }
 zk_up() {
 	local pidf="$DIR/zookeeper.pid"
 	if pid_alive "$pidf" && [ -n "$(zk_mode)" ]; then log "zookeeper: already running on 127.0.0.1:$ZK_PORT"; return; fi
@@ -149,7 +151,9 @@ down)
 	stop_pid zookeeper "$DIR/zookeeper.pid" TERM
 	;;
 kill) stop_pid "${2:?node}" "$DIR/$2.pid" KILL ;;
-start) index_of "${2:?node}" >/dev/null && node_up "$2" && node_wait "$2" ;;
+start)
+	if [ "${2:?node}" = zookeeper ]; then zk_up; else index_of "$2" >/dev/null && node_up "$2" && node_wait "$2"; fi
+	;;
 nodes) for n in "${NODES[@]}"; do echo "$n $(tcp_port "$(index_of "$n")")"; done ;;
 status)
 	printf 'zookeeper %s %s\n' "$ZK_PORT" "$(zk_mode || true)"
