@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cfgd/cfgd/cmd/internal/otpmail"
 )
 
 func basicAuth(user, pw string) string {
@@ -137,7 +139,7 @@ type loader struct {
 	r    *rig
 	l    *ledger
 	hist *history
-	mail *mailbox
+	mail *otpmail.Inbox
 	seed uint64
 }
 
@@ -266,7 +268,7 @@ func (ld *loader) signIn(hard context.Context, email string, n int) {
 		return
 	}
 	mctx, mcancel := context.WithTimeout(ctx, 15*time.Second)
-	otp, err := ld.mail.code(mctx, email)
+	otp, err := ld.mail.Code(mctx, email)
 	mcancel()
 	if err != nil {
 		ld.l.op("sign-in: no mail")

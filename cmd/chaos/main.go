@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cfgd/cfgd/cmd/internal/otpmail"
 )
 
 func main() {
@@ -137,11 +139,11 @@ func chaos(seed uint64, length time.Duration, bin string, base int, dataRoot str
 	defer hist.close()
 	r.hist = hist
 	hist.write(map[string]any{"ev": "run", "seed": seed, "duration_s": length.Seconds(), "port_base": base, "dir": dir})
-	if r.mail, err = startMailbox(); err != nil {
+	if r.mail, err = otpmail.Start(); err != nil {
 		say("%v", err)
 		return 2
 	}
-	defer r.mail.srv.Close()
+	defer r.mail.Close()
 
 	// Ctrl-C stops the run and what it started.
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cfgd/cfgd/cmd/internal/otpmail"
 	"github.com/cfgd/cfgd/events/kafka"
 )
 
@@ -31,7 +32,7 @@ type rig struct {
 	script string // deploy/scripts/cluster/cluster.sh
 	base   int
 	hist   *history
-	mail   *mailbox
+	mail   *otpmail.Inbox
 	sup    *supervisor
 
 	env      map[string]string // shared by every cfgd process
@@ -234,7 +235,7 @@ func (r *rig) up(ctx context.Context, say func(string, ...any)) error {
 		"REQUESTLOG__BATCH_WAIT": "100ms",
 		"TASKS__HEARTBEAT":       "500ms",
 	}
-	maps.Copy(r.env, r.mail.env())
+	maps.Copy(r.env, r.mail.Env())
 	t = time.Now()
 	if _, err := r.cli(ctx, 3*time.Minute, "migrate"); err != nil {
 		return err

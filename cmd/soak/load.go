@@ -387,7 +387,7 @@ func (l *load) signIn(ctx context.Context, email string) (tokens, error) {
 	if _, err := l.post(ctx, "/api/auth/otp/request/", "", map[string]string{"identifier": email}, nil); err != nil {
 		return t, err
 	}
-	code, err := l.st.mail.code(ctx, email)
+	code, err := l.st.mail.Code(ctx, email)
 	if err != nil {
 		return t, err
 	}

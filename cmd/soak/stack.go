@@ -6,26 +6,22 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"log"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/emersion/go-smtp"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/cfgd/cfgd/cmd/internal/otpmail"
 	"github.com/cfgd/cfgd/events/kafka"
 )
 
@@ -51,7 +47,7 @@ type stack struct {
 	redisDB  int
 	redisKey string
 	rdb      *redis.Client
-	mail     *mailbox
+	mail     *otpmail.Inbox
 	base     string // http://host:port of serve
 	env      []string
 	cliEnv   []string // env plus the embedded broker's address and login
@@ -79,7 +75,7 @@ func newStack(ctx context.Context, o options, dir, stamp string) (*stack, error)
 	if err := s.claimRedis(ctx); err != nil {
 		return nil, err
 	}
-	if s.mail, err = startMailbox(); err != nil {
+	if s.mail, err = otpmail.Start(); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -143,7 +139,7 @@ func (s *stack) start(ctx context.Context) error {
 		"TASKS__RETENTION":            "1m",
 		"LOG__LEVEL":                  "info",
 	}
-	for k, v := range s.mail.env() {
+	for k, v := range s.mail.Env() {
 		settings[k] = v
 	}
 	s.env = os.Environ()
@@ -297,90 +293,5 @@ func (s *stack) close(keep bool) {
 		_ = admin.Del(ctx, s.redisKey).Err()
 		_ = admin.Close()
 	}
-	s.mail.close()
-}
-
-// mailbox is an in-process SMTP server keeping the last OTP code sent to
-// each address (as cmd/cfgd/faults does for its tests).
-type mailbox struct {
-	mu    sync.Mutex
-	codes map[string]string
-	wake  chan struct{}
-	port  int
-	srv   *smtp.Server
-}
-
-var otpCode = regexp.MustCompile(`verification code is (\d{6})`)
-
-type mailSession struct {
-	m  *mailbox
-	to []string
-}
-
-func (s *mailSession) Reset()                                    { s.to = nil }
-func (s *mailSession) Logout() error                             { return nil }
-func (s *mailSession) Mail(string, *smtp.MailOptions) error      { return nil }
-func (s *mailSession) Rcpt(to string, _ *smtp.RcptOptions) error { s.to = append(s.to, to); return nil }
-func (s *mailSession) Data(r io.Reader) error {
-	b, err := io.ReadAll(io.LimitReader(r, 1<<20))
-	if err != nil {
-		return err
-	}
-	m := otpCode.FindSubmatch(b)
-	if m == nil {
-		return nil
-	}
-	s.m.mu.Lock()
-	for _, to := range s.to {
-		s.m.codes[strings.ToLower(to)] = string(m[1])
-	}
-	close(s.m.wake)
-	s.m.wake = make(chan struct{})
-	s.m.mu.Unlock()
-	return nil
-}
-
-func startMailbox() (*mailbox, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	m := &mailbox{codes: map[string]string{}, wake: make(chan struct{}), port: ln.Addr().(*net.TCPAddr).Port}
-	m.srv = smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) { return &mailSession{m: m}, nil }))
-	m.srv.Domain = "localhost"
-	m.srv.AllowInsecureAuth = true
-	m.srv.ErrorLog = log.New(io.Discard, "", 0)
-	go func() { _ = m.srv.Serve(ln) }()
-	return m, nil
-}
-
-func (m *mailbox) close() { _ = m.srv.Close() }
-
-func (m *mailbox) env() map[string]string {
-	return map[string]string{
-		"EMAIL__BACKEND": "smtp", "EMAIL__SMTP_HOST": "127.0.0.1", "EMAIL__SMTP_PORT": fmt.Sprint(m.port),
-		"EMAIL__SMTP_SECURITY": "none", "EMAIL__FROM": "cfgd@example.com",
-	}
-}
-
-// code takes the code sent to email, waiting for it until ctx ends.
-func (m *mailbox) code(ctx context.Context, email string) (string, error) {
-	email = strings.ToLower(email)
-	for {
-		m.mu.Lock()
-		c, ok := m.codes[email]
-		if ok {
-			delete(m.codes, email)
-		}
-		wake := m.wake
-		m.mu.Unlock()
-		if ok {
-			return c, nil
-		}
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			return "", fmt.Errorf("no code for %s: %w", email, ctx.Err())
-		}
-	}
+	s.mail.Close()
 }

@@ -3,25 +3,20 @@ package faults
 import (
 	"context"
 	"fmt"
-	"io"
-	"log"
 	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"regexp"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/emersion/go-smtp"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/cmd/internal/otpmail"
 	"github.com/cfgd/cfgd/events/kafka"
 )
 
@@ -265,89 +260,17 @@ func startBrokerOf(t testing.TB, bin func() string) (*server, map[string]string)
 	}
 }
 
-// mailbox is an in-process SMTP server that keeps the last OTP code sent
-// to each address.
-type mailbox struct {
-	mu    sync.Mutex
-	codes map[string]string
-	wake  chan struct{}
-	host  string
-	port  int
-}
+// mailbox is the users' inboxes: an in-process SMTP server keeping the
+// last OTP code sent to each address (cmd/internal/otpmail).
+type mailbox = otpmail.Inbox
 
-var otpCode = regexp.MustCompile(`verification code is (\d{6})`)
-
-type mailSession struct {
-	m  *mailbox
-	to []string
-}
-
-func (s *mailSession) Reset()                                    { s.to = nil }
-func (s *mailSession) Logout() error                             { return nil }
-func (s *mailSession) Mail(string, *smtp.MailOptions) error      { return nil }
-func (s *mailSession) Rcpt(to string, _ *smtp.RcptOptions) error { s.to = append(s.to, to); return nil }
-func (s *mailSession) Data(r io.Reader) error {
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return err
-	}
-	// The text part is quoted-printable; a six-digit code survives it.
-	m := otpCode.FindSubmatch(b)
-	if m == nil {
-		return nil
-	}
-	s.m.mu.Lock()
-	for _, to := range s.to {
-		s.m.codes[strings.ToLower(to)] = string(m[1])
-	}
-	close(s.m.wake)
-	s.m.wake = make(chan struct{})
-	s.m.mu.Unlock()
-	return nil
-}
-
+// startMailbox starts one, stopped when t ends.
 func startMailbox(t testing.TB) *mailbox {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	m, err := otpmail.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &mailbox{codes: map[string]string{}, wake: make(chan struct{}), host: "127.0.0.1", port: ln.Addr().(*net.TCPAddr).Port}
-	srv := smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) { return &mailSession{m: m}, nil }))
-	srv.Domain = "localhost"
-	srv.AllowInsecureAuth = true
-	// A killed cfgd resets its connections; that is the test, not news.
-	srv.ErrorLog = log.New(io.Discard, "", 0)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	t.Cleanup(m.Close)
 	return m
-}
-
-// env is the mail settings that send cfgd's e-mail here.
-func (m *mailbox) env() map[string]string {
-	return map[string]string{
-		"EMAIL__BACKEND": "smtp", "EMAIL__SMTP_HOST": m.host, "EMAIL__SMTP_PORT": strconv.Itoa(m.port),
-		"EMAIL__SMTP_SECURITY": "none", "EMAIL__FROM": "cfgd@example.com",
-	}
-}
-
-// code takes the code sent to email, waiting for it until ctx ends.
-func (m *mailbox) code(ctx context.Context, email string) (string, error) {
-	for {
-		m.mu.Lock()
-		c, ok := m.codes[email]
-		if ok {
-			delete(m.codes, email)
-		}
-		wake := m.wake
-		m.mu.Unlock()
-		if ok {
-			return c, nil
-		}
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			return "", fmt.Errorf("no code for %s: %w", email, ctx.Err())
-		}
-	}
 }

@@ -43,7 +43,7 @@ func TestOutage(t *testing.T) {
 		t.Run(tc.check, func(t *testing.T) {
 			t.Parallel()
 			mail := startMailbox(t)
-			env := mail.env()
+			env := mail.Env()
 			dep, own := tc.private(t)
 			for k, v := range own {
 				env[k] = v

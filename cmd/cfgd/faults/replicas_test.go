@@ -46,7 +46,7 @@ func (o *otpUses) signIn(ctx context.Context, n int, email string) bool {
 	if err != nil || code != http.StatusOK {
 		return false
 	}
-	otp, err := o.s.mail.code(ctx, email)
+	otp, err := o.s.mail.Code(ctx, email)
 	if err != nil {
 		return false
 	}
@@ -158,7 +158,7 @@ func TestReplicas(t *testing.T) {
 	_, redisURL := startRedis(t)
 	chURL, pgURL := localClickHouse(t), testenv.PostgresURL(t)
 	mail := startMailbox(t)
-	shared := mail.env()
+	shared := mail.Env()
 	maps.Copy(shared, busEnv)
 	shared["POSTGRES__URL"], shared["CLICKHOUSE__URL"], shared["REDIS__URL"] = pgURL, chURL, redisURL
 	// One key directory: the JWT and OTP keys every replica must share

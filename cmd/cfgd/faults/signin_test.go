@@ -48,7 +48,7 @@ func (s *signer) signIn(ctx context.Context, email string) bool {
 	if err != nil || code != http.StatusOK {
 		return false
 	}
-	otp, err := s.mail.code(ctx, email)
+	otp, err := s.mail.Code(ctx, email)
 	if err != nil {
 		return false
 	}
@@ -184,7 +184,7 @@ func TestSIGKILLDuringSignin(t *testing.T) {
 	_, redisURL := startRedis(t)
 	pgURL := testenv.PostgresURL(t)
 	mail := startMailbox(t)
-	env := mail.env()
+	env := mail.Env()
 	env["POSTGRES__URL"], env["CLICKHOUSE__URL"], env["REDIS__URL"] = pgURL, localClickHouse(t), redisURL
 	c := newCfgd(t, env)
 	c.run("migrate")

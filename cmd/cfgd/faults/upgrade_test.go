@@ -45,7 +45,7 @@ func TestUpgrade(t *testing.T) {
 	pool := testenv.EmptyPostgres(t)
 	pgURL, chURL := pool.Config().ConnString(), localClickHouse(t)
 	mail := startMailbox(t)
-	shared := mail.env()
+	shared := mail.Env()
 	maps.Copy(shared, busEnv)
 	shared["POSTGRES__URL"], shared["CLICKHOUSE__URL"], shared["REDIS__URL"] = pgURL, chURL, redisURL
 	shared["AUTH__KEYS_DIR"] = filepath.Join(t.TempDir(), "keys")
