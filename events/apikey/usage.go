@@ -131,6 +131,9 @@ type UsageRecorder struct {
 
 	mu      sync.Mutex
 	pending map[int64]Use
+	// settling counts the flushes whose records Kafka may still store:
+	// their uses wait for the records' final results (Close waits too).
+	settling sync.WaitGroup
 }
 
 // NewUsageRecorder returns a recorder; it does not connect yet.
@@ -164,9 +167,11 @@ func (r *UsageRecorder) add(u Use) {
 }
 
 // Flush sends what was gathered; on failure it keeps it for the next one.
-// The producer is idempotent, so a retried record is stored once; a send
-// that timed out after Kafka stored it is counted again by the next flush
-// (it is one record unless more than 20,000 keys were used in a second).
+// The producer is idempotent, so a retried record is stored once. A send
+// that timed out while the producer still holds its records keeps their
+// uses back until each record has its final result (it may be stored
+// late): only those of the records not stored go to a later flush, so a
+// use is never counted twice (chaos finding 2, issue 29).
 func (r *UsageRecorder) Flush(ctx context.Context) error {
 	r.mu.Lock()
 	taken := r.pending
@@ -178,10 +183,9 @@ func (r *UsageRecorder) Flush(ctx context.Context) error {
 	uses := slices.SortedFunc(maps.Values(taken), func(a, b Use) int { return cmp.Compare(a.KeyID, b.KeyID) })
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
-	// One record per 20,000 keys stays far below any message size limit.
 	var msgs []*sarama.ProducerMessage
-	for i := 0; i < len(uses); i += 20_000 {
-		buf := AppendUses(nil, uses[i:min(i+20_000, len(uses))])
+	for i := 0; i < len(uses); i += usesPerRecord {
+		buf := AppendUses(nil, uses[i:min(i+usesPerRecord, len(uses))])
 		m := &sarama.ProducerMessage{Topic: r.topic, Value: sarama.ByteEncoder(buf), Headers: kafka.SchemaHeaders(UsesVersion)}
 		if r.cfg.Signer != nil {
 			m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte(events.HeaderSignature), Value: []byte(r.cfg.Signer.Sign(buf))})
@@ -189,14 +193,45 @@ func (r *UsageRecorder) Flush(ctx context.Context) error {
 		msgs = append(msgs, m)
 	}
 	if err := r.p.Send(ctx, msgs...); err != nil {
-		r.mu.Lock()
-		for _, u := range uses {
-			r.add(u)
+		if kd, ok := errors.AsType[*kafka.InDoubtError](err); ok {
+			r.settling.Add(1)
+			go func() {
+				defer r.settling.Done()
+				r.keepLost(kd, uses)
+			}()
+		} else {
+			r.keep(uses)
 		}
-		r.mu.Unlock()
 		return fmt.Errorf("API-key usage: %w", err)
 	}
 	return nil
+}
+
+// usesPerRecord bounds the uses of one record: far below any message
+// size limit.
+const usesPerRecord = 20_000
+
+func (r *UsageRecorder) keep(uses []Use) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, u := range uses {
+		r.add(u)
+	}
+}
+
+// keepLost keeps for a later flush the uses of the records of kd's send
+// (usesPerRecord of uses each) that Kafka did not store, once each has its
+// final result: sarama gives it within its retries, at once when the
+// producer closes.
+func (r *UsageRecorder) keepLost(kd *kafka.InDoubtError, uses []Use) {
+	err := kd.Settled(context.Background())
+	pe, ok := errors.AsType[*kafka.PublishError](err)
+	if !ok {
+		return // every record stored
+	}
+	for _, i := range pe.Failed {
+		r.keep(uses[i*usesPerRecord : min((i+1)*usesPerRecord, len(uses))])
+	}
 }
 
 // Run flushes every FlushEvery until ctx ends, then once more and closes
@@ -207,10 +242,17 @@ func (r *UsageRecorder) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			if err := r.Flush(context.WithoutCancel(ctx)); err != nil {
-				r.log.Warn("API-key usage lost at shutdown", "err", err)
+			ferr := r.Flush(context.WithoutCancel(ctx))
+			// What a flush keeps back (failed, or settled as not stored
+			// once Close has stopped the producer) is lost.
+			err := r.Close()
+			r.mu.Lock()
+			lost := len(r.pending)
+			r.mu.Unlock()
+			if lost > 0 {
+				r.log.Warn("API-key usage lost at shutdown", "keys", lost, "err", ferr)
 			}
-			return r.Close()
+			return err
 		case <-t.C:
 			if err := r.Flush(ctx); err != nil && ctx.Err() == nil {
 				r.log.Warn("API-key usage kept for the next flush", "err", err)
@@ -219,5 +261,10 @@ func (r *UsageRecorder) Run(ctx context.Context) error {
 	}
 }
 
-// Close stops the producer; Run does it when it ends.
-func (r *UsageRecorder) Close() error { return r.p.Close() }
+// Close stops the producer, then waits until the records of the flushes
+// that timed out have their final results; Run does it when it ends.
+func (r *UsageRecorder) Close() error {
+	err := r.p.Close()
+	r.settling.Wait()
+	return err
+}

@@ -167,6 +167,7 @@ func (e *PublishError) FirstFailed() int { return e.Failed[0] }
 
 // waiter collects the acknowledgements of one Send.
 type waiter struct {
+	total     int32
 	remaining atomic.Int32
 	mu        sync.Mutex
 	failed    []int
@@ -209,13 +210,13 @@ func (p *Producer) Send(ctx context.Context, msgs ...*sarama.ProducerMessage) er
 	if err != nil {
 		return err
 	}
-	w := &waiter{done: make(chan struct{}), errs: map[int]error{}}
+	w := &waiter{total: int32(len(msgs)), done: make(chan struct{}), errs: map[int]error{}}
 	w.remaining.Store(int32(len(msgs)))
 	for i, m := range msgs {
 		size := int64(m.Value.Length())
 		if p.inFlight != nil {
 			if err := p.inFlight.Acquire(ctx, size); err != nil {
-				return p.unavailable(ctx, "in-flight limit reached", err)
+				return w.inDoubt(i, p.unavailable(ctx, "in-flight limit reached", err))
 			}
 		}
 		m.Metadata = pending{w: w, i: i, size: size}
@@ -223,19 +224,67 @@ func (p *Producer) Send(ctx context.Context, msgs ...*sarama.ProducerMessage) er
 		case ap.Input() <- m:
 		case <-ctx.Done():
 			p.release(size)
-			return p.unavailable(ctx, "producer queue full", ctx.Err())
+			return w.inDoubt(i, p.unavailable(ctx, "producer queue full", ctx.Err()))
 		}
 	}
 	select {
 	case <-w.done:
 	case <-ctx.Done():
-		return p.unavailable(ctx, "no acknowledgement in time", ctx.Err())
+		return w.inDoubt(len(msgs), p.unavailable(ctx, "no acknowledgement in time", ctx.Err()))
 	}
+	return w.result()
+}
+
+// result is the error of a Send once every record has its final result.
+func (w *waiter) result() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if len(w.failed) == 0 {
 		return nil
 	}
-	slices.Sort(w.failed)
-	return &PublishError{Failed: w.failed, Total: len(msgs), Err: w.errs[w.failed[0]]}
+	failed := slices.Sorted(slices.Values(w.failed))
+	return &PublishError{Failed: failed, Total: int(w.total), Err: w.errs[failed[0]]}
+}
+
+// inDoubt is err, the failure of a Send that handed its first handed
+// records to sarama: as an *InDoubtError when it handed any (the records
+// after them were never handed, so they are failed now).
+func (w *waiter) inDoubt(handed int, err error) error {
+	if handed == 0 {
+		return err
+	}
+	for i := handed; i < int(w.total); i++ {
+		w.finish(i, err)
+	}
+	return &InDoubtError{err: err, w: w}
+}
+
+// InDoubtError is the failure of a Send that ended (its ctx) before Kafka
+// answered for every record it handed over: it wraps ErrUnavailable, and
+// those records may still be stored, since sarama keeps retrying them.
+// Settled tells, once sarama has given each its final result, which were
+// stored: a caller that must not store a record twice (an idempotency
+// key) waits for that before it lets the records be sent again.
+type InDoubtError struct {
+	err error
+	w   *waiter
+}
+
+func (e *InDoubtError) Error() string { return e.err.Error() }
+func (e *InDoubtError) Unwrap() error { return e.err }
+
+// Settled waits until every record of the Send has its final result
+// (stored, or failed once sarama's retries are spent: Retries times
+// RetryBackoff and Timeout, and at once when the producer closes), or ctx
+// ends: nil when Kafka stored them all, a *PublishError naming those it
+// did not (those never handed over among them), else ctx's error.
+func (e *InDoubtError) Settled(ctx context.Context) error {
+	select {
+	case <-e.w.done:
+		return e.w.result()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Connect connects now (creating the producer's topics) instead of on
@@ -396,6 +445,7 @@ func (p *Producer) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	ap := p.ap
+	p.ap = nil // closed once, also when Close is called again
 	p.mu.Unlock()
 	if ap != nil {
 		ap.AsyncClose()

@@ -55,14 +55,14 @@ func (a *Accepter) Accept(ctx context.Context, batch []Event, refused []FieldErr
 	for _, r := range refused {
 		skip[r.Index] = true
 	}
-	valid, problems := validate(batch, skip, a.now(), a.Window)
+	valid, at, problems := validate(batch, skip, a.now(), a.Window)
 	problems = mergeProblems(refused, problems)
 	out := Outcome{Accepted: len(valid), Rejected: len(batch) - len(valid)}
 	out.Errors = problems[:min(len(problems), MaxOutcomeErrors)]
 	if err := out.Err(); err != nil {
 		return out, err
 	}
-	if err := a.produce(ctx, valid); err != nil {
+	if err := a.produce(ctx, valid, out, at); err != nil {
 		return Outcome{}, err
 	}
 	return out, nil
@@ -77,11 +77,16 @@ func (o Outcome) Err() error {
 	return nil
 }
 
-// produce takes valid events to Kafka: errcode Unavailable when Kafka
-// cannot take them (some of them may have been stored all the same).
-func (a *Accepter) produce(ctx context.Context, valid []Event) error {
+// produce takes valid events (at their indexes at of the call) to Kafka
+// for a call that answers out once they are stored: errcode Unavailable
+// when Kafka cannot take them (some of them may have been stored all the
+// same: then it wraps an *unsettled, for Once).
+func (a *Accepter) produce(ctx context.Context, valid []Event, out Outcome, at []int) error {
 	if err := a.Produce(ctx, valid); err != nil {
 		if errors.Is(err, ErrUnavailable) {
+			if d, ok := errors.AsType[InDoubt](err); ok {
+				err = &unsettled{doubt: d, out: out, at: at}
+			}
 			return &errcode.Error{Code: errcode.Unavailable, Message: "the request-log queue is unavailable, try again shortly", RetryAfter: time.Second, Err: err}
 		}
 		return fmt.Errorf("request-log ingest: %w", err)

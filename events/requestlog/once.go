@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"time"
 
 	"github.com/cfgd/cfgd/deploy/errcode"
 )
@@ -76,6 +77,16 @@ func (a *Accepter) Admit(ctx context.Context, caller, key string) error {
 	return a.Keys.Room(ctx, caller, key)
 }
 
+// SettleWithin bounds how long a keyed call whose produce timed out holds
+// its key in the background for Kafka's final answer on its events. It
+// covers the producer's own bound (requestlogkafka: 3 retries 100 ms
+// apart, each request given up after its 5 s read timeout, a reconnect
+// after 1 s) and stays below the time after which the store takes a
+// claim without outcome for abandoned (requestlogview.AbandonedClaim, a
+// minute: a test checks it), so no other call runs with the key while
+// the events may still land.
+const SettleWithin = 45 * time.Second
+
 // Once runs the call of caller with key, whose body hashes to hash, at
 // most once: run accepts its batch (Accept, or a Pending's Accept). A
 // repeat gets the first call's outcome (replayed true). The error is the
@@ -83,6 +94,13 @@ func (a *Accepter) Admit(ctx context.Context, caller, key string) error {
 // running failed with; a failure other than a refusal releases the key,
 // so the retry runs. Errors beyond MaxKeyedErrors are dropped from the
 // outcome, first answer and replays alike.
+//
+// A call whose events Kafka did not acknowledge in time but the producer
+// still holds (an InDoubt produce) answers Unavailable and keeps its key
+// until their final result is known (a retry meanwhile is refused as in
+// progress): then every event stored finishes the key with the call's
+// outcome, none releases it, and some finish it with the others as
+// per-event errors. So a retry never stores an event a second time.
 func (a *Accepter) Once(ctx context.Context, caller, key string, hash []byte, run func(context.Context) (Outcome, error)) (out Outcome, replayed bool, err error) {
 	stored, err := a.Keys.Claim(ctx, caller, key, hash)
 	if err != nil {
@@ -92,6 +110,10 @@ func (a *Accepter) Once(ctx context.Context, caller, key string, hash []byte, ru
 		return *stored, true, stored.Err()
 	}
 	out, err = run(ctx)
+	if u, ok := errors.AsType[*unsettled](err); ok {
+		u.doubt.Settle(SettleWithin, func(lost []int, serr error) { a.settle(ctx, caller, key, u, lost, serr) })
+		return Outcome{}, false, err
+	}
 	var e *errcode.Error
 	if err != nil && !(errors.As(err, &e) && e.Code == errcode.Invalid) {
 		if rerr := a.Keys.Release(context.WithoutCancel(ctx), caller, key); rerr != nil {
@@ -108,6 +130,61 @@ func (a *Accepter) Once(ctx context.Context, caller, key string, hash []byte, ru
 	return out, false, out.Err()
 }
 
+// unsettled is what a call whose produce is in doubt answers once its
+// events have their final result: out when all are stored, the events at
+// (their indexes in the call) that are not as per-event errors.
+type unsettled struct {
+	doubt InDoubt
+	out   Outcome
+	at    []int
+}
+
+func (u *unsettled) Error() string { return u.doubt.Error() }
+func (u *unsettled) Unwrap() error { return u.doubt }
+
+// NotStored is the per-event error of an event of a keyed call that Kafka
+// did not store after the call was answered Unavailable.
+const NotStored = "not stored: the request-log queue did not take it; send it again (under a new Idempotency-Key)"
+
+// settle ends the claim of the call of u (Once) once its events have
+// their final result: lost, the indexes of those not stored, or serr
+// when that is not known in time.
+func (a *Accepter) settle(ctx context.Context, caller, key string, u *unsettled, lost []int, serr error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	switch {
+	case serr != nil:
+		// Left to expire (the store's abandoned claim): a retry then runs.
+		a.log().ErrorContext(ctx, "idempotency key kept: what Kafka stored of its call is not known", "err", serr)
+	case len(lost) == len(u.at):
+		if err := a.Keys.Release(ctx, caller, key); err != nil {
+			a.log().WarnContext(ctx, "idempotency key not released", "err", err)
+		}
+	default:
+		if err := a.Keys.Finish(ctx, caller, key, u.settled(lost)); err != nil {
+			a.log().WarnContext(ctx, "idempotency outcome not stored", "err", err)
+		}
+	}
+}
+
+// settled is the outcome of u's call of which the events lost (indexes
+// into those produced) were not stored.
+func (u *unsettled) settled(lost []int) Outcome {
+	out := u.out
+	out.Accepted -= len(lost)
+	out.Rejected += len(lost)
+	errs := make([]FieldError, 0, min(len(out.Errors)+len(lost), MaxKeyedErrors))
+	for len(errs) < MaxKeyedErrors && (len(out.Errors) > 0 || len(lost) > 0) {
+		if len(lost) == 0 || (len(out.Errors) > 0 && out.Errors[0].Index < u.at[lost[0]]) {
+			errs, out.Errors = append(errs, out.Errors[0]), out.Errors[1:]
+			continue
+		}
+		errs, lost = append(errs, FieldError{Index: u.at[lost[0]], Message: NotStored}), lost[1:]
+	}
+	out.Errors = errs
+	return out
+}
+
 func (a *Accepter) log() *slog.Logger {
 	if a.Log != nil {
 		return a.Log
@@ -122,6 +199,7 @@ func (a *Accepter) log() *slog.Logger {
 type Pending struct {
 	a      *Accepter
 	valid  []Event
+	at     []int // the index in the call of each valid event
 	out    Outcome
 	events int
 	bytes  int
@@ -140,7 +218,7 @@ func (p *Pending) Add(events []Event, size int) error {
 	if p.bytes+size > MaxKeyedBytes {
 		return errcode.New(errcode.TooLarge, fmt.Sprintf("a call with an idempotency key may send at most %d bytes (%d MiB)", MaxKeyedBytes, MaxKeyedBytes>>20))
 	}
-	valid, problems := validate(events, nil, p.a.now(), p.a.Window)
+	valid, at, problems := validate(events, nil, p.a.now(), p.a.Window)
 	for _, fe := range problems {
 		if len(p.out.Errors) == MaxKeyedErrors {
 			break
@@ -150,6 +228,9 @@ func (p *Pending) Add(events []Event, size int) error {
 	}
 	p.out.Rejected += len(events) - len(valid)
 	p.valid = append(p.valid, valid...)
+	for _, i := range at {
+		p.at = append(p.at, p.events+i)
+	}
 	p.events += len(events)
 	p.bytes += size
 	return nil
@@ -162,7 +243,7 @@ func (p *Pending) Accept(ctx context.Context) (Outcome, error) {
 	if err := out.Err(); err != nil {
 		return out, err
 	}
-	if err := p.a.produce(ctx, p.valid); err != nil {
+	if err := p.a.produce(ctx, p.valid, out, p.at); err != nil {
 		return Outcome{}, err
 	}
 	return out, nil

@@ -229,12 +229,15 @@ func CheckTime(i int, e Event, now time.Time, w Window) []FieldError {
 // ones, in order, and the problems of the rest (Check, and CheckTime
 // against w).
 func Validate(batch []Event, now time.Time, w Window) ([]Event, []FieldError) {
-	return validate(batch, nil, now, w)
+	valid, _, problems := validate(batch, nil, now, w)
+	return valid, problems
 }
 
 // validate is Validate skipping the events whose index skip holds.
-func validate(batch []Event, skip map[int]bool, now time.Time, w Window) ([]Event, []FieldError) {
+// It also returns the index in batch of each valid event.
+func validate(batch []Event, skip map[int]bool, now time.Time, w Window) ([]Event, []int, []FieldError) {
 	accepted := make([]Event, 0, len(batch))
+	at := make([]int, 0, len(batch))
 	var problems []FieldError
 	for i, e := range batch {
 		if skip[i] {
@@ -250,8 +253,9 @@ func validate(batch []Event, skip map[int]bool, now time.Time, w Window) ([]Even
 			continue
 		}
 		accepted = append(accepted, e)
+		at = append(at, i)
 	}
-	return accepted, problems
+	return accepted, at, problems
 }
 
 func trunc(s string) string { return clip.Abbrev(s, 32) }

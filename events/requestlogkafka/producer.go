@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -69,6 +70,13 @@ type Producer struct {
 	p     *kafka.Producer
 
 	produced atomic.Int64
+
+	// settling counts the Settle callbacks still to run; Close waits for
+	// them once closing is set (under mu), after which Settle runs its
+	// callback itself.
+	mu       sync.Mutex
+	closing  bool
+	settling sync.WaitGroup
 }
 
 // NewProducer returns a producer; it does not connect yet.
@@ -96,7 +104,8 @@ func (p *Producer) Produced() int64 { return p.produced.Load() }
 // Produce hands events (already validated) to Kafka and returns once Kafka
 // has stored them all, or with an error wrapping requestlog.ErrUnavailable after at
 // most the configured Timeout. After an error some of the events may still
-// have been stored.
+// have been stored: then it is a requestlog.InDoubt, whose Settle says
+// which were once sarama has given up or stored each.
 func (p *Producer) Produce(ctx context.Context, evs []requestlog.Event) error {
 	if len(evs) == 0 {
 		return nil
@@ -114,11 +123,76 @@ func (p *Producer) Produce(ctx context.Context, evs []requestlog.Event) error {
 		msgs = append(msgs, m)
 	}
 	if err := p.p.Send(ctx, msgs...); err != nil {
-		return fmt.Errorf("%w: %w", requestlog.ErrUnavailable, err)
+		err = fmt.Errorf("%w: %w", requestlog.ErrUnavailable, err)
+		if kd, ok := errors.AsType[*kafka.InDoubtError](err); ok {
+			return &inDoubt{err: err, kd: kd, p: p, events: len(evs)}
+		}
+		return err
 	}
 	p.produced.Add(int64(len(evs)))
 	return nil
 }
 
-// Close flushes what Kafka can still take and stops the producer.
-func (p *Producer) Close() error { return p.p.Close() }
+// inDoubt is the failure of a Produce whose records sarama still holds
+// (requestlog.InDoubt): they may be stored yet.
+type inDoubt struct {
+	err    error
+	kd     *kafka.InDoubtError
+	p      *Producer
+	events int
+}
+
+var _ requestlog.InDoubt = (*inDoubt)(nil)
+
+func (e *inDoubt) Error() string { return e.err.Error() }
+func (e *inDoubt) Unwrap() error { return e.err }
+
+// Settle calls f once sarama has given every record its final result,
+// with the events of the records it did not store, or with the error
+// when that is not known within within. Close waits for f.
+func (e *inDoubt) Settle(within time.Duration, f func(lost []int, err error)) {
+	run := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		defer cancel()
+		err := e.kd.Settled(ctx)
+		pe, partly := errors.AsType[*kafka.PublishError](err)
+		if err != nil && !partly {
+			f(nil, err)
+			return
+		}
+		var lost []int
+		if partly {
+			for _, r := range pe.Failed {
+				for i := r * e.p.cfg.PackEvents; i < min((r+1)*e.p.cfg.PackEvents, e.events); i++ {
+					lost = append(lost, i)
+				}
+			}
+		}
+		e.p.produced.Add(int64(e.events - len(lost)))
+		f(lost, nil)
+	}
+	e.p.mu.Lock()
+	if e.p.closing {
+		e.p.mu.Unlock()
+		run()
+		return
+	}
+	e.p.settling.Add(1)
+	e.p.mu.Unlock()
+	go func() {
+		defer e.p.settling.Done()
+		run()
+	}()
+}
+
+// Close flushes what Kafka can still take and stops the producer, then
+// waits for the Settle callbacks (every record has its final result once
+// the producer is stopped).
+func (p *Producer) Close() error {
+	p.mu.Lock()
+	p.closing = true
+	p.mu.Unlock()
+	err := p.p.Close()
+	p.settling.Wait()
+	return err
+}

@@ -259,3 +259,13 @@ func TestIdempotencyWritesTheAnswerThePreviousBuildReads(t *testing.T) {
 		}
 	}
 }
+
+// A keyed call whose events Kafka may still store holds its claim in the
+// background for at most requestlog.SettleWithin after its produce timed
+// out (1 s by default), then writes its outcome (10 s at most): the
+// store must not take the claim for abandoned before (chaos finding 2).
+func TestAbandonedClaimOutlivesASettlingCall(t *testing.T) {
+	if d := time.Second + requestlog.SettleWithin + 10*time.Second; d >= requestlogview.AbandonedClaim {
+		t.Fatalf("a settling call holds its claim up to %v, the store frees it after %v", d, requestlogview.AbandonedClaim)
+	}
+}

@@ -1,0 +1,131 @@
+package monitor_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cfgd/cfgd/api/rest/monitor"
+	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/events/requestlog"
+	"github.com/cfgd/cfgd/events/requestlogkafka"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
+)
+
+// Chaos finding 2 (issue 29): a keyed batch answered 503 because Kafka
+// did not answer in time, while the producer still holds its record, is
+// stored at most once however often it is retried with its
+// Idempotency-Key: the key is held until the record's final result is
+// known (a retry meanwhile is 409 in progress, with Retry-After). Stored
+// late, the key is finished with the batch's outcome, which the next
+// retry gets replayed; refused late, the key is released and the next
+// retry runs.
+func TestRetriedUnavailableIngestIsStoredOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// refuse makes the broker refuse the first produce request once
+		// the gate opens, instead of storing it.
+		refuse   bool
+		replayed string
+	}{
+		{name: "stored late", replayed: "true"},
+		{name: "refused late", refuse: true, replayed: ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// The broker holds every produce request until gate opens:
+			// what a paused broker looks like to the producer.
+			kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(kc.Close)
+			gate := make(chan struct{})
+			var produces atomic.Int32
+			kc.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+				kc.KeepControl()
+				kc.SleepControl(func() { <-gate })
+				if !tc.refuse || produces.Add(1) > 1 {
+					return nil, nil, false
+				}
+				req := r.(*kmsg.ProduceRequest)
+				resp := req.ResponseKind().(*kmsg.ProduceResponse)
+				for _, rt := range req.Topics {
+					st := kmsg.NewProduceResponseTopic()
+					st.Topic, st.TopicID = rt.Topic, rt.TopicID
+					for _, rp := range rt.Partitions {
+						sp := kmsg.NewProduceResponseTopicPartition()
+						sp.Partition, sp.ErrorCode = rp.Partition, kerr.MessageTooLarge.Code
+						st.Partitions = append(st.Partitions, sp)
+					}
+					resp.Topics = append(resp.Topics, st)
+				}
+				return resp, nil, true
+			})
+			c := kafka.Config{Brokers: kc.ListenAddrs(), Partitions: 1, TopicPrefix: "settle.", ClientID: "cfgd-test"}
+			pc := requestlogkafka.DefaultProducerConfig(c)
+			pc.Timeout = 500 * time.Millisecond // its records outlive it: sarama waits 2.5 s for an answer
+			p, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = p.Close() })
+			idem := requestlogview.NewIdempotency(testenv.Postgres(t), time.Now, 100*time.Millisecond)
+			r := mux.NewRouter()
+			monitor.New(p, nil, time.Now).WithIdempotency(idem).Mount(r, pass, pass)
+			srv := httptest.NewServer(r)
+			defer srv.Close()
+			url := srv.URL + "/api/grpc/monitor/ingest/"
+			body := `[{"service_name":"settle.Svc","method_name":"A","status":"success"},{"service_name":"settle.Svc","method_name":"B","status":"bogus"}]`
+
+			code, first, _ := post(t, url, "k", body)
+			if code != http.StatusServiceUnavailable {
+				t.Fatalf("first: %d %s, want 503 (the broker holds the record)", code, first)
+			}
+			// The record may still land: the key is held.
+			heldCode, held, heldHeader := post(t, url, "k", body)
+			close(gate)
+			// Once the record's fate is known, the retry is answered.
+			var again string
+			var h http.Header
+			waitFor(t, func() bool {
+				code, again, h = post(t, url, "k", body)
+				return code != http.StatusConflict && code != http.StatusServiceUnavailable
+			})
+			// Stored once: one record of one event, also after the
+			// producer has flushed everything it held.
+			if err := p.Close(); err != nil {
+				t.Fatal(err)
+			}
+			msgs := testenv.ReadTopic(t, c, p.Topic(), 2, 2*time.Second)
+			var events int
+			for _, m := range msgs {
+				evs, err := requestlog.DecodeBatch(m.Value, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				events += len(evs)
+			}
+			if len(msgs) != 1 || events != 1 {
+				t.Fatalf("%d records of %d events in Kafka, want the batch's one event once", len(msgs), events)
+			}
+			if heldCode != http.StatusConflict || !strings.Contains(held, "in progress") || heldHeader.Get("Retry-After") == "" {
+				t.Fatalf("retry while held: %d %s %v", heldCode, held, heldHeader)
+			}
+			if code != http.StatusAccepted || h.Get("Idempotent-Replayed") != tc.replayed ||
+				!strings.Contains(again, `"accepted":1,"rejected":1`) || !strings.Contains(again, `"index":1`) {
+				t.Fatalf("retry after the record's fate is known: %d %s %v", code, again, h)
+			}
+		})
+	}
+}
