@@ -79,12 +79,12 @@ func (a *Accepter) Admit(ctx context.Context, caller, key string) error {
 
 // SettleWithin bounds how long a keyed call whose produce timed out holds
 // its key in the background for Kafka's final answer on its events. It
-// covers the producer's own bound (requestlogkafka: 3 retries 100 ms
-// apart, each request given up after its 5 s read timeout, a reconnect
-// after 1 s) and stays below the time after which the store takes a
-// claim without outcome for abandoned (requestlogview.AbandonedClaim, a
-// minute: a test checks it), so no other call runs with the key while
-// the events may still land.
+// covers the producer's own bound (requestlogkafka gives a record up
+// about 20 times its Timeout after, 21 s at the default 1 s: 4 tries, each
+// waiting 5 times the Timeout for an answer) and stays below the time
+// after which the store takes a claim without outcome for abandoned
+// (requestlogview.AbandonedClaim, a minute: a test checks it), so no
+// other call runs with the key while the events may still land.
 const SettleWithin = 45 * time.Second
 
 // Once runs the call of caller with key, whose body hashes to hash, at
