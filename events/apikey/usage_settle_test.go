@@ -5,9 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events/apikey"
 	"github.com/cfgd/cfgd/events/kafka"
@@ -18,20 +15,8 @@ import (
 // again by the next flush, so a use is counted once.
 func TestFlushTimedOutIsNotCountedTwice(t *testing.T) {
 	t.Parallel()
-	// The broker holds every produce request until gate opens: what a
-	// paused broker looks like to the producer.
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
-	gate := make(chan struct{})
-	kc.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
-		kc.SleepControl(func() { <-gate })
-		return nil, nil, false
-	})
-	c := kafka.Config{Brokers: kc.ListenAddrs(), Partitions: 1, TopicPrefix: "usage.", ClientID: "cfgd-test"}
+	// A broker that holds the record: the flush times out first.
+	c, open := testenv.HeldKafka(t, false)
 	rc := apikey.DefaultUsageRecorderConfig(c)
 	rc.Timeout = 500 * time.Millisecond // its record outlives it: sarama waits 2.5 s for an answer
 	r, err := apikey.NewUsageRecorder(rc, testenv.Quiet())
@@ -44,7 +29,7 @@ func TestFlushTimedOutIsNotCountedTwice(t *testing.T) {
 		t.Fatal("the first flush got an answer from a held broker")
 	}
 	_ = r.Flush(ctx) // what a flush keeps back is not sent while its record may land
-	close(gate)
+	open()
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}

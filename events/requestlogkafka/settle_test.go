@@ -7,11 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/events/requestlogkafka"
 )
@@ -22,18 +18,8 @@ import (
 // (a keyed call writes its outcome there; chaos finding 2).
 func TestProduceInDoubtSettlesBeforeClose(t *testing.T) {
 	t.Parallel()
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
-	gate := make(chan struct{})
-	kc.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
-		kc.SleepControl(func() { <-gate })
-		return nil, nil, false
-	})
-	cfg := requestlogkafka.DefaultProducerConfig(kafka.Config{Brokers: kc.ListenAddrs(), Partitions: 1, TopicPrefix: "doubt.", ClientID: "cfgd-test"})
+	c, open := testenv.HeldKafka(t, false)
+	cfg := requestlogkafka.DefaultProducerConfig(c)
 	cfg.PackEvents = 2
 	cfg.Timeout = 500 * time.Millisecond
 	p, err := requestlogkafka.NewProducer(cfg, testenv.Quiet())
@@ -53,7 +39,7 @@ func TestProduceInDoubtSettlesBeforeClose(t *testing.T) {
 		}
 		settled.Store(true)
 	})
-	close(gate)
+	open()
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -4,18 +4,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gorilla/mux"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cfgd/cfgd/api/rest/monitor"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
 	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
@@ -43,36 +38,8 @@ func TestRetriedUnavailableIngestIsStoredOnce(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			// The broker holds every produce request until gate opens:
-			// what a paused broker looks like to the producer.
-			kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(kc.Close)
-			gate := make(chan struct{})
-			var produces atomic.Int32
-			kc.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
-				kc.KeepControl()
-				kc.SleepControl(func() { <-gate })
-				if !tc.refuse || produces.Add(1) > 1 {
-					return nil, nil, false
-				}
-				req := r.(*kmsg.ProduceRequest)
-				resp := req.ResponseKind().(*kmsg.ProduceResponse)
-				for _, rt := range req.Topics {
-					st := kmsg.NewProduceResponseTopic()
-					st.Topic, st.TopicID = rt.Topic, rt.TopicID
-					for _, rp := range rt.Partitions {
-						sp := kmsg.NewProduceResponseTopicPartition()
-						sp.Partition, sp.ErrorCode = rp.Partition, kerr.MessageTooLarge.Code
-						st.Partitions = append(st.Partitions, sp)
-					}
-					resp.Topics = append(resp.Topics, st)
-				}
-				return resp, nil, true
-			})
-			c := kafka.Config{Brokers: kc.ListenAddrs(), Partitions: 1, TopicPrefix: "settle.", ClientID: "cfgd-test"}
+			// A broker that holds the record: the producer times out first.
+			c, open := testenv.HeldKafka(t, tc.refuse)
 			pc := requestlogkafka.DefaultProducerConfig(c)
 			pc.Timeout = 500 * time.Millisecond // its records outlive it: sarama waits 2.5 s for an answer
 			p, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
@@ -94,7 +61,7 @@ func TestRetriedUnavailableIngestIsStoredOnce(t *testing.T) {
 			}
 			// The record may still land: the key is held.
 			heldCode, held, heldHeader := post(t, url, "k", body)
-			close(gate)
+			open()
 			// Once the record's fate is known, the retry is answered.
 			var again string
 			var h http.Header
