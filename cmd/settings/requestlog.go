@@ -29,7 +29,7 @@ func (t *RequestLog) fields() []field {
 		positive(&s.RetentionEvery, "REQUESTLOG__RETENTION_EVERY", "how often old partitions are dropped"),
 		str(&s.Group, "REQUESTLOG__CONSUMER_GROUP", "the sink's consumer group"),
 		intRange(&p.PackEvents, "REQUESTLOG__PACK_EVENTS", "events per Kafka record", 1, 4096),
-		positive(&p.Timeout, "REQUESTLOG__PRODUCE_TIMEOUT", "how long an ingest call waits for Kafka before 503 (the producer gives a record up about 20 × this after: keep it at most 2 s, so a keyed call settles its key within 45 s, requestlog.SettleWithin)"),
+		positive(&p.Timeout, "REQUESTLOG__PRODUCE_TIMEOUT", "how long an ingest call waits for Kafka before 503 (the producer gives a record up at most 23 s + 55 × this after: keep it at most 1 s, so a keyed call settles its key within 90 s, requestlog.SettleWithin)"),
 		mebibytes(&p.MaxInFlightBytes, "REQUESTLOG__MAX_IN_FLIGHT_MB", "producer memory bound (MiB)", 1, 4096),
 	}
 }

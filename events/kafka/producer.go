@@ -27,9 +27,13 @@ const (
 // shares (idempotence, acks, compression, size limit) comes from Config.
 type ProducerOptions struct {
 	// Retries and RetryBackoff bound how long sarama retries a record
-	// before it reports it failed. Defaults 10 and 200ms.
-	Retries      int
-	RetryBackoff time.Duration
+	// before it reports it failed. Defaults 10 and 200ms. With
+	// RetryBackoffMax the backoff doubles after each try, from
+	// RetryBackoff up to RetryBackoffMax, so that retries spent at once
+	// (connections refused) still span a broker's restart.
+	Retries         int
+	RetryBackoff    time.Duration
+	RetryBackoffMax time.Duration
 	// Timeout bounds connecting, and each produce request; it also spaces
 	// reconnects after a failed one. 0: sarama's defaults, no spacing.
 	Timeout time.Duration
@@ -71,6 +75,11 @@ func (c Config) producerSarama(o ProducerOptions) (*sarama.Config, error) {
 	}
 	if o.RetryBackoff == 0 {
 		s.Producer.Retry.Backoff = 200 * time.Millisecond
+	}
+	if first, most := s.Producer.Retry.Backoff, o.RetryBackoffMax; most > first {
+		s.Producer.Retry.BackoffFunc = func(retries, _ int) time.Duration {
+			return min(first<<min(retries, 20), most)
+		}
 	}
 	s.Producer.Return.Successes = true
 	s.Producer.Return.Errors = true

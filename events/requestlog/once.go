@@ -80,12 +80,13 @@ func (a *Accepter) Admit(ctx context.Context, caller, key string) error {
 // SettleWithin bounds how long a keyed call whose produce timed out holds
 // its key in the background for Kafka's final answer on its events. It
 // covers the producer's own bound (requestlogkafka gives a record up
-// about 20 times its Timeout after, 21 s at the default 1 s: 4 tries, each
-// waiting 5 times the Timeout for an answer) and stays below the time
-// after which the store takes a claim without outcome for abandoned
-// (requestlogview.AbandonedClaim, a minute: a test checks it), so no
-// other call runs with the key while the events may still land.
-const SettleWithin = 45 * time.Second
+// at most 78 s after at the default 1 s Timeout: 11 tries, each waiting 5
+// times the Timeout for an answer, and 23 s of backoff between them) and
+// stays below the time after which the store takes a claim without
+// outcome for abandoned (requestlogview.AbandonedClaim, two minutes: a
+// test checks it), so no other call runs with the key while the events
+// may still land.
+const SettleWithin = 90 * time.Second
 
 // Once runs the call of caller with key, whose body hashes to hash, at
 // most once: run accepts its batch (Accept, or a Pending's Accept). A

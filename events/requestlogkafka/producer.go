@@ -84,10 +84,17 @@ func NewProducer(cfg ProducerConfig, log *slog.Logger) (*Producer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	// Quick to give up on an unreachable broker, so the edges answer 503
-	// instead of queueing without bound; records linger a few
-	// milliseconds to fill large compressed batches.
-	p, err := kafka.NewProducer(cfg.Bus, kafka.ProducerOptions{Retries: 3, RetryBackoff: 100 * time.Millisecond, Timeout: cfg.Timeout,
+	// A call waits at most Timeout, so the edges answer 503 instead of
+	// queueing without bound, but a record handed over is retried for
+	// longer than a broker takes to restart or a stalled one to resume:
+	// 11 tries, backoff 0.1 s doubling to 4 s (23 s when every try is
+	// refused at once), each waiting up to 5 x Timeout for an answer (78 s
+	// at the default 1 s against a paused broker). A keyed call holds its
+	// key until then (requestlog.SettleWithin), so the shorter the
+	// producer's patience, the more stalls end in a record stored late
+	// after its retry ran: the ambiguity Kafka cannot resolve.
+	// Records linger a few milliseconds to fill large compressed batches.
+	p, err := kafka.NewProducer(cfg.Bus, kafka.ProducerOptions{Retries: 10, RetryBackoff: 100 * time.Millisecond, RetryBackoffMax: 4 * time.Second, Timeout: cfg.Timeout,
 		Linger: 5 * time.Millisecond, MaxMessageBytes: 4 << 20, MaxInFlightBytes: cfg.MaxInFlightBytes, Topics: []string{kafka.TopicRequestLogs}}, log)
 	if err != nil {
 		return nil, err

@@ -80,7 +80,7 @@ func rowBytes(key string, hash []byte) int64 { return int64(len(key) + len(hash)
 
 // AbandonedClaim is how long a claim may wait for its outcome before
 // another call with the key takes it over.
-const AbandonedClaim = time.Minute
+const AbandonedClaim = 2 * time.Minute
 
 // Queries, by primary key or by the created_at index, so their generic
 // plans use an index on an empty table too (idempotency_test.go). A row
