@@ -38,6 +38,9 @@ func identityModule(w wiring) (modules.Module, *auth.API, error) {
 	if err != nil {
 		return m, a, err
 	}
+	// A restarted replica answers no credential from read models older
+	// than its start (docs/api.md#tokens).
+	m.Checks = append(m.Checks, process.Check{Name: "auth-read-models", Ping: app.Auth.Ready})
 	// Background runners stop after the servers: the last uses are sent.
 	m.Background = append(m.Background, process.Runner{Name: "apikey-usage-recorder", Run: usage.Run})
 	return m, a, nil

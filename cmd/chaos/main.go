@@ -193,8 +193,9 @@ func chaos(seed uint64, length time.Duration, bin string, base int, dataRoot str
 		return 2
 	}
 	ld := &loader{c: cl, r: r, l: ck.l, hist: hist, mail: r.mail, seed: seed}
-	// The key was made before the replicas started; they refuse it until
-	// their API-key projection has it, which /readyz does not wait for.
+	// The key was made before the replicas started; /readyz waits until
+	// their API-key projection has it (docs/api.md#tokens), so a refusal
+	// after ready is noted.
 	keyWait := time.Now()
 	if _, err := eventually(ctx, time.Minute, func(ctx context.Context) error {
 		for i := range r.serveURL {

@@ -52,7 +52,7 @@ var allSeries = []series{
 	{name: "pg_idempotency_bytes_per_row", unit: "B", abs: 64, rel: 0.15, why: "requestlog_idempotency bytes per row"},
 	{name: "pg_events_mb", unit: "MiB", abs: -1, why: "events (the event store and outbox), table and indexes (append-only)"},
 	{name: "pg_events_bytes_per_row", unit: "B", abs: 64, rel: 0.15, why: "events bytes per row"},
-	{name: "pg_revocations_mb", unit: "MiB", abs: -1, why: "session_revocations, table and indexes (grows: one row per logout, never pruned)"},
+	{name: "pg_revocations_mb", unit: "MiB", abs: -1, why: "session_revocations, table and indexes (grows: one row per logout, kept until its session ends, JWT__REFRESH_TTL)"},
 	{name: "pg_revocations_bytes_per_row", unit: "B", abs: -1, why: "session_revocations bytes per row"},
 	{name: "dead_letters", unit: "", abs: 0, rel: 0, why: "records dead-lettered (cfgd_projection_deadletters_total + cfgd_sink_deadletters_total)"},
 	{name: "kafka_log_mb", unit: "MiB", abs: -1, why: "the embedded broker's data directory (no retention)"},

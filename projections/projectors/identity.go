@@ -12,7 +12,7 @@ import (
 // Projection names.
 const (
 	UsersName       = identityview.UsersProjection
-	RevocationsName = "identity.revocations"
+	RevocationsName = identityview.RevocationsProjection
 )
 
 // Identity returns every identity projection.

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cfgd/cfgd/events/apikey"
+	"github.com/cfgd/cfgd/readmodels/checkpoints"
 )
 
 // ErrInvalidKey covers an unknown, malformed, revoked or expired key; the
@@ -35,6 +36,9 @@ type Config struct {
 	// CacheSize bounds the remembered lookups; default 10,000.
 	CacheSize int
 	Now       func() time.Time
+	// CurrentWait bounds how long a check waits, after the start, for
+	// api_keys to hold every key event stored before it; default 5s.
+	CurrentWait time.Duration
 }
 
 // MaxCacheTTL keeps revocations prompt whatever the configuration.
@@ -46,16 +50,23 @@ func (c Config) Validate() error {
 	if c.CacheTTL < 0 || c.CacheTTL > MaxCacheTTL {
 		errs = append(errs, fmt.Errorf("apikey: cache TTL must be from 0 to %s, got %s", MaxCacheTTL, c.CacheTTL))
 	}
+	if c.CurrentWait < 0 {
+		errs = append(errs, fmt.Errorf("apikey: current wait must not be negative, got %s", c.CurrentWait))
+	}
 	if c.CacheSize < 0 {
 		errs = append(errs, fmt.Errorf("apikey: cache size must not be negative, got %d", c.CacheSize))
 	}
 	return errors.Join(errs...)
 }
 
-// Authenticator checks presented keys against the read model.
+// Authenticator checks presented keys against the read model. After a
+// start it trusts the read model only once current is: api_keys then holds
+// every key created or revoked before the process started (created while
+// no serve ran, say, and still in the outbox or an unconsumed partition).
 type Authenticator struct {
-	db  DB
-	cfg Config
+	db      DB
+	cfg     Config
+	current *checkpoints.Current
 
 	mu    sync.Mutex
 	cache map[string]cached // by key hash
@@ -82,11 +93,21 @@ func NewAuthenticator(db DB, cfg Config) (*Authenticator, error) {
 	if cfg.CacheSize == 0 {
 		cfg.CacheSize = 10_000
 	}
+	if cfg.CurrentWait == 0 {
+		cfg.CurrentWait = 5 * time.Second
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Authenticator{db: db, cfg: cfg, cache: map[string]cached{}}, nil
+	return &Authenticator{db: db, cfg: cfg, cache: map[string]cached{},
+		current: checkpoints.NewCurrent(db, KeysProjection, KeyTypes()...)}, nil
 }
+
+// KeyTypes are the event types of KeysProjection.
+func KeyTypes() []string { return []string{apikey.Created{}.EventType(), apikey.Revoked{}.EventType()} }
+
+// Ready fails until api_keys is current as of the start.
+func (a *Authenticator) Ready(ctx context.Context) error { return a.current.Check(ctx) }
 
 // MaxKeyLength bounds what is hashed; real keys are 48 characters.
 const MaxKeyLength = 256
@@ -96,6 +117,9 @@ const MaxKeyLength = 256
 func (a *Authenticator) Authenticate(ctx context.Context, raw string) (Owner, error) {
 	if !strings.HasPrefix(raw, apikey.Prefix) || len(raw) > MaxKeyLength {
 		return Owner{}, ErrInvalidKey
+	}
+	if err := a.current.Wait(ctx, a.cfg.CurrentWait); err != nil {
+		return Owner{}, fmt.Errorf("API keys: %w", err)
 	}
 	hash := apikey.Hash(raw)
 	row, found, err := a.lookup(ctx, hash)

@@ -121,11 +121,14 @@ type Revocation struct {
 	ExpiresAt time.Time
 }
 
+// insertRevocation skips a session that has already ended (the database's
+// clock, as the sweep's): the sweep would delete its row, so a replay and
+// the live table agree on it.
 const insertRevocation = `
 	INSERT INTO session_revocations (session_id, user_id, kind, reason, revoked_at, expires_at)
-	VALUES ($1, $2, $3, $4, $5, $6)`
+	SELECT $1, $2, $3, $4, $5, $6 WHERE $6::timestamptz > now()`
 
-// InsertRevocation records r.
+// InsertRevocation records r, unless its session has already ended.
 func InsertRevocation(ctx context.Context, tx Execer, r Revocation) error {
 	if err := tx.Exec(ctx, insertRevocation, r.SessionID, r.UserID, r.Kind, r.Reason, r.RevokedAt, r.ExpiresAt); err != nil {
 		return fmt.Errorf("revoke session: %w", err)

@@ -161,7 +161,7 @@ func New(cfg Config, d Deps) (*App, error) {
 	a := &App{
 		Config: cfg, Log: d.Log, Now: d.Now, Tokens: tokens, secret: secret, Generated: generated,
 		Users:           identityview.NewUsers(d.Pool, cfg.ReadWait),
-		Revocations:     identityview.NewRevocations(d.Pool, cfg.JWT.RevocationPoll, cfg.JWT.AccessTTL, d.Now),
+		Revocations:     identityview.NewRevocations(d.Pool, cfg.JWT.RevocationPoll, cfg.JWT.AccessTTL, d.Now, cfg.ReadWait),
 		Limiter:         NewLimiter(d.Redis, cfg.RedisPrefix),
 		RequestOTP:      otp.NewRequestHandler(db, hasher, templates, sender, d.Now, d.Log),
 		VerifyOTP:       otp.NewVerifyHandler(db, hasher, tokens, sources, d.Now),
@@ -172,7 +172,7 @@ func New(cfg Config, d Deps) (*App, error) {
 		ChangeAvatar:    user.NewChangeAvatarHandler(db, d.Now),
 		CreateSuperuser: user.NewCreateSuperuserHandler(db, d.Now),
 	}
-	apiKeys, err := apikeyview.NewAuthenticator(d.Pool, apikeyview.Config{CacheTTL: cfg.APIKeyCacheTTL, Now: d.Now})
+	apiKeys, err := apikeyview.NewAuthenticator(d.Pool, apikeyview.Config{CacheTTL: cfg.APIKeyCacheTTL, Now: d.Now, CurrentWait: cfg.ReadWait})
 	if err != nil {
 		return nil, err
 	}

@@ -51,6 +51,8 @@ var (
 // APIKeys checks a raw API key (readmodels/apikey.Authenticator).
 type APIKeys interface {
 	Authenticate(ctx context.Context, raw string) (apikeyview.Owner, error)
+	// Ready fails until the keys read model is current as of the start.
+	Ready(ctx context.Context) error
 }
 
 // Authenticator turns credentials into a Principal without knowing the
@@ -61,6 +63,15 @@ type Authenticator struct {
 	pool  *pgxpool.Pool
 	keys  APIKeys
 	usage Usage
+}
+
+// Ready fails until the read models every credential check trusts (the
+// revocation set and the API keys) hold every event stored before this
+// process started, and the revocation set is loaded: a replica restarted
+// after a logout or a key's creation answers neither from a stale view.
+// The checks themselves wait for the same (at most ReadWait).
+func (a *Authenticator) Ready(ctx context.Context) error {
+	return errors.Join(a.app.Revocations.Ready(ctx), a.keys.Ready(ctx))
 }
 
 // Bearer checks an access token and its session's revocation.
