@@ -185,6 +185,7 @@ func TestCodeExpiresAt300Seconds(t *testing.T) {
 		t.Run(tc.age.String(), func(t *testing.T) {
 			t.Parallel()
 			e := authtest.Start(t, authtest.Options{NoPipeline: true})
+			e.Clock.Stop()
 			email := authtest.Email("expiry")
 			code := e.RequestCode(t, email)
 			e.Clock.Advance(tc.age)

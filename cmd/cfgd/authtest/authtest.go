@@ -51,13 +51,25 @@ func RedisURL() string {
 	return settings.DefaultCore().RedisURL
 }
 
-// Clock is a settable test clock: real time plus an offset.
+// Clock is a settable test clock: real time plus an offset, or a fixed
+// time once stopped.
 type Clock struct {
-	offset atomic.Int64
+	offset  atomic.Int64
+	stopped atomic.Int64 // UnixNano of the fixed time; 0 while running
 }
 
 // Now is the clock's time.
-func (c *Clock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *Clock) Now() time.Time {
+	if at := c.stopped.Load(); at != 0 {
+		return time.Unix(0, at).Add(time.Duration(c.offset.Load()))
+	}
+	return time.Now().Add(time.Duration(c.offset.Load()))
+}
+
+// Stop fixes the clock at its current time, so that a test measuring an
+// age to the millisecond (a code's 300 s) does not count the real time
+// its requests take on a loaded machine.
+func (c *Clock) Stop() { c.stopped.Store(time.Now().UnixNano()) }
 
 // Advance moves the clock forward by d.
 func (c *Clock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
