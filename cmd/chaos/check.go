@@ -202,20 +202,9 @@ func (ck *checker) requestLogs(ctx context.Context) {
 		}
 	}
 
-	// The long-lived key's usage counts the posts it authenticated.
-	var usage int64
-	if err := ck.pg.QueryRow(ctx, `SELECT request_count FROM api_keys WHERE id = $1`, ck.r.keyID).Scan(&usage); err != nil {
-		ck.rp.violate("api key usage: %v", err)
-		return
-	}
 	l.mu.Lock()
-	posts, answered := l.keyPosts, l.keyAnswered
 	bad := append([]string(nil), l.badIngest...)
 	l.mu.Unlock()
-	if usage > int64(posts) {
-		ck.rp.violate("API key usage %d is more than the %d calls made with it", usage, posts)
-	}
-	ck.rp.note("API key usage %d; calls made with it %d, answered %d (a kill -9 of a serve loses the uses it had not flushed: up to 1 s of them)", usage, posts, answered)
 	if len(bad) > 0 {
 		ck.rp.violate("%d valid ingest batches were refused: %s", len(bad), strings.Join(first(bad, 5), "; "))
 	}
@@ -596,4 +585,46 @@ func firstDiff(a, b []string) string {
 		}
 	}
 	return ""
+}
+
+// worker: after the restarts and faults the worker is registered and
+// running (not left stopped by a restart cut in the middle).
+func (ck *checker) worker(ctx context.Context) {
+	var state string
+	_, err := eventually(ctx, 30*time.Second, func(ctx context.Context) error {
+		var res struct {
+			Workers []struct {
+				ID    string `json:"worker_id"`
+				State string `json:"state"`
+			} `json:"workers"`
+		}
+		code, err := ck.c.do(ctx, 0, http.MethodGet, "/api/tasks/workers/", nil, map[string]string{"Authorization": ck.r.staff}, &res)
+		if err != nil || code != http.StatusOK {
+			return fmt.Errorf("workers: %s", outcome(code, err))
+		}
+		state = ""
+		for _, w := range res.Workers {
+			if w.ID == workerID {
+				state = w.State
+			}
+		}
+		if state != "running" {
+			return fmt.Errorf("worker %s is %q", workerID, state)
+		}
+		return nil
+	})
+	ck.l.mu.Lock()
+	var restarts []string
+	for k, n := range ck.l.ops {
+		if strings.HasPrefix(k, "worker restart: ") {
+			restarts = append(restarts, fmt.Sprintf("%s %d", strings.TrimPrefix(k, "worker restart: "), n))
+		}
+	}
+	ck.l.mu.Unlock()
+	slices.Sort(restarts)
+	if err != nil {
+		ck.rp.violate("worker after the run: %v (restart commands: %s)", err, strings.Join(restarts, ", "))
+		return
+	}
+	ck.rp.note("worker: running at the end; restart commands: %s", strings.Join(restarts, ", "))
 }

@@ -284,7 +284,7 @@ func (r *rig) up(ctx context.Context, say func(string, ...any)) error {
 	worker := &component{name: "worker", tier: tierWorker, group: true,
 		launch: r.owned("worker", func() *exec.Cmd {
 			cmd := exec.Command(r.bin, "worker")
-			cmd.Env = r.cfgdEnv(map[string]string{"TASKS__WORKER_ID": "chaos-worker", "HTTP__ADDR": "127.0.0.1:0", "GRPC__ADDR": "127.0.0.1:0"})
+			cmd.Env = r.cfgdEnv(map[string]string{"TASKS__WORKER_ID": workerID, "HTTP__ADDR": "127.0.0.1:0", "GRPC__ADDR": "127.0.0.1:0"})
 			return cmd
 		})}
 	if err := worker.start(ctx); err != nil {
