@@ -15,6 +15,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cfgd/cfgd/cmd/internal/rig"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -50,7 +51,7 @@ func eventually(ctx context.Context, timeout time.Duration, cond func(context.Co
 	}
 }
 
-func (r *rig) node(name string) (driver.Conn, error) {
+func (r *deployment) node(name string) (driver.Conn, error) {
 	return clickhouse.Open(&clickhouse.Options{Addr: []string{r.chAddrs[name]}, Auth: clickhouse.Auth{Database: "cfgd"},
 		DialTimeout: 2 * time.Second})
 }
@@ -60,7 +61,7 @@ type checker struct {
 	// healStart is the end of the schedule: the time to heal runs from it
 	// until every process is up and ClickHouse holds what was acknowledged.
 	healStart time.Time
-	r         *rig
+	r         *deployment
 	l         *ledger
 	c         *client
 	pg        *pgxpool.Pool
@@ -228,40 +229,11 @@ func (ck *checker) users(ctx context.Context) {
 	}
 	reused, freshBad, tries := append([]string(nil), l.reused...), append([]string(nil), l.freshBad...), l.reuseTrys
 	l.mu.Unlock()
-	users := map[string]int64{}
+	var users map[string]int64
 	_, err := eventually(ctx, time.Minute, func(ctx context.Context) error {
-		var registered, claimed, rows, distinct int
-		if err := ck.pg.QueryRow(ctx, `SELECT
-			(SELECT count(*) FROM events WHERE type = 'user.registered'),
-			(SELECT count(*) FROM events WHERE type = 'user.email_claimed'),
-			(SELECT count(*) FROM users),
-			(SELECT count(DISTINCT lower(email)) FROM users)`).Scan(&registered, &claimed, &rows, &distinct); err != nil {
-			return err
-		}
-		if distinct != rows {
-			return fmt.Errorf("users are not unique by e-mail: %d rows, %d addresses", rows, distinct)
-		}
-		if registered != claimed {
-			return fmt.Errorf("event store: %d users registered, %d addresses claimed", registered, claimed)
-		}
-		if rows != registered {
-			return fmt.Errorf("users read model has %d rows, the event store registered %d", rows, registered)
-		}
-		r, err := ck.pg.Query(ctx, `SELECT lower(email), id FROM users`)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		clear(users)
-		for r.Next() {
-			var email string
-			var id int64
-			if err := r.Scan(&email, &id); err != nil {
-				return err
-			}
-			users[email] = id
-		}
-		return r.Err()
+		var err error
+		users, err = rig.Users(ctx, ck.pg)
+		return err
 	})
 	if err != nil {
 		ck.rp.violate("users: %v", err)
@@ -296,7 +268,7 @@ func (ck *checker) keys(ctx context.Context) {
 	l.mu.Unlock()
 	for id, key := range revoked {
 		for r := range ck.r.serveURL {
-			code, err := ck.c.do(ctx, r, http.MethodPost, "/api/grpc/monitor/ingest/", []logEvent{}, map[string]string{"X-API-Key": key}, nil)
+			code, err := ck.c.do(ctx, r, http.MethodPost, "/api/grpc/monitor/ingest/", []rig.LogEvent{}, map[string]string{"X-API-Key": key}, nil)
 			if err == nil && code != http.StatusUnauthorized {
 				ck.rp.violate("revoked API key %d is answered %d by serve-%d", id, code, r)
 			}

@@ -1,18 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/cfgd/cfgd/cmd/internal/otpmail"
+	"github.com/cfgd/cfgd/cmd/internal/rig"
 )
 
 func basicAuth(user, pw string) string {
@@ -30,46 +28,16 @@ type client struct {
 	internal map[string]int
 }
 
-// do sends body (JSON, when non-nil) and decodes a 2xx answer into out.
+// do sends body (JSON, when non-nil) to replica and decodes a 2xx answer
+// into out; a 500 is counted by route.
 func (c *client) do(ctx context.Context, replica int, method, path string, body any, headers map[string]string, out any) (int, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return 0, err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.urls[replica%len(c.urls)]+path, rd)
-	if err != nil {
-		return 0, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusInternalServerError {
+	code, err := rig.Do(ctx, c.http, method, c.urls[replica%len(c.urls)]+path, body, headers, out)
+	if code == http.StatusInternalServerError {
 		c.mu.Lock()
 		c.internal[method+" "+strings.Split(path, "?")[0]]++
 		c.mu.Unlock()
 	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return resp.StatusCode, err
-	}
-	if out != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(data, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("decode %s answer: %w", path, err)
-		}
-	}
-	return resp.StatusCode, nil
+	return code, err
 }
 
 // retryable is what a real client retries: a cut connection or a 5xx,
@@ -124,18 +92,10 @@ func (l *ledger) op(kind string) {
 	l.mu.Unlock()
 }
 
-type logEvent struct {
-	RequestID   string `json:"request_id"`
-	ServiceName string `json:"service_name"`
-	MethodName  string `json:"method_name"`
-	Status      string `json:"status"`
-	DurationMS  int64  `json:"duration_ms"`
-}
-
 // loader drives the load; stop ends new operations, hard ends retries.
 type loader struct {
 	c    *client
-	r    *rig
+	r    *deployment
 	l    *ledger
 	hist *history
 	mail *otpmail.Inbox
@@ -167,10 +127,10 @@ func every(stop context.Context, workers int, pause time.Duration, do func(worke
 // hard ends. It says whether cfgd acknowledged it. keyID is key's id.
 func (ld *loader) ingest(hard context.Context, key string, keyID int64, id string, n, replica int) bool {
 	longLived := keyID == ld.r.keyID
-	evs := make([]logEvent, n)
+	evs := make([]rig.LogEvent, n)
 	ld.l.mu.Lock()
 	for i := range evs {
-		evs[i] = logEvent{RequestID: fmt.Sprintf("%s-%d", id, i), ServiceName: "chaos", MethodName: "Post", Status: "success", DurationMS: int64(i % 50)}
+		evs[i] = rig.LogEvent{RequestID: fmt.Sprintf("%s-%d", id, i), ServiceName: "chaos", MethodName: "Post", Status: "success", DurationMS: int64(i % 50)}
 		ld.l.sent[evs[i].RequestID] = true
 	}
 	ld.l.mu.Unlock()
@@ -474,7 +434,7 @@ func (ld *loader) churnOne(hard context.Context, seq int) {
 // ingestOnce posts one event once with key (of id keyID) and returns the
 // answer; an acknowledged event goes into the ledger.
 func (ld *loader) ingestOnce(ctx context.Context, key string, keyID int64, id string, replica int) (int, error) {
-	ev := []logEvent{{RequestID: id, ServiceName: "chaos", MethodName: "Probe", Status: "success"}}
+	ev := []rig.LogEvent{{RequestID: id, ServiceName: "chaos", MethodName: "Probe", Status: "success"}}
 	ld.l.mu.Lock()
 	ld.l.sent[id] = true
 	ld.l.mu.Unlock()

@@ -100,7 +100,7 @@ func chaos(seed uint64, length time.Duration, bin string, base int, dataRoot str
 		say("%v", err)
 		return 2
 	}
-	r := &rig{dir: dir, base: base, script: filepath.Join(root, "deploy", "scripts", "cluster", "cluster.sh")}
+	r := &deployment{dir: dir, base: base, script: filepath.Join(root, "deploy", "scripts", "cluster", "cluster.sh")}
 	// A run of the same seed before: its processes stopped (by pid), its
 	// data gone.
 	if _, err := os.Stat(dir); err == nil {

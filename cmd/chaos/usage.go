@@ -156,7 +156,7 @@ func boundsOf(u *keyUses, lost map[int][][2]time.Time) usageBounds {
 // flushFailures counts, in the serves' logs, the usage flushes that failed
 // (kept for the next flush, so possibly counted twice) or were lost at a
 // shutdown.
-func (r *rig) flushFailures() int {
+func (r *deployment) flushFailures() int {
 	n := 0
 	for i := range 2 {
 		b, err := os.ReadFile(filepath.Join(r.dir, "logs", fmt.Sprintf("serve-%d.log", i)))
