@@ -233,7 +233,7 @@ func chaos(seed uint64, length time.Duration, bin string, base int, dataRoot str
 
 	nem := &nemesis{sup: r.sup, hist: hist, done: map[string]int{}}
 	nemStart := time.Now()
-	replaysWait, replays := ld.midReplays(hard, nemStart, length)
+	replaysWait, replays := ld.midReplays(ctx, nemStart, length)
 	waits = append(waits, replaysWait)
 	progress := time.NewTicker(30 * time.Second)
 	defer progress.Stop()

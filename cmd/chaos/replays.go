@@ -30,9 +30,12 @@ type midReplay struct {
 // cluster) at 60 %, as an operator would. An attempt that fails (a
 // dependency down: the ClickHouse replay is refused while a server is
 // down, and one cut in its swap leaves the sink waiting until the next
-// replay) is tried again every 3 s until one succeeds or hard ends. The
-// checks after healing must hold all the same.
-func (ld *loader) midReplays(hard context.Context, start time.Time, length time.Duration) (func(), []*midReplay) {
+// replay) is tried again every 3 s until one succeeds, or until 5
+// minutes after the schedule's end (not when the load stops: a replay cut
+// in its swap would leave the sink waiting). The checks after healing
+// must hold all the same.
+func (ld *loader) midReplays(ctx context.Context, start time.Time, length time.Duration) (func(), []*midReplay) {
+	ctx, cancel := context.WithDeadline(ctx, start.Add(length+5*time.Minute))
 	second := []string{taskview.QueuesProjection, identityview.UsersProjection}[ld.seed%2]
 	plan := []*midReplay{
 		{names: []string{apikeyview.KeysProjection, second}, at: length * 4 / 10},
@@ -42,23 +45,24 @@ func (ld *loader) midReplays(hard context.Context, start time.Time, length time.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer cancel()
 		for _, m := range plan {
 			select {
-			case <-hard.Done():
+			case <-ctx.Done():
 				return
 			case <-time.After(time.Until(start.Add(m.at))):
 			}
-			ld.replayUntilDone(hard, m)
+			ld.replayUntilDone(ctx, m)
 		}
 	}()
 	return wg.Wait, plan
 }
 
-func (ld *loader) replayUntilDone(hard context.Context, m *midReplay) {
-	for hard.Err() == nil {
+func (ld *loader) replayUntilDone(ctx context.Context, m *midReplay) {
+	for ctx.Err() == nil {
 		m.attempts++
 		t := time.Now()
-		_, err := ld.r.cli(hard, 4*time.Minute, append([]string{"replay"}, m.names...)...)
+		_, err := ld.r.cli(ctx, 4*time.Minute, append([]string{"replay"}, m.names...)...)
 		ld.hist.write(map[string]any{"ev": "op", "op": "replay", "names": m.names, "attempt": m.attempts, "err": errString(err),
 			"ms": time.Since(t).Milliseconds()})
 		if err == nil {
@@ -69,7 +73,7 @@ func (ld *loader) replayUntilDone(hard context.Context, m *midReplay) {
 		m.errs = append(m.errs, fmt.Sprintf("%.0fs: %v", time.Since(t).Seconds(), err))
 		ld.l.op("replay " + strings.Join(m.names, " ") + ": failed, tried again")
 		select {
-		case <-hard.Done():
+		case <-ctx.Done():
 		case <-time.After(3 * time.Second):
 		}
 	}
