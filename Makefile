@@ -55,10 +55,13 @@ test-upgrade: stack-up
 ## data under ./data/chaos/<seed>) under load while a nemesis drawn from CHAOS_SEED (default random,
 ## printed) kills and pauses its processes for CHAOS_DURATION; then a checker against the ledger of
 ## what was acknowledged (cmd/chaos, docs/testing.md#chaos)
-CHAOS_SEED     ?=
-CHAOS_DURATION ?= 10m
-chaos: build
-	CHAOS_SEED=$(CHAOS_SEED) CHAOS_DURATION=$(CHAOS_DURATION) $(GO) run ./cmd/chaos -cfgd $(BIN)
+## (stack-up installs the Debian packages of Postgres, Redis and ClickHouse it starts its own instances of;
+## cluster.sh installs ZooKeeper)
+CHAOS_SEED      ?=
+CHAOS_DURATION  ?= 10m
+CHAOS_PORT_BASE ?= 17000
+chaos: stack-up build
+	CHAOS_SEED=$(CHAOS_SEED) CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_PORT_BASE=$(CHAOS_PORT_BASE) $(GO) run ./cmd/chaos -cfgd $(BIN)
 
 test-short: stack-up
 	$(GO) test -count=1 ./...

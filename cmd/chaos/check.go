@@ -15,6 +15,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cfgd/cfgd/cmd/internal/rig"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -50,7 +51,7 @@ func eventually(ctx context.Context, timeout time.Duration, cond func(context.Co
 	}
 }
 
-func (r *rig) node(name string) (driver.Conn, error) {
+func (r *deployment) node(name string) (driver.Conn, error) {
 	return clickhouse.Open(&clickhouse.Options{Addr: []string{r.chAddrs[name]}, Auth: clickhouse.Auth{Database: "cfgd"},
 		DialTimeout: 2 * time.Second})
 }
@@ -60,7 +61,7 @@ type checker struct {
 	// healStart is the end of the schedule: the time to heal runs from it
 	// until every process is up and ClickHouse holds what was acknowledged.
 	healStart time.Time
-	r         *rig
+	r         *deployment
 	l         *ledger
 	c         *client
 	pg        *pgxpool.Pool
@@ -202,20 +203,9 @@ func (ck *checker) requestLogs(ctx context.Context) {
 		}
 	}
 
-	// The long-lived key's usage counts the posts it authenticated.
-	var usage int64
-	if err := ck.pg.QueryRow(ctx, `SELECT request_count FROM api_keys WHERE id = $1`, ck.r.keyID).Scan(&usage); err != nil {
-		ck.rp.violate("api key usage: %v", err)
-		return
-	}
 	l.mu.Lock()
-	posts, answered := l.keyPosts, l.keyAnswered
 	bad := append([]string(nil), l.badIngest...)
 	l.mu.Unlock()
-	if usage > int64(posts) {
-		ck.rp.violate("API key usage %d is more than the %d calls made with it", usage, posts)
-	}
-	ck.rp.note("API key usage %d; calls made with it %d, answered %d (a kill -9 of a serve loses the uses it had not flushed: up to 1 s of them)", usage, posts, answered)
 	if len(bad) > 0 {
 		ck.rp.violate("%d valid ingest batches were refused: %s", len(bad), strings.Join(first(bad, 5), "; "))
 	}
@@ -239,40 +229,11 @@ func (ck *checker) users(ctx context.Context) {
 	}
 	reused, freshBad, tries := append([]string(nil), l.reused...), append([]string(nil), l.freshBad...), l.reuseTrys
 	l.mu.Unlock()
-	users := map[string]int64{}
+	var users map[string]int64
 	_, err := eventually(ctx, time.Minute, func(ctx context.Context) error {
-		var registered, claimed, rows, distinct int
-		if err := ck.pg.QueryRow(ctx, `SELECT
-			(SELECT count(*) FROM events WHERE type = 'user.registered'),
-			(SELECT count(*) FROM events WHERE type = 'user.email_claimed'),
-			(SELECT count(*) FROM users),
-			(SELECT count(DISTINCT lower(email)) FROM users)`).Scan(&registered, &claimed, &rows, &distinct); err != nil {
-			return err
-		}
-		if distinct != rows {
-			return fmt.Errorf("users are not unique by e-mail: %d rows, %d addresses", rows, distinct)
-		}
-		if registered != claimed {
-			return fmt.Errorf("event store: %d users registered, %d addresses claimed", registered, claimed)
-		}
-		if rows != registered {
-			return fmt.Errorf("users read model has %d rows, the event store registered %d", rows, registered)
-		}
-		r, err := ck.pg.Query(ctx, `SELECT lower(email), id FROM users`)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		clear(users)
-		for r.Next() {
-			var email string
-			var id int64
-			if err := r.Scan(&email, &id); err != nil {
-				return err
-			}
-			users[email] = id
-		}
-		return r.Err()
+		var err error
+		users, err = rig.Users(ctx, ck.pg)
+		return err
 	})
 	if err != nil {
 		ck.rp.violate("users: %v", err)
@@ -307,7 +268,7 @@ func (ck *checker) keys(ctx context.Context) {
 	l.mu.Unlock()
 	for id, key := range revoked {
 		for r := range ck.r.serveURL {
-			code, err := ck.c.do(ctx, r, http.MethodPost, "/api/grpc/monitor/ingest/", []logEvent{}, map[string]string{"X-API-Key": key}, nil)
+			code, err := ck.c.do(ctx, r, http.MethodPost, "/api/grpc/monitor/ingest/", []rig.LogEvent{}, map[string]string{"X-API-Key": key}, nil)
 			if err == nil && code != http.StatusUnauthorized {
 				ck.rp.violate("revoked API key %d is answered %d by serve-%d", id, code, r)
 			}
@@ -596,4 +557,46 @@ func firstDiff(a, b []string) string {
 		}
 	}
 	return ""
+}
+
+// worker: after the restarts and faults the worker is registered and
+// running (not left stopped by a restart cut in the middle).
+func (ck *checker) worker(ctx context.Context) {
+	var state string
+	_, err := eventually(ctx, 30*time.Second, func(ctx context.Context) error {
+		var res struct {
+			Workers []struct {
+				ID    string `json:"worker_id"`
+				State string `json:"state"`
+			} `json:"workers"`
+		}
+		code, err := ck.c.do(ctx, 0, http.MethodGet, "/api/tasks/workers/", nil, map[string]string{"Authorization": ck.r.staff}, &res)
+		if err != nil || code != http.StatusOK {
+			return fmt.Errorf("workers: %s", outcome(code, err))
+		}
+		state = ""
+		for _, w := range res.Workers {
+			if w.ID == workerID {
+				state = w.State
+			}
+		}
+		if state != "running" {
+			return fmt.Errorf("worker %s is %q", workerID, state)
+		}
+		return nil
+	})
+	ck.l.mu.Lock()
+	var restarts []string
+	for k, n := range ck.l.ops {
+		if strings.HasPrefix(k, "worker restart: ") {
+			restarts = append(restarts, fmt.Sprintf("%s %d", strings.TrimPrefix(k, "worker restart: "), n))
+		}
+	}
+	ck.l.mu.Unlock()
+	slices.Sort(restarts)
+	if err != nil {
+		ck.rp.violate("worker after the run: %v (restart commands: %s)", err, strings.Join(restarts, ", "))
+		return
+	}
+	ck.rp.note("worker: running at the end; restart commands: %s", strings.Join(restarts, ", "))
 }

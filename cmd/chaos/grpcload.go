@@ -11,14 +11,18 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+
 	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
 )
 
-// grpcIngest is request logs over gRPC (IngestService/Report, one message
+// grpcLoad is request logs over gRPC (IngestService/Report, one message
 // a batch) with the ingest key and an idempotency-key, retried on the
-// other replica as the REST batches are.
-func (ld *loader) grpcIngest(stop, hard context.Context) (func(), error) {
+// other replica as the REST batches are; and OTLP/gRPC trace exports
+// (TraceService/Export) on the same ports.
+func (ld *loader) grpcLoad(stop, hard context.Context) (func(), error) {
 	var clients []ingestv1.IngestServiceClient
+	var otlp []coltracepb.TraceServiceClient
 	var conns []*grpc.ClientConn
 	for i := range ld.r.serveURL {
 		conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", ld.r.port(20+i)), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -27,12 +31,17 @@ func (ld *loader) grpcIngest(stop, hard context.Context) (func(), error) {
 		}
 		conns = append(conns, conn)
 		clients = append(clients, ingestv1.NewIngestServiceClient(conn))
+		otlp = append(otlp, coltracepb.NewTraceServiceClient(conn))
 	}
 	wait := every(stop, 2, 200*time.Millisecond, func(w, seq int) {
 		ld.grpcBatch(hard, clients, fmt.Sprintf("c%d-g%d-%d", ld.seed, w, seq), 20, w)
 	})
+	waitOTLP := every(stop, 1, 250*time.Millisecond, func(w, seq int) {
+		ld.otlpGRPCExport(hard, otlp, fmt.Sprintf("c%d-og%d-%d", ld.seed, w, seq), 10, seq)
+	})
 	return func() {
 		wait()
+		waitOTLP()
 		for _, c := range conns {
 			_ = c.Close()
 		}
@@ -54,12 +63,7 @@ func (ld *loader) grpcBatch(hard context.Context, clients []ingestv1.IngestServi
 		code := status.Code(err)
 		ld.hist.write(map[string]any{"ev": "op", "op": "grpc_ingest", "batch": id, "replica": r, "attempt": attempt,
 			"code": code.String(), "err": errString(err), "ms": time.Since(start).Milliseconds()})
-		ld.l.mu.Lock()
-		ld.l.keyPosts++
-		if code != codes.Unavailable && code != codes.Unauthenticated && code != codes.DeadlineExceeded && code != codes.Canceled {
-			ld.l.keyAnswered++
-		}
-		ld.l.mu.Unlock()
+		ld.l.used(ld.r.keyID, r, grpcUse(code))
 		if err == nil {
 			ld.l.mu.Lock()
 			if accepted != int64(n) {

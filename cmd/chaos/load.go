@@ -1,18 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/cfgd/cfgd/cmd/internal/otpmail"
+	"github.com/cfgd/cfgd/cmd/internal/rig"
 )
 
 func basicAuth(user, pw string) string {
@@ -30,46 +28,16 @@ type client struct {
 	internal map[string]int
 }
 
-// do sends body (JSON, when non-nil) and decodes a 2xx answer into out.
+// do sends body (JSON, when non-nil) to replica and decodes a 2xx answer
+// into out; a 500 is counted by route.
 func (c *client) do(ctx context.Context, replica int, method, path string, body any, headers map[string]string, out any) (int, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return 0, err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.urls[replica%len(c.urls)]+path, rd)
-	if err != nil {
-		return 0, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusInternalServerError {
+	code, err := rig.Do(ctx, c.http, method, c.urls[replica%len(c.urls)]+path, body, headers, out)
+	if code == http.StatusInternalServerError {
 		c.mu.Lock()
 		c.internal[method+" "+strings.Split(path, "?")[0]]++
 		c.mu.Unlock()
 	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return resp.StatusCode, err
-	}
-	if out != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(data, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("decode %s answer: %w", path, err)
-		}
-	}
-	return resp.StatusCode, nil
+	return code, err
 }
 
 // retryable is what a real client retries: a cut connection or a 5xx,
@@ -87,12 +55,11 @@ type ledger struct {
 	// atLeastOnce: events of an OTLP export that was retried (OTLP has no
 	// idempotency key: a retry after a lost answer may store them twice)
 	atLeastOnce map[string]bool
-	// calls with the long-lived key (REST posts and gRPC streams): made,
-	// and answered by cfgd having authenticated them (any answer other
-	// than a cut connection, a 401 or a 503).
-	keyPosts, keyAnswered int
-	ops                   map[string]int // operations by kind and outcome
-	badIngest             []string       // 4xx other than retryable/auth: the batch is valid, so a defect
+	// calls made with each API key (REST, gRPC and OTLP), by outcome:
+	// the bounds of its usage count (usage.go)
+	uses      map[int64]*keyUses
+	ops       map[string]int // operations by kind and outcome
+	badIngest []string       // 4xx other than retryable/auth: the batch is valid, so a defect
 
 	signed    map[string]int64 // e-mail -> user id of sign-ins that got tokens
 	reused    []string         // a used OTP code accepted again
@@ -116,7 +83,7 @@ type ledger struct {
 
 func newLedger() *ledger {
 	return &ledger{sent: map[string]bool{}, acked: map[string]bool{}, atLeastOnce: map[string]bool{}, ops: map[string]int{},
-		signed: map[string]int64{}, revoked: map[int64]string{}}
+		uses: map[int64]*keyUses{}, signed: map[string]int64{}, revoked: map[int64]string{}}
 }
 
 func (l *ledger) op(kind string) {
@@ -125,18 +92,10 @@ func (l *ledger) op(kind string) {
 	l.mu.Unlock()
 }
 
-type logEvent struct {
-	RequestID   string `json:"request_id"`
-	ServiceName string `json:"service_name"`
-	MethodName  string `json:"method_name"`
-	Status      string `json:"status"`
-	DurationMS  int64  `json:"duration_ms"`
-}
-
 // loader drives the load; stop ends new operations, hard ends retries.
 type loader struct {
 	c    *client
-	r    *rig
+	r    *deployment
 	l    *ledger
 	hist *history
 	mail *otpmail.Inbox
@@ -165,12 +124,13 @@ func every(stop context.Context, workers int, pause time.Duration, do func(worke
 
 // ingest posts one batch with key, retried with its Idempotency-Key on a
 // 5xx or a cut connection, alternating replicas, until acknowledged or
-// hard ends. It says whether cfgd acknowledged it.
-func (ld *loader) ingest(hard context.Context, key, id string, n, replica int, counted bool) bool {
-	evs := make([]logEvent, n)
+// hard ends. It says whether cfgd acknowledged it. keyID is key's id.
+func (ld *loader) ingest(hard context.Context, key string, keyID int64, id string, n, replica int) bool {
+	longLived := keyID == ld.r.keyID
+	evs := make([]rig.LogEvent, n)
 	ld.l.mu.Lock()
 	for i := range evs {
-		evs[i] = logEvent{RequestID: fmt.Sprintf("%s-%d", id, i), ServiceName: "chaos", MethodName: "Post", Status: "success", DurationMS: int64(i % 50)}
+		evs[i] = rig.LogEvent{RequestID: fmt.Sprintf("%s-%d", id, i), ServiceName: "chaos", MethodName: "Post", Status: "success", DurationMS: int64(i % 50)}
 		ld.l.sent[evs[i].RequestID] = true
 	}
 	ld.l.mu.Unlock()
@@ -183,14 +143,7 @@ func (ld *loader) ingest(hard context.Context, key, id string, n, replica int, c
 		cancel()
 		ld.hist.write(map[string]any{"ev": "op", "op": "ingest", "batch": id, "replica": r % 2, "attempt": attempt,
 			"status": code, "err": errString(err), "ms": time.Since(start).Milliseconds()})
-		if counted {
-			ld.l.mu.Lock()
-			ld.l.keyPosts++
-			if err == nil && code != http.StatusUnauthorized && code != http.StatusServiceUnavailable {
-				ld.l.keyAnswered++
-			}
-			ld.l.mu.Unlock()
-		}
+		ld.l.used(keyID, r, httpUse(code, err))
 		switch {
 		case err == nil && code == http.StatusAccepted:
 			ld.l.mu.Lock()
@@ -204,7 +157,7 @@ func (ld *loader) ingest(hard context.Context, key, id string, n, replica int, c
 			ld.l.mu.Unlock()
 			return true
 		case err == nil && code == http.StatusUnauthorized:
-			if counted {
+			if longLived {
 				// The long-lived key is never revoked.
 				ld.l.mu.Lock()
 				ld.l.badIngest = append(ld.l.badIngest, fmt.Sprintf("%s: 401 with the live key on replica %d", id, r%2))
@@ -236,7 +189,7 @@ func (ld *loader) ingest(hard context.Context, key, id string, n, replica int, c
 // ingestLoad is request logs through both replicas with the long-lived key.
 func (ld *loader) ingestLoad(stop, hard context.Context) func() {
 	return every(stop, 4, 150*time.Millisecond, func(w, seq int) {
-		ld.ingest(hard, ld.r.key, fmt.Sprintf("c%d-w%d-%d", ld.seed, w, seq), 20, w, true)
+		ld.ingest(hard, ld.r.key, ld.r.keyID, fmt.Sprintf("c%d-w%d-%d", ld.seed, w, seq), 20, w)
 	})
 }
 
@@ -423,7 +376,7 @@ func (ld *loader) churnOne(hard context.Context, seq int) {
 		return
 	}
 	ld.l.op("api key: created")
-	ld.ingest(ctx, res.Key, fmt.Sprintf("c%d-k%d", ld.seed, seq), 5, seq+1, false)
+	ld.ingest(ctx, res.Key, res.APIKey.ID, fmt.Sprintf("c%d-k%d", ld.seed, seq), 5, seq+1)
 	path := fmt.Sprintf("/admin/api-keys/%d/revoke/", res.APIKey.ID)
 	for attempt := 0; ; attempt++ {
 		code, err = ld.c.do(ctx, seq+attempt, http.MethodPost, path, nil, staff, nil)
@@ -457,7 +410,7 @@ func (ld *loader) churnOne(hard context.Context, seq int) {
 			if refused[r] {
 				continue
 			}
-			code, err := ld.ingestOnce(ctx, res.Key, fmt.Sprintf("c%d-k%d-p%d-r%d", ld.seed, seq, probe, r), r)
+			code, err := ld.ingestOnce(ctx, res.Key, res.APIKey.ID, fmt.Sprintf("c%d-k%d-p%d-r%d", ld.seed, seq, probe, r), r)
 			switch {
 			case err == nil && code == http.StatusUnauthorized:
 				refused[r] = true
@@ -478,16 +431,17 @@ func (ld *loader) churnOne(hard context.Context, seq int) {
 		"last_accepted_ms": lastAccepted.Milliseconds(), "ms": time.Since(revokedAt).Milliseconds()})
 }
 
-// ingestOnce posts one event once with key and returns the answer; an
-// acknowledged event goes into the ledger.
-func (ld *loader) ingestOnce(ctx context.Context, key, id string, replica int) (int, error) {
-	ev := []logEvent{{RequestID: id, ServiceName: "chaos", MethodName: "Probe", Status: "success"}}
+// ingestOnce posts one event once with key (of id keyID) and returns the
+// answer; an acknowledged event goes into the ledger.
+func (ld *loader) ingestOnce(ctx context.Context, key string, keyID int64, id string, replica int) (int, error) {
+	ev := []rig.LogEvent{{RequestID: id, ServiceName: "chaos", MethodName: "Probe", Status: "success"}}
 	ld.l.mu.Lock()
 	ld.l.sent[id] = true
 	ld.l.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	code, err := ld.c.do(cctx, replica, http.MethodPost, "/api/grpc/monitor/ingest/", ev, map[string]string{"X-API-Key": key}, nil)
+	ld.l.used(keyID, replica, httpUse(code, err))
 	if err == nil && code == http.StatusAccepted {
 		ld.l.mu.Lock()
 		ld.l.acked[id] = true
@@ -496,17 +450,22 @@ func (ld *loader) ingestOnce(ctx context.Context, key, id string, replica int) (
 	return code, err
 }
 
-// tasks enqueues demo:echo tasks with the CLI, as an application would
+// tasks enqueues demo:echo and demo:sleep tasks with the CLI, as an application would
 // through cfgd's enqueuer.
 func (ld *loader) tasks(stop, hard context.Context) func() {
 	return every(stop, 1, 1500*time.Millisecond, func(_, seq int) {
-		out, err := ld.r.cli(hard, 30*time.Second, "task", "enqueue", "--queue", "default", "--type", "demo:echo",
-			"--payload", fmt.Sprintf(`{"n": %d}`, seq))
+		// One in four sleeps 2 s, so that a worker restart or kill cuts
+		// tasks in flight.
+		typ, payload := "demo:echo", fmt.Sprintf(`{"n": %d}`, seq)
+		if seq%4 == 3 {
+			typ, payload = "demo:sleep", `{"ms": 2000}`
+		}
+		out, err := ld.r.cli(hard, 30*time.Second, "task", "enqueue", "--queue", "default", "--type", typ, "--payload", payload)
 		id := ""
 		if err == nil {
 			id = strings.TrimSpace(out[strings.LastIndex(out, ":")+1:])
 		}
-		ld.hist.write(map[string]any{"ev": "op", "op": "task_enqueue", "seq": seq, "id": id, "err": errString(err)})
+		ld.hist.write(map[string]any{"ev": "op", "op": "task_enqueue", "seq": seq, "type": typ, "id": id, "err": errString(err)})
 		ld.l.mu.Lock()
 		defer ld.l.mu.Unlock()
 		if err != nil || id == "" {
@@ -549,4 +508,49 @@ func (ld *loader) queueAction(hard context.Context, action string, seq int) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	ld.l.op("queue: " + action + " given up")
+}
+
+// workerID is the chaos worker's TASKS__WORKER_ID.
+const workerID = "chaos-worker"
+
+// workerRestarts restarts the worker every 20 s with cfgd's worker
+// command (staff REST `POST /api/tasks/worker-manage/`, action restart: an
+// event the worker carries out, its tasks in flight given
+// TASKS__SHUTDOWN_TIMEOUT and put back on their queue), retried until
+// answered. A worker that is down or paused has no live registration:
+// 404, written down and not retried.
+func (ld *loader) workerRestarts(stop, hard context.Context) func() {
+	return every(stop, 1, 20*time.Second, func(_, seq int) {
+		body := map[string]string{"action": "restart", "worker_id": workerID}
+		staff := map[string]string{"Authorization": ld.r.staff}
+		for attempt := 0; hard.Err() == nil; attempt++ {
+			var res struct {
+				Worker struct {
+					State    string `json:"state"`
+					Restarts int    `json:"restarts"`
+				} `json:"worker"`
+			}
+			ctx, cancel := context.WithTimeout(hard, 15*time.Second)
+			code, err := ld.c.do(ctx, seq+attempt, http.MethodPost, "/api/tasks/worker-manage/", body, staff, &res)
+			cancel()
+			ld.hist.write(map[string]any{"ev": "op", "op": "worker_restart", "seq": seq, "attempt": attempt, "status": code, "err": errString(err),
+				"state": res.Worker.State, "restarts": res.Worker.Restarts})
+			switch {
+			case err == nil && code == http.StatusOK:
+				ld.l.op("worker restart: done, " + res.Worker.State)
+				return
+			case err == nil && code == http.StatusAccepted:
+				ld.l.op("worker restart: accepted, not yet carried out")
+				return
+			case err == nil && code == http.StatusNotFound:
+				ld.l.op("worker restart: no live worker (down or paused)")
+				return
+			case !retryable(code, err):
+				ld.l.op(fmt.Sprintf("worker restart: refused %d", code))
+				return
+			}
+			time.Sleep(time.Second)
+		}
+		ld.l.op("worker restart: given up")
+	})
 }

@@ -100,7 +100,7 @@ func chaos(seed uint64, length time.Duration, bin string, base int, dataRoot str
 		say("%v", err)
 		return 2
 	}
-	r := &rig{dir: dir, base: base, script: filepath.Join(root, "deploy", "scripts", "cluster", "cluster.sh")}
+	r := &deployment{dir: dir, base: base, script: filepath.Join(root, "deploy", "scripts", "cluster", "cluster.sh")}
 	// A run of the same seed before: its processes stopped (by pid), its
 	// data gone.
 	if _, err := os.Stat(dir); err == nil {
@@ -199,10 +199,7 @@ func chaos(seed uint64, length time.Duration, bin string, base int, dataRoot str
 	keyWait := time.Now()
 	if _, err := eventually(ctx, time.Minute, func(ctx context.Context) error {
 		for i := range r.serveURL {
-			code, err := ld.ingestOnce(ctx, r.key, fmt.Sprintf("c%d-warmup-%d-%d", seed, i, time.Now().UnixNano()), i)
-			ld.l.mu.Lock()
-			ld.l.keyPosts++
-			ld.l.mu.Unlock()
+			code, err := ld.ingestOnce(ctx, r.key, r.keyID, fmt.Sprintf("c%d-warmup-%d-%d", seed, i, time.Now().UnixNano()), i)
 			if err != nil || code != http.StatusAccepted {
 				return fmt.Errorf("serve-%d answers the new API key %s", i, outcome(code, err))
 			}
@@ -227,16 +224,18 @@ func chaos(seed uint64, length time.Duration, bin string, base int, dataRoot str
 	hard, endRetries := context.WithCancel(ctx)
 	defer endRetries()
 	waits := []func(){ld.ingestLoad(stop, hard), ld.signIns(stop, hard), ld.keyChurn(stop, hard), ld.tasks(stop, hard)}
-	grpcWait, err := ld.grpcIngest(stop, hard)
+	grpcWait, err := ld.grpcLoad(stop, hard)
 	if err != nil {
 		say("gRPC: %v", err)
 		return 2
 	}
-	waits = append(waits, grpcWait, ld.otlpLoad(stop, hard), ld.queueOps(stop, hard))
+	waits = append(waits, grpcWait, ld.otlpLoad(stop, hard), ld.queueOps(stop, hard), ld.workerRestarts(stop, hard))
 	time.Sleep(5 * time.Second)
 
 	nem := &nemesis{sup: r.sup, hist: hist, done: map[string]int{}}
 	nemStart := time.Now()
+	replaysWait, replays := ld.midReplays(ctx, nemStart, length)
+	waits = append(waits, replaysWait)
 	progress := time.NewTicker(30 * time.Second)
 	defer progress.Stop()
 	nemDone := make(chan struct{})
@@ -294,11 +293,14 @@ wait:
 	}
 	defer pool.Close()
 	ck.pg = pool
+	ck.replays(replays)
 	ck.requestLogs(ctx)
+	ck.usage(ctx)
 	ck.users(ctx)
 	ck.keys(ctx)
 	ck.sessions()
 	ck.queue(ctx)
+	ck.worker(ctx)
 	ck.tasks(ctx)
 	ck.deadLetters(ctx)
 	ck.eventLog(ctx)

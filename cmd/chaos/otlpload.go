@@ -7,13 +7,23 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // otlpLoad is request logs as OpenTelemetry traces over OTLP/HTTP (JSON):
 // each span a gRPC SERVER span whose x-request-id attribute is the
 // ledger's id. OTLP has no idempotency key, so an exporter's retry after
 // a cut answer may store a span twice: at least once, not exactly once.
+// The same over OTLP/gRPC runs beside the gRPC ingest (grpcLoad).
 func (ld *loader) otlpLoad(stop, hard context.Context) func() {
 	return every(stop, 1, 250*time.Millisecond, func(w, seq int) {
 		ld.otlpExport(hard, fmt.Sprintf("c%d-o%d-%d", ld.seed, w, seq), 10, seq)
@@ -45,50 +55,82 @@ func hexID(s string, n int) string {
 	return hex.EncodeToString(h[:n])
 }
 
+// otlpExport exports n spans over OTLP/HTTP JSON.
 func (ld *loader) otlpExport(hard context.Context, id string, n, replica int) {
 	now := time.Now()
+	ids := otlpIDs(id, n)
 	spans := make([]otlpSpan, n)
-	ids := make([]string, n)
-	for i := range spans {
-		ids[i] = fmt.Sprintf("%s-%d", id, i)
-		spans[i] = otlpSpan{TraceID: hexID(ids[i], 16), SpanID: hexID(ids[i]+"s", 8), Name: "chaos.v1.Chaos/Otlp", Kind: 2,
+	for i, rid := range ids {
+		spans[i] = otlpSpan{TraceID: hexID(rid, 16), SpanID: hexID(rid+"s", 8), Name: "chaos.v1.Chaos/Otlp", Kind: 2,
 			Start: strconv.FormatInt(now.UnixNano(), 10), End: strconv.FormatInt(now.Add(time.Duration(i)*time.Millisecond).UnixNano(), 10),
 			Attributes: []otlpAttr{
 				{"rpc.system", otlpValue{StringValue: "grpc"}},
 				{"rpc.service", otlpValue{StringValue: "chaos.v1.Chaos"}},
 				{"rpc.method", otlpValue{StringValue: "Otlp"}},
 				{"rpc.grpc.status_code", otlpValue{IntValue: "0"}},
-				{"x-request-id", otlpValue{StringValue: ids[i]}},
+				{"x-request-id", otlpValue{StringValue: rid}},
 			}}
 	}
 	body := map[string]any{"resourceSpans": []any{map[string]any{
 		"resource":   map[string]any{"attributes": []otlpAttr{{"service.name", otlpValue{StringValue: "chaos"}}}},
 		"scopeSpans": []any{map[string]any{"spans": spans}},
 	}}}
+	ld.otlpSend(hard, "otlp export", id, ids, replica, func(ctx context.Context, r int) otlpAnswer {
+		var res struct {
+			PartialSuccess struct {
+				RejectedSpans string `json:"rejectedSpans"`
+				ErrorMessage  string `json:"errorMessage"`
+			} `json:"partialSuccess"`
+		}
+		code, err := ld.c.do(ctx, r, http.MethodPost, "/v1/traces", body, map[string]string{"X-API-Key": ld.r.key}, &res)
+		a := otlpAnswer{status: fmt.Sprint(code), err: err, use: httpUse(code, err), ok: err == nil && code == http.StatusOK,
+			retry: retryable(code, err), rejected: res.PartialSuccess.RejectedSpans, why: res.PartialSuccess.ErrorMessage}
+		if a.rejected == "0" {
+			a.rejected = ""
+		}
+		return a
+	})
+}
+
+func otlpIDs(id string, n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", id, i)
+	}
+	return ids
+}
+
+// otlpAnswer is what one export attempt got back.
+type otlpAnswer struct {
+	status   string // HTTP status or gRPC code
+	err      error
+	use      useOutcome
+	ok       bool   // exported (2xx, gRPC OK)
+	retry    bool   // what an exporter retries
+	rejected string // partial success: the spans refused
+	why      string
+}
+
+// otlpSend sends one export until it is answered, retried on the other
+// replica as an OTLP exporter retries (a 5xx, UNAVAILABLE, a cut
+// connection), and writes what happened to the ledger. OTLP has no
+// idempotency key: the spans of a retried export are at least once.
+func (ld *loader) otlpSend(hard context.Context, kind, id string, ids []string, replica int, send func(ctx context.Context, r int) otlpAnswer) {
 	ld.l.mu.Lock()
 	for _, e := range ids {
 		ld.l.sent[e] = true
 	}
 	ld.l.mu.Unlock()
-	var res struct {
-		PartialSuccess struct {
-			RejectedSpans string `json:"rejectedSpans"`
-			ErrorMessage  string `json:"errorMessage"`
-		} `json:"partialSuccess"`
-	}
 	for attempt := 0; ; attempt++ {
-		r := replica + attempt
+		r := (replica + attempt) % 2
 		ctx, cancel := context.WithTimeout(hard, 10*time.Second)
 		start := time.Now()
-		code, err := ld.c.do(ctx, r, http.MethodPost, "/v1/traces", body, map[string]string{"X-API-Key": ld.r.key}, &res)
+		a := send(ctx, r)
 		cancel()
-		ld.hist.write(map[string]any{"ev": "op", "op": "otlp_export", "batch": id, "replica": r % 2, "attempt": attempt,
-			"status": code, "err": errString(err), "ms": time.Since(start).Milliseconds()})
+		ld.hist.write(map[string]any{"ev": "op", "op": strings.ReplaceAll(kind, " ", "_"), "batch": id, "replica": r, "attempt": attempt,
+			"status": a.status, "err": errString(a.err), "ms": time.Since(start).Milliseconds()})
+		ld.l.used(ld.r.keyID, r, a.use)
 		ld.l.mu.Lock()
-		ld.l.keyPosts++
-		if err == nil && code != http.StatusUnauthorized && code != http.StatusServiceUnavailable {
-			ld.l.keyAnswered++
-		}
 		if attempt > 0 {
 			// A retry of an export that may have been stored.
 			for _, e := range ids {
@@ -97,33 +139,77 @@ func (ld *loader) otlpExport(hard context.Context, id string, n, replica int) {
 		}
 		ld.l.mu.Unlock()
 		switch {
-		case err == nil && code == http.StatusOK:
+		case a.ok:
 			ld.l.mu.Lock()
-			if res.PartialSuccess.RejectedSpans != "" && res.PartialSuccess.RejectedSpans != "0" {
-				ld.l.badIngest = append(ld.l.badIngest, fmt.Sprintf("%s: OTLP rejected %s spans: %s", id, res.PartialSuccess.RejectedSpans, res.PartialSuccess.ErrorMessage))
+			if a.rejected != "" {
+				ld.l.badIngest = append(ld.l.badIngest, fmt.Sprintf("%s: %s rejected %s spans: %s", id, kind, a.rejected, a.why))
 			} else {
 				for _, e := range ids {
 					ld.l.acked[e] = true
 				}
 			}
-			ld.l.ops["otlp export: acknowledged"]++
+			ld.l.ops[kind+": acknowledged"]++
 			if attempt > 0 {
-				ld.l.ops["otlp export: acknowledged after a retry"]++
+				ld.l.ops[kind+": acknowledged after a retry"]++
 			}
 			ld.l.mu.Unlock()
 			return
-		case !retryable(code, err):
+		case !a.retry:
 			ld.l.mu.Lock()
-			ld.l.badIngest = append(ld.l.badIngest, fmt.Sprintf("%s: OTLP %d on replica %d", id, code, r%2))
+			ld.l.badIngest = append(ld.l.badIngest, fmt.Sprintf("%s: %s %s on replica %d: %v", id, kind, a.status, r, a.err))
 			ld.l.mu.Unlock()
 			return
 		}
-		ld.l.op("otlp export: " + outcome(code, err))
+		if a.status == "0" {
+			ld.l.op(kind + ": cut")
+		} else {
+			ld.l.op(kind + ": " + a.status)
+		}
 		select {
 		case <-hard.Done():
-			ld.l.op("otlp export: given up unacknowledged")
+			ld.l.op(kind + ": given up unacknowledged")
 			return
 		case <-time.After(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second)):
 		}
 	}
+}
+
+// otlpGRPCExport exports n spans over OTLP/gRPC (TraceService/Export on
+// the replica's gRPC port, the key in x-api-key metadata).
+func (ld *loader) otlpGRPCExport(hard context.Context, clients []coltracepb.TraceServiceClient, id string, n, replica int) {
+	now := time.Now()
+	ids := otlpIDs(id, n)
+	spans := make([]*tracepb.Span, n)
+	str := func(k, v string) *commonpb.KeyValue {
+		return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v}}}
+	}
+	for i, rid := range ids {
+		tid, _ := hex.DecodeString(hexID(rid, 16))
+		sid, _ := hex.DecodeString(hexID(rid+"s", 8))
+		spans[i] = &tracepb.Span{TraceId: tid, SpanId: sid, Name: "chaos.v1.Chaos/OtlpGrpc", Kind: tracepb.Span_SPAN_KIND_SERVER,
+			StartTimeUnixNano: uint64(now.UnixNano()), EndTimeUnixNano: uint64(now.Add(time.Duration(i) * time.Millisecond).UnixNano()),
+			Attributes: []*commonpb.KeyValue{
+				str("rpc.system", "grpc"), str("rpc.service", "chaos.v1.Chaos"), str("rpc.method", "OtlpGrpc"),
+				{Key: "rpc.grpc.status_code", Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: 0}}},
+				str("x-request-id", rid),
+			}}
+	}
+	req := &coltracepb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{
+		Resource:   &resourcepb.Resource{Attributes: []*commonpb.KeyValue{str("service.name", "chaos")}},
+		ScopeSpans: []*tracepb.ScopeSpans{{Spans: spans}},
+	}}}
+	ld.otlpSend(hard, "otlp grpc export", id, ids, replica, func(ctx context.Context, r int) otlpAnswer {
+		ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", ld.r.key)
+		res, err := clients[r].Export(ctx, req)
+		code := status.Code(err)
+		a := otlpAnswer{status: code.String(), err: err, use: grpcUse(code), ok: err == nil}
+		switch code {
+		case codes.Unavailable, codes.DeadlineExceeded, codes.Internal, codes.Unknown, codes.Aborted, codes.ResourceExhausted, codes.Canceled:
+			a.retry = true
+		}
+		if ps := res.GetPartialSuccess(); ps.GetRejectedSpans() != 0 {
+			a.rejected, a.why = fmt.Sprint(ps.GetRejectedSpans()), ps.GetErrorMessage()
+		}
+		return a
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,6 +48,7 @@ type component struct {
 	faulted bool          // a fault of the nemesis is on it now
 	since   time.Time     // when the fault on it began
 	spans   [][2]time.Time
+	kills   []time.Time // when it died: a kill -9, or an exit of its own
 }
 
 // start launches the component and waits until it accepts connections.
@@ -152,6 +154,7 @@ func (c *component) signal(sig syscall.Signal) error {
 func (c *component) kill() error {
 	c.mu.Lock()
 	c.expect = true
+	c.kills = append(c.kills, time.Now())
 	c.mu.Unlock()
 	if err := c.signal(syscall.SIGKILL); err != nil {
 		return err
@@ -214,6 +217,30 @@ func (c *component) faultedDuring(from, to time.Time) bool {
 	return false
 }
 
+// died notes an exit the supervisor found (its time is within a second).
+func (c *component) died() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.kills = append(c.kills, time.Now())
+}
+
+func (c *component) killTimes() []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.kills)
+}
+
+// faultSpans are its faults so far, the one on it now ending now.
+func (c *component) faultSpans() [][2]time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := slices.Clone(c.spans)
+	if c.faulted {
+		out = append(out, [2]time.Time{c.since, time.Now()})
+	}
+	return out
+}
+
 func (c *component) isFaulted() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -265,6 +292,7 @@ func (s *supervisor) watch(ctx context.Context) {
 			s.restarting[c.name] = true
 			if !busy {
 				s.exits[c.name]++
+				c.died()
 			}
 			s.mu.Unlock()
 			if busy {

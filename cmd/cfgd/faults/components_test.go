@@ -6,17 +6,15 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/cmd/internal/otpmail"
+	"github.com/cfgd/cfgd/cmd/internal/rig"
 	"github.com/cfgd/cfgd/events/kafka"
 )
 
@@ -109,68 +107,25 @@ func startRedis(t testing.TB) (*server, string) {
 // does). It returns the URL of a database cfgd, created empty.
 func startPostgres(t testing.TB) (*server, string) {
 	t.Helper()
-	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
-	if len(bins) == 0 {
-		t.Fatal("no /usr/lib/postgresql/*/bin/initdb (run deploy/scripts/local/stack.sh up)")
-	}
-	pgbin := filepath.Dir(bins[len(bins)-1])
 	dir, err := os.MkdirTemp("", "cfgd-faults-pg-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			t.Fatalf("running as root and there is no postgres user: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
-		}
-	}
-	as := func(cmd *exec.Cmd) *exec.Cmd {
-		if cred != nil {
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		}
-		return cmd
-	}
-	data := filepath.Join(dir, "data")
-	initdb := as(exec.Command(filepath.Join(pgbin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"))
-	if out, err := initdb.CombinedOutput(); err != nil {
-		t.Fatalf("initdb: %v\n%s", err, out)
-	}
-	port := freePort(t)
-	s := newServer(t, "postgres", fmt.Sprintf("127.0.0.1:%d", port), syscall.SIGINT, func() *exec.Cmd {
-		cmd := exec.Command(filepath.Join(pgbin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", dir,
-			"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200", "-c", "shared_buffers=32MB")
-		if cred != nil {
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		}
-		return cmd
-	})
-	s.start()
-	admin := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var conn *pgx.Conn
-	for {
-		if conn, err = pgx.Connect(ctx, admin); err == nil || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	pg, err := rig.InitPostgres(dir, freePort(t))
 	if err != nil {
-		t.Fatalf("private postgres: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE cfgd"); err != nil {
 		t.Fatal(err)
 	}
-	return s, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/cfgd?sslmode=disable", port)
+	s := newServer(t, "postgres", fmt.Sprintf("127.0.0.1:%d", pg.Port), syscall.SIGINT, func() *exec.Cmd {
+		return pg.Command(200, "32MB")
+	})
+	s.start()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := pg.CreateDatabase(ctx, "cfgd"); err != nil {
+		t.Fatal(err)
+	}
+	return s, pg.URL("cfgd")
 }
 
 // startClickHouse runs a private clickhouse-server with a minimal config

@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
@@ -19,7 +18,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cfgd/cfgd/cmd/internal/rig"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -400,54 +399,13 @@ func (c *cfgd) waitReady(timeout time.Duration) time.Duration {
 // post sends body as JSON with headers and decodes the answer into out
 // (when non-nil); it returns the status code.
 func (c *cfgd) post(ctx context.Context, path string, body any, headers map[string]string, out any) (int, error) {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return 0, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url()+path, bytes.NewReader(b))
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return resp.StatusCode, err
-	}
-	if out != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(data, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("decode %s answer: %w", path, err)
-		}
-	}
-	return resp.StatusCode, nil
+	return rig.Do(ctx, c.http, http.MethodPost, c.url()+path, body, headers, out)
 }
 
 // get sends a GET with headers and returns the status code.
 func (c *cfgd) get(ctx context.Context, path string, headers map[string]string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url()+path, nil)
-	if err != nil {
-		return 0, err
-	}
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, nil
+	return rig.Do(ctx, c.http, http.MethodGet, c.url()+path, nil, headers, nil)
 }
-
-var apiKeyLine = regexp.MustCompile(`id=(\d+) `)
 
 // apiKey creates a superuser and a service API key with the CLI and
 // returns the key and its id.
@@ -455,13 +413,11 @@ func (c *cfgd) apiKey(email string) (string, int64) {
 	c.t.Helper()
 	c.run("user", "create-superuser", "--email", email)
 	out := c.run("apikey", "create", "--name", "faults", "--type", "service", "--user", email)
-	m := apiKeyLine.FindStringSubmatch(out)
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if m == nil || len(lines) < 2 {
-		c.t.Fatalf("cfgd apikey create printed %q", out)
+	key, id, err := rig.ParseAPIKey(out)
+	if err != nil {
+		c.t.Fatal(err)
 	}
-	id, _ := strconv.ParseInt(m[1], 10, 64)
-	return strings.TrimSpace(lines[len(lines)-1]), id
+	return key, id
 }
 
 // eventually polls cond every 200ms until it returns nil or timeout

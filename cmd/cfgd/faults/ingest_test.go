@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/cmd/internal/rig"
 )
 
 // ingester posts request-log batches over HTTP with an API key and keeps
@@ -34,15 +35,6 @@ type ingester struct {
 
 func newIngester(c *cfgd, key string, keyID int64, batch int, pause time.Duration) *ingester {
 	return &ingester{c: c, key: key, keyID: keyID, batch: batch, pause: pause, sent: map[string]bool{}, acked: map[string]bool{}}
-}
-
-type logEvent struct {
-	RequestID   string `json:"request_id"`
-	ServiceName string `json:"service_name"`
-	MethodName  string `json:"method_name"`
-	Status      string `json:"status"`
-	DurationMS  int64  `json:"duration_ms"`
-	APIKeyID    int64  `json:"api_key_id"`
 }
 
 // run starts workers goroutines posting until ctx ends; wait for them
@@ -83,9 +75,9 @@ func load(ctx context.Context, workers int, pause time.Duration, do func(ctx con
 // post sends one batch; errors and refusals are the faults under test,
 // so they only mean "not acknowledged".
 func (in *ingester) post(ctx context.Context, prefix string) bool {
-	evs := make([]logEvent, in.batch)
+	evs := make([]rig.LogEvent, in.batch)
 	for i := range evs {
-		evs[i] = logEvent{RequestID: fmt.Sprintf("%s-%d", prefix, i), ServiceName: "faults", MethodName: "Post",
+		evs[i] = rig.LogEvent{RequestID: fmt.Sprintf("%s-%d", prefix, i), ServiceName: "faults", MethodName: "Post",
 			Status: "success", DurationMS: int64(i % 50), APIKeyID: in.keyID}
 	}
 	in.mu.Lock()

@@ -2,9 +2,9 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/cmd/internal/rig"
 )
 
 // signer runs OTP sign-ins of fresh addresses (request a code, read it
@@ -104,52 +105,16 @@ func (s *signer) snapshot() map[string]signedIn {
 func (s *signer) checkUsers(t testing.TB, pg *pgxpool.Pool, timeout time.Duration) {
 	t.Helper()
 	signed := s.snapshot()
-	users := map[string]int64{}
+	var users map[string]int64
 	took := eventually(t, "users read model catches up with the event store", timeout, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		var registered, claimed, rows, distinct int
-		err := pg.QueryRow(ctx, `SELECT
-			(SELECT count(*) FROM events WHERE type = 'user.registered'),
-			(SELECT count(*) FROM events WHERE type = 'user.email_claimed'),
-			(SELECT count(*) FROM users),
-			(SELECT count(DISTINCT lower(email)) FROM users)`).Scan(&registered, &claimed, &rows, &distinct)
-		if err != nil {
-			return err
+		var err error
+		users, err = rig.Users(ctx, pg)
+		if _, final := errors.AsType[*rig.Inconsistent](err); final {
+			t.Fatal(err)
 		}
-		if distinct != rows {
-			t.Fatalf("users are not unique by e-mail: %d rows, %d addresses", rows, distinct)
-		}
-		if registered != claimed {
-			t.Fatalf("event store: %d users registered, %d addresses claimed", registered, claimed)
-		}
-		if rows != registered {
-			return fmt.Errorf("users read model has %d rows, the event store registered %d", rows, registered)
-		}
-		// Every registered user's row, by id, is there.
-		var orphans int
-		if err := pg.QueryRow(ctx, `SELECT count(*) FROM events e WHERE e.type = 'user.registered'
-			AND NOT EXISTS (SELECT 1 FROM users u WHERE 'user-' || u.id = e.stream_id)`).Scan(&orphans); err != nil {
-			return err
-		}
-		if orphans > 0 {
-			return fmt.Errorf("%d registered users have no row", orphans)
-		}
-		r, err := pg.Query(ctx, `SELECT email, id FROM users`)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		clear(users)
-		for r.Next() {
-			var email string
-			var id int64
-			if err := r.Scan(&email, &id); err != nil {
-				return err
-			}
-			users[strings.ToLower(email)] = id
-		}
-		return r.Err()
+		return err
 	})
 	for email, in := range signed {
 		id, ok := users[email]

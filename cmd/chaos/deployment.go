@@ -7,26 +7,23 @@ import (
 	"maps"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/cfgd/cfgd/cmd/internal/otpmail"
+	"github.com/cfgd/cfgd/cmd/internal/rig"
 	"github.com/cfgd/cfgd/events/kafka"
 )
 
 // ClusterName is the cluster deploy/scripts/cluster/cluster.sh configures.
 const clusterName = "cfgd"
 
-// rig is the system under test as docs/scaling.md deploys it, on this
+// deployment is the system under test as docs/scaling.md deploys it, on this
 // machine: its own ports (from base) and data under dir.
-type rig struct {
+type deployment struct {
 	dir    string
 	bin    string // the cfgd binary
 	script string // deploy/scripts/cluster/cluster.sh
@@ -37,6 +34,7 @@ type rig struct {
 
 	env      map[string]string // shared by every cfgd process
 	serveURL []string
+	pg       *rig.Postgres
 	pgURL    string
 	chAddrs  map[string]string // node -> host:port
 	staff    string            // Authorization header value of the staff user
@@ -46,16 +44,16 @@ type rig struct {
 
 const staffEmail, staffPassword = "staff@chaos.example.com", "chaos staff password"
 
-func (r *rig) port(off int) int { return r.base + off }
+func (r *deployment) port(off int) int { return r.base + off }
 
 // clusterEnv is the environment of cluster.sh: its data dir and ports.
-func (r *rig) clusterEnv() []string {
+func (r *deployment) clusterEnv() []string {
 	return append(os.Environ(), "CFGD_DATA_DIR="+r.dir,
 		"CFGD_CLUSTER_PORT_SHIFT="+strconv.Itoa(r.base-9000),
 		"CFGD_CLUSTER_ZK_PORT="+strconv.Itoa(r.port(30)))
 }
 
-func (r *rig) clusterScript(ctx context.Context, args ...string) error {
+func (r *deployment) clusterScript(ctx context.Context, args ...string) error {
 	cmd := exec.CommandContext(ctx, r.script, args...)
 	cmd.Env = r.clusterEnv()
 	out, err := cmd.CombinedOutput()
@@ -74,7 +72,7 @@ func lastLine(b []byte) string {
 	return s
 }
 
-func (r *rig) logFile(name string) *os.File {
+func (r *deployment) logFile(name string) *os.File {
 	f, err := os.OpenFile(filepath.Join(r.dir, "logs", name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		panic(err) // the directory was made at the start
@@ -82,7 +80,7 @@ func (r *rig) logFile(name string) *os.File {
 	return f
 }
 
-func (r *rig) appendLog(name string, b []byte) {
+func (r *deployment) appendLog(name string, b []byte) {
 	f := r.logFile(name)
 	defer f.Close()
 	_, _ = f.Write(b)
@@ -90,7 +88,7 @@ func (r *rig) appendLog(name string, b []byte) {
 
 // owned starts cmd in its own process group (so a kill reaches nothing of
 // this program's) with its output in logs/<name>.log.
-func (r *rig) owned(name string, mk func() *exec.Cmd) func(context.Context) (*exec.Cmd, error) {
+func (r *deployment) owned(name string, mk func() *exec.Cmd) func(context.Context) (*exec.Cmd, error) {
 	return func(context.Context) (*exec.Cmd, error) {
 		cmd := mk()
 		if cmd.SysProcAttr == nil {
@@ -108,7 +106,7 @@ func (r *rig) owned(name string, mk func() *exec.Cmd) func(context.Context) (*ex
 	}
 }
 
-func (r *rig) cfgdEnv(extra map[string]string) []string {
+func (r *deployment) cfgdEnv(extra map[string]string) []string {
 	env := os.Environ()
 	for k, v := range r.env {
 		env = append(env, k+"="+v)
@@ -120,29 +118,36 @@ func (r *rig) cfgdEnv(extra map[string]string) []string {
 }
 
 // cli runs a one-shot cfgd command and returns its standard output.
-func (r *rig) cli(ctx context.Context, timeout time.Duration, args ...string) (string, error) {
+func (r *deployment) cli(ctx context.Context, timeout time.Duration, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, r.bin, args...)
 	cmd.Env = r.cfgdEnv(nil)
-	var out bytes.Buffer
-	cmd.Stdout = &out
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	start := time.Now()
+	err := cmd.Run()
+	// One write a command, so that concurrent commands' output does not
+	// interleave in the log.
 	f := r.logFile("cli")
 	defer f.Close()
-	fmt.Fprintf(f, "----- cfgd %s -----\n", strings.Join(args, " "))
-	cmd.Stderr = f
-	err := cmd.Run()
+	_, _ = fmt.Fprintf(f, "----- cfgd %s (%v, %s) -----\n%s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), outcomeOf(err), errOut.Bytes())
 	if err != nil {
-		return out.String(), fmt.Errorf("cfgd %s: %w", strings.Join(args, " "), err)
+		return out.String(), fmt.Errorf("cfgd %s: %w: %s", strings.Join(args, " "), err, lastLine(errOut.Bytes()))
 	}
 	return out.String(), nil
 }
 
-var apiKeyLine = regexp.MustCompile(`id=(\d+) `)
+func outcomeOf(err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return "ok"
+}
 
 // up starts everything, migrates and makes the staff user and the ingest
 // API key.
-func (r *rig) up(ctx context.Context, say func(string, ...any)) error {
+func (r *deployment) up(ctx context.Context, say func(string, ...any)) error {
 	for _, d := range []string{"logs", "kafka", "keys", "media", "redis"} {
 		if err := os.MkdirAll(filepath.Join(r.dir, d), 0o755); err != nil {
 			return err
@@ -249,13 +254,9 @@ func (r *rig) up(ctx context.Context, say func(string, ...any)) error {
 	if err != nil {
 		return err
 	}
-	m := apiKeyLine.FindStringSubmatch(out)
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if m == nil || len(lines) < 2 {
-		return fmt.Errorf("cfgd apikey create printed %q", out)
+	if r.key, r.keyID, err = rig.ParseAPIKey(out); err != nil {
+		return err
 	}
-	r.keyID, _ = strconv.ParseInt(m[1], 10, 64)
-	r.key = strings.TrimSpace(lines[len(lines)-1])
 
 	// Two serve replicas, each reaching the cluster through another
 	// server first; started one at a time (the first makes the keys).
@@ -284,7 +285,7 @@ func (r *rig) up(ctx context.Context, say func(string, ...any)) error {
 	worker := &component{name: "worker", tier: tierWorker, group: true,
 		launch: r.owned("worker", func() *exec.Cmd {
 			cmd := exec.Command(r.bin, "worker")
-			cmd.Env = r.cfgdEnv(map[string]string{"TASKS__WORKER_ID": "chaos-worker", "HTTP__ADDR": "127.0.0.1:0", "GRPC__ADDR": "127.0.0.1:0"})
+			cmd.Env = r.cfgdEnv(map[string]string{"TASKS__WORKER_ID": workerID, "HTTP__ADDR": "127.0.0.1:0", "GRPC__ADDR": "127.0.0.1:0"})
 			return cmd
 		})}
 	if err := worker.start(ctx); err != nil {
@@ -295,7 +296,7 @@ func (r *rig) up(ctx context.Context, say func(string, ...any)) error {
 	return nil
 }
 
-func (r *rig) chURL(nodes ...string) string {
+func (r *deployment) chURL(nodes ...string) string {
 	var addrs []string
 	for _, n := range nodes {
 		addrs = append(addrs, r.chAddrs[n])
@@ -303,73 +304,27 @@ func (r *rig) chURL(nodes ...string) string {
 	return fmt.Sprintf("clickhouse://%s/cfgd", strings.Join(addrs, ","))
 }
 
-// postgres makes a private cluster with initdb (as the postgres user when
-// run as root: Postgres refuses root) and returns it, not started.
-func (r *rig) postgres() (*component, error) {
-	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
-	if len(bins) == 0 {
-		return nil, fmt.Errorf("no /usr/lib/postgresql/*/bin/initdb (run make stack-up)")
-	}
-	pgbin := filepath.Dir(bins[len(bins)-1])
-	dir := filepath.Join(r.dir, "postgres")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+// postgres makes a private cluster with initdb and returns it, not
+// started.
+func (r *deployment) postgres() (*component, error) {
+	pg, err := rig.InitPostgres(filepath.Join(r.dir, "postgres"), r.port(0))
+	if err != nil {
 		return nil, err
 	}
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, fmt.Errorf("running as root and there is no postgres user: %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return nil, err
-		}
-	}
-	as := func(cmd *exec.Cmd) *exec.Cmd {
-		if cred != nil {
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		}
-		return cmd
-	}
-	data := filepath.Join(dir, "data")
-	initdb := as(exec.Command(filepath.Join(pgbin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"))
-	if out, err := initdb.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
-	}
-	port := r.port(0)
-	r.pgURL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/cfgd?sslmode=disable", port)
-	return &component{name: "postgres", tier: tierSingle, addr: fmt.Sprintf("127.0.0.1:%d", port), group: true,
-		launch: r.owned("postgres", func() *exec.Cmd {
-			return as(exec.Command(filepath.Join(pgbin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", dir,
-				"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300", "-c", "shared_buffers=64MB"))
-		})}, nil
+	r.pg = pg
+	r.pgURL = pg.URL("cfgd")
+	return &component{name: "postgres", tier: tierSingle, addr: fmt.Sprintf("127.0.0.1:%d", pg.Port), group: true,
+		launch: r.owned("postgres", func() *exec.Cmd { return pg.Command(300, "64MB") })}, nil
 }
 
-func (r *rig) createDatabase(ctx context.Context) error {
-	admin := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", r.port(0))
+func (r *deployment) createDatabase(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	var conn *pgx.Conn
-	var err error
-	for {
-		if conn, err = pgx.Connect(ctx, admin); err == nil || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		return fmt.Errorf("private postgres: %w", err)
-	}
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, "CREATE DATABASE cfgd")
-	return err
+	return r.pg.CreateDatabase(ctx, "cfgd")
 }
 
 // down stops everything this run started, by pid.
-func (r *rig) down() {
+func (r *deployment) down() {
 	if r.sup != nil {
 		// cfgd first, then what it uses.
 		for _, name := range []string{"worker", "serve-0", "serve-1", "broker", "redis", "postgres"} {
