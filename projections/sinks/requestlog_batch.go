@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/IBM/sarama"
 
 	"github.com/cfgd/cfgd/deploy/process"
@@ -153,12 +155,18 @@ func (s *RequestLogs) write(ctx context.Context, msgs *kafka.Batch, b *batch) er
 	keep := b.rows.without(s.held)
 	s.skipped.Add(int64(b.rows.Len() - keep.Len()))
 	if keep.Len() > 0 {
-		if err := s.metrics.write(SinkRequestLog, keep.Len(), func() error { return keep.Insert(ctx, s.conn) }); err != nil {
+		insert := func() error { return keep.Insert(ctx, s.conn) }
+		if s.insert != nil {
+			insert = func() error { return s.insert(ctx, &keep) }
+		}
+		if err := s.metrics.write(SinkRequestLog, keep.Len(), insert); err != nil {
 			// The insert may have landed before the error (a connection
 			// lost on the way back), in the raw table and some rollups
 			// (a view's insert failed): ask ClickHouse again before
-			// retrying.
+			// retrying, and check its rollups for exactly its range
+			// once the raw table holds it.
 			s.forget(b)
+			s.recordFailed(&keep)
 			return err
 		}
 		s.inserted.Add(int64(keep.Len()))
@@ -169,6 +177,10 @@ func (s *RequestLogs) write(ctx context.Context, msgs *kafka.Batch, b *batch) er
 			}
 			s.held[int32(p)] = h
 		}
+	}
+	if err := s.verifyFailed(ctx, b); err != nil {
+		s.forget(b)
+		return err
 	}
 	b.rows = keep
 	if s.afterInsert != nil {
@@ -316,40 +328,130 @@ func (s *RequestLogs) loadHeld(ctx context.Context, b *batch) error {
 const insertWait = time.Minute
 
 // inFlightInserts counts the inserts into the live raw table running on a
-// server: the sink's own, and one a stopped or killed sink left behind.
-const inFlightInserts = `SELECT count() FROM system.processes
-WHERE match(query, '(?i)^\\s*INSERT\\s+INTO\\s+(\\S+\\.)?` + requestlogview.RawTable + `[\\s(]')`
+// server: the sink's own, one a stopped or killed sink left behind, and on
+// a cluster the share of a Distributed insert its initiator sends each
+// shard's replica as an insert into the replicated table
+// (requestlog_raw_local), which a replica started by another server's
+// client runs.
+const inFlightInserts = "SELECT count() FROM system.processes WHERE match(query, " +
+	"'(?i)^\\\\s*INSERT\\\\s+INTO\\\\s+(\\\\S+\\\\.)?`?" + requestlogview.RawTable + "(" + requestlogview.LocalSuffix + ")?`?[\\\\s(]')"
+
+// serverTimeout bounds one look at a server's inserts: a server that does
+// not answer in time (paused) may be running one, and the batch waits.
+const serverTimeout = 5 * time.Second
 
 // waitInserts waits until no insert into the live raw table runs. A sink
-// that was stopped or killed during an insert leaves it running on the
-// server, which writes the raw rows first and its views' rows after
-// (ClickHouse finishes an insert whose client has gone): offsets read in
-// between show a rollup short of the raw table, and refill would count
-// the rows the views are about to write a second time. Nothing of this
-// sink inserts while it reads, and another sink's insert ends in moments.
+// that was stopped or killed during an insert, or lost its partitions in a
+// rebalance while its insert ran, leaves it running on the server, which
+// writes the raw rows first and its views' rows after (ClickHouse finishes
+// an insert whose client has gone): offsets read in between show a rollup
+// short of the raw table, and refill would count the rows the views are
+// about to write a second time. Nothing of this sink inserts while it
+// reads, and another sink's insert ends in moments. On a cluster that
+// insert may run on any server (each replica reaches the cluster through
+// its own), so every server of it is asked: one that refuses the
+// connection runs nothing, one that cannot be asked (paused, starting)
+// fails the batch, which is retried.
 func (s *RequestLogs) waitInserts(ctx context.Context) error {
+	servers, closeAll, err := s.insertServers(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
 	deadline := time.Now().Add(insertWait)
-	for _, rctx := range s.heldReads(ctx) {
-		for {
-			var n uint64
-			if err := s.conn.QueryRow(rctx, inFlightInserts).Scan(&n); err != nil {
-				return fmt.Errorf("inserts in flight: %w", err)
+	for {
+		// A full round finding none: a share a shard runs for a
+		// Distributed insert starts before its initiator's ends, and
+		// the initiator's is looked at first.
+		var n uint64
+		for _, sv := range servers {
+			c, err := sv.count(ctx)
+			if err != nil {
+				return fmt.Errorf("inserts in flight on %s: %w", sv.addr, err)
 			}
-			if n == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%d inserts into %s still run after %v: reading the offsets ClickHouse holds later", n, requestlogview.RawTable, insertWait)
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(50 * time.Millisecond):
+			n += c
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d inserts into %s still run after %v: reading the offsets ClickHouse holds later", n, requestlogview.RawTable, insertWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// insertServer is one server waitInserts asks; conn is nil for one that
+// refused the connection.
+type insertServer struct {
+	addr string
+	conn driver.Conn
+}
+
+func (sv insertServer) count(ctx context.Context) (uint64, error) {
+	if sv.conn == nil {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, serverTimeout)
+	defer cancel()
+	var n uint64
+	err := sv.conn.QueryRow(ctx, inFlightInserts).Scan(&n)
+	if isRefused(err) {
+		// It went down meanwhile, with whatever it ran.
+		return 0, nil
+	}
+	return n, err
+}
+
+// insertServers are the servers an insert into the raw table may run on:
+// the sink's own server, or every server of the cluster (system.clusters),
+// each reached with Dial.
+func (s *RequestLogs) insertServers(ctx context.Context) ([]insertServer, func(), error) {
+	if s.cfg.Cluster == "" {
+		return []insertServer{{addr: "the sink's server", conn: s.conn}}, func() {}, nil
+	}
+	addrs, err := requestlogview.ClusterServers(ctx, s.conn, s.cfg.Cluster)
+	if err != nil {
+		return nil, nil, fmt.Errorf("inserts in flight: %w", err)
+	}
+	var out []insertServer
+	closeAll := func() {
+		for _, sv := range out {
+			if sv.conn != nil {
+				_ = sv.conn.Close()
 			}
 		}
 	}
-	return nil
+	for _, addr := range addrs {
+		conn, err := s.cfg.Dial(ctx, addr)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("inserts in flight on %s: %w", addr, err)
+		}
+		out = append(out, insertServer{addr: addr, conn: conn})
+		pctx, cancel := context.WithTimeout(ctx, serverTimeout)
+		err = conn.Ping(pctx)
+		cancel()
+		switch {
+		case isRefused(err):
+			// Not running: an insert it ran died with it.
+			_ = conn.Close()
+			out[len(out)-1].conn = nil
+		case err != nil:
+			closeAll()
+			return nil, nil, fmt.Errorf("inserts in flight on %s: %w", addr, err)
+		}
+	}
+	return out, closeAll, nil
 }
+
+// isRefused tells a server that is not running (nothing listens on its
+// port) from one that does not answer.
+func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
 
 func (s *RequestLogs) scanHeld(ctx context.Context, q string, fn func(p int32, off int64)) error {
 	rs, err := s.conn.Query(ctx, q)
