@@ -336,11 +336,26 @@ const insertWait = time.Minute
 const inFlightInserts = "SELECT count() FROM system.processes WHERE match(query, " +
 	"'(?i)^\\\\s*INSERT\\\\s+INTO\\\\s+(\\\\S+\\\\.)?`?" + requestlogview.RawTable + "(" + requestlogview.LocalSuffix + ")?`?[\\\\s(]')"
 
+// replicasBehind counts, on a server of a cluster, the request-log
+// replicated tables of a database that have not yet fetched every part
+// another replica took: parts in their queue, or log entries not yet
+// copied to it (log_pointer is one past the last entry copied; 0, an
+// empty log, is not told from one entry not yet copied). The raw table's part arrives before its rollups', so a
+// replica read in between (the offset check reads the first replica of a
+// shard, and an insert through a server of a shard's other replica writes
+// there) shows the rollups short of the raw table, and refill would count
+// the rows the fetches are about to bring.
+const replicasBehind = `SELECT count() FROM system.replicas
+WHERE database = ? AND table IN (?, ?, ?, ?)
+AND (inserts_in_queue > 0 OR (log_pointer <= log_max_index AND log_pointer > 0))`
+
 // serverTimeout bounds one look at a server's inserts: a server that does
 // not answer in time (paused) may be running one, and the batch waits.
 const serverTimeout = 5 * time.Second
 
-// waitInserts waits until no insert into the live raw table runs. A sink
+// waitInserts waits until no insert into the live raw table runs and, on a
+// cluster, every replica of the request-log tables has fetched what the
+// others took. A sink
 // that was stopped or killed during an insert, or lost its partitions in a
 // rebalance while its insert ran, leaves it running on the server, which
 // writes the raw rows first and its views' rows after (ClickHouse finishes
@@ -386,10 +401,10 @@ func (s *RequestLogs) waitInserts(ctx context.Context) error {
 }
 
 // insertServer is one server waitInserts asks; conn is nil for one that
-// refused the connection.
+// refused the connection. database is the sink's, on a cluster.
 type insertServer struct {
-	addr string
-	conn driver.Conn
+	addr, database string
+	conn           driver.Conn
 }
 
 func (sv insertServer) count(ctx context.Context) (uint64, error) {
@@ -398,13 +413,17 @@ func (sv insertServer) count(ctx context.Context) (uint64, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, serverTimeout)
 	defer cancel()
-	var n uint64
+	var n, behind uint64
 	err := sv.conn.QueryRow(ctx, inFlightInserts).Scan(&n)
+	if err == nil && sv.database != "" {
+		live := requestlogview.LiveTables().Suffixed(requestlogview.LocalSuffix)
+		err = sv.conn.QueryRow(ctx, replicasBehind, sv.database, live.Raw, live.Minute, live.Hour, live.Day).Scan(&behind)
+	}
 	if isRefused(err) {
 		// It went down meanwhile, with whatever it ran.
 		return 0, nil
 	}
-	return n, err
+	return n + behind, err
 }
 
 // insertServers are the servers an insert into the raw table may run on:
@@ -417,6 +436,10 @@ func (s *RequestLogs) insertServers(ctx context.Context) ([]insertServer, func()
 	addrs, err := requestlogview.ClusterServers(ctx, s.conn, s.cfg.Cluster)
 	if err != nil {
 		return nil, nil, fmt.Errorf("inserts in flight: %w", err)
+	}
+	var db string
+	if err := s.conn.QueryRow(ctx, "SELECT currentDatabase()").Scan(&db); err != nil {
+		return nil, nil, fmt.Errorf("request-log database: %w", err)
 	}
 	var out []insertServer
 	closeAll := func() {
@@ -432,7 +455,7 @@ func (s *RequestLogs) insertServers(ctx context.Context) ([]insertServer, func()
 			closeAll()
 			return nil, nil, fmt.Errorf("inserts in flight on %s: %w", addr, err)
 		}
-		out = append(out, insertServer{addr: addr, conn: conn})
+		out = append(out, insertServer{addr: addr, database: db, conn: conn})
 		pctx, cancel := context.WithTimeout(ctx, serverTimeout)
 		err = conn.Ping(pctx)
 		cancel()

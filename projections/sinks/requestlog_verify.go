@@ -131,12 +131,17 @@ func (s *RequestLogs) rollupLack(ctx context.Context, live requestlogview.Tables
 		return 0, fmt.Errorf("buckets of %s, partition %d: %w", rollup, p, err)
 	}
 	var buckets []string
+	var first, last uint64
 	for rs.Next() {
 		var b uint64
 		if err := rs.Scan(&b); err != nil {
 			rs.Close()
 			return 0, fmt.Errorf("buckets of %s, partition %d: %w", rollup, p, err)
 		}
+		if len(buckets) == 0 || b < first {
+			first = b
+		}
+		last = max(last, b)
 		buckets = append(buckets, strconv.FormatUint(b, 10))
 	}
 	rs.Close()
@@ -148,7 +153,10 @@ func (s *RequestLogs) rollupLack(ctx context.Context, live requestlogview.Tables
 	}
 	in := strings.Join(buckets, ",")
 	var raw, got uint64
-	if err := s.conn.QueryRow(ctx, fmt.Sprintf("SELECT count() FROM %s WHERE kafka_partition = %d AND %s IN (%s)", live.Raw, p, bucket, in)).Scan(&raw); err != nil {
+	// The time range too: the raw table is ordered by created_at.
+	q := fmt.Sprintf("SELECT count() FROM %s WHERE created_at >= toDateTime(%d) AND created_at < toDateTime(%d) AND kafka_partition = %d AND %s IN (%s)",
+		live.Raw, first, last+uint64(seconds), p, bucket, in)
+	if err := s.conn.QueryRow(ctx, q).Scan(&raw); err != nil {
 		return 0, fmt.Errorf("raw rows of %s's buckets, partition %d: %w", rollup, p, err)
 	}
 	if err := s.conn.QueryRow(ctx, fmt.Sprintf("SELECT countMerge(requests) FROM %s WHERE kafka_partition = %d AND toUInt32(bucket) IN (%s)", rollup, p, in)).Scan(&got); err != nil {
