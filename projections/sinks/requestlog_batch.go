@@ -148,6 +148,18 @@ func (s *RequestLogs) write(ctx context.Context, msgs *kafka.Batch, b *batch) er
 	if err := s.loadHeld(ctx, b); err != nil {
 		return err
 	}
+	if s.cfg.Cluster != "" && s.short(b) {
+		// On a cluster a rollup may only look short on the replica read:
+		// its parts are fetched after the raw table's. Read again once
+		// no replica has parts to fetch.
+		s.forget(b)
+		if err := s.waitInserts(ctx, true); err != nil {
+			return err
+		}
+		if err := s.loadHeld(ctx, b); err != nil {
+			return err
+		}
+	}
 	if err := s.refill(ctx, b); err != nil {
 		s.forget(b)
 		return err
@@ -238,6 +250,18 @@ func (s *RequestLogs) topicRecreated(ctx context.Context, id string) {
 		"topic", s.topic, "topic_id", id)
 }
 
+// short tells whether a rollup holds less of one of b's partitions than
+// the raw table.
+func (s *RequestLogs) short(b *batch) bool {
+	for p := range b.last {
+		h := s.held[p]
+		if h[1] < h[0] || h[2] < h[0] || h[3] < h[0] {
+			return true
+		}
+	}
+	return false
+}
+
 // forget drops what held says of b's partitions: it is read again from
 // ClickHouse before the next insert.
 func (s *RequestLogs) forget(b *batch) {
@@ -293,7 +317,7 @@ func (s *RequestLogs) loadHeld(ctx context.Context, b *batch) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	if err := s.waitInserts(ctx); err != nil {
+	if err := s.waitInserts(ctx, false); err != nil {
 		return err
 	}
 	in := strings.Join(missing, ",")
@@ -353,9 +377,11 @@ AND (inserts_in_queue > 0 OR (log_pointer <= log_max_index AND log_pointer > 0))
 // not answer in time (paused) may be running one, and the batch waits.
 const serverTimeout = 5 * time.Second
 
-// waitInserts waits until no insert into the live raw table runs and, on a
-// cluster, every replica of the request-log tables has fetched what the
-// others took. A sink
+// waitInserts waits until no insert into the live raw table runs and, with
+// replicas on a cluster, every replica of the request-log tables has
+// fetched what the others took (a replica whose fetches stall, say its
+// source is down, holds the batch back: only asked when a rollup looks
+// short). A sink
 // that was stopped or killed during an insert, or lost its partitions in a
 // rebalance while its insert ran, leaves it running on the server, which
 // writes the raw rows first and its views' rows after (ClickHouse finishes
@@ -367,7 +393,7 @@ const serverTimeout = 5 * time.Second
 // its own), so every server of it is asked: one that refuses the
 // connection runs nothing, one that cannot be asked (paused, starting)
 // fails the batch, which is retried.
-func (s *RequestLogs) waitInserts(ctx context.Context) error {
+func (s *RequestLogs) waitInserts(ctx context.Context, replicas bool) error {
 	servers, closeAll, err := s.insertServers(ctx)
 	if err != nil {
 		return err
@@ -380,7 +406,7 @@ func (s *RequestLogs) waitInserts(ctx context.Context) error {
 		// the initiator's is looked at first.
 		var n uint64
 		for _, sv := range servers {
-			c, err := sv.count(ctx)
+			c, err := sv.count(ctx, replicas)
 			if err != nil {
 				return fmt.Errorf("inserts in flight on %s: %w", sv.addr, err)
 			}
@@ -390,7 +416,7 @@ func (s *RequestLogs) waitInserts(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d inserts into %s still run after %v: reading the offsets ClickHouse holds later", n, requestlogview.RawTable, insertWait)
+			return fmt.Errorf("%d inserts into %s still run, or replicas fetch parts, after %v: reading the offsets ClickHouse holds later", n, requestlogview.RawTable, insertWait)
 		}
 		select {
 		case <-ctx.Done():
@@ -407,7 +433,7 @@ type insertServer struct {
 	conn           driver.Conn
 }
 
-func (sv insertServer) count(ctx context.Context) (uint64, error) {
+func (sv insertServer) count(ctx context.Context, replicas bool) (uint64, error) {
 	if sv.conn == nil {
 		return 0, nil
 	}
@@ -415,7 +441,7 @@ func (sv insertServer) count(ctx context.Context) (uint64, error) {
 	defer cancel()
 	var n, behind uint64
 	err := sv.conn.QueryRow(ctx, inFlightInserts).Scan(&n)
-	if err == nil && sv.database != "" {
+	if err == nil && replicas && sv.database != "" {
 		live := requestlogview.LiveTables().Suffixed(requestlogview.LocalSuffix)
 		err = sv.conn.QueryRow(ctx, replicasBehind, sv.database, live.Raw, live.Minute, live.Hour, live.Day).Scan(&behind)
 	}
