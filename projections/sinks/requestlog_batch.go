@@ -363,12 +363,13 @@ const inFlightInserts = "SELECT count() FROM system.processes WHERE match(query,
 // replicasBehind counts, on a server of a cluster, the request-log
 // replicated tables of a database that have not yet fetched every part
 // another replica took: parts in their queue, or log entries not yet
-// copied to it (log_pointer is one past the last entry copied; 0, an
-// empty log, is not told from one entry not yet copied). The raw table's part arrives before its rollups', so a
-// replica read in between (the offset check reads the first replica of a
-// shard, and an insert through a server of a shard's other replica writes
-// there) shows the rollups short of the raw table, and refill would count
-// the rows the fetches are about to bring.
+// copied to it (log_pointer is one past the last entry copied; 0, an empty
+// log, is not told from one entry not yet copied). The raw table's part
+// arrives before its rollups', so a replica read in between (the offset
+// check reads the first replica of a shard, and an insert through a server
+// of a shard's other replica writes there) shows the rollups short of the
+// raw table, and refill would count the rows the fetches are about to
+// bring.
 const replicasBehind = `SELECT count() FROM system.replicas
 WHERE database = ? AND table IN (?, ?, ?, ?)
 AND (inserts_in_queue > 0 OR (log_pointer <= log_max_index AND log_pointer > 0))`
@@ -379,18 +380,17 @@ const serverTimeout = 5 * time.Second
 
 // waitInserts waits until no insert into the live raw table runs and, with
 // replicas on a cluster, every replica of the request-log tables has
-// fetched what the others took (a replica whose fetches stall, say its
-// source is down, holds the batch back: only asked when a rollup looks
-// short). A sink
-// that was stopped or killed during an insert, or lost its partitions in a
-// rebalance while its insert ran, leaves it running on the server, which
-// writes the raw rows first and its views' rows after (ClickHouse finishes
-// an insert whose client has gone): offsets read in between show a rollup
-// short of the raw table, and refill would count the rows the views are
-// about to write a second time. Nothing of this sink inserts while it
-// reads, and another sink's insert ends in moments. On a cluster that
-// insert may run on any server (each replica reaches the cluster through
-// its own), so every server of it is asked: one that refuses the
+// fetched what the others took (asked only when a rollup reads short: a
+// replica whose fetches stall, its source down, holds the batch back). A
+// sink that was stopped or killed during an insert, or lost its partitions
+// in a rebalance while its insert ran, leaves it running on the server,
+// which writes the raw rows first and its views' rows after (ClickHouse
+// finishes an insert whose client has gone): offsets read in between show
+// a rollup short of the raw table, and refill would count the rows the
+// views are about to write a second time. Nothing of this sink inserts
+// while it reads, and another sink's insert ends in moments. On a cluster
+// that insert may run on any server (each replica reaches the cluster
+// through its own), so every server of it is asked: one that refuses the
 // connection runs nothing, one that cannot be asked (paused, starting)
 // fails the batch, which is retried.
 func (s *RequestLogs) waitInserts(ctx context.Context, replicas bool) error {
