@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/IBM/sarama"
 
 	"github.com/cfgd/cfgd/deploy/process"
@@ -146,6 +148,18 @@ func (s *RequestLogs) write(ctx context.Context, msgs *kafka.Batch, b *batch) er
 	if err := s.loadHeld(ctx, b); err != nil {
 		return err
 	}
+	if s.cfg.Cluster != "" && s.short(b) {
+		// On a cluster a rollup may only look short on the replica read:
+		// its parts are fetched after the raw table's. Read again once
+		// no replica has parts to fetch.
+		s.forget(b)
+		if err := s.waitInserts(ctx, true); err != nil {
+			return err
+		}
+		if err := s.loadHeld(ctx, b); err != nil {
+			return err
+		}
+	}
 	if err := s.refill(ctx, b); err != nil {
 		s.forget(b)
 		return err
@@ -153,12 +167,18 @@ func (s *RequestLogs) write(ctx context.Context, msgs *kafka.Batch, b *batch) er
 	keep := b.rows.without(s.held)
 	s.skipped.Add(int64(b.rows.Len() - keep.Len()))
 	if keep.Len() > 0 {
-		if err := s.metrics.write(SinkRequestLog, keep.Len(), func() error { return keep.Insert(ctx, s.conn) }); err != nil {
+		insert := func() error { return keep.Insert(ctx, s.conn) }
+		if s.insert != nil {
+			insert = func() error { return s.insert(ctx, &keep) }
+		}
+		if err := s.metrics.write(SinkRequestLog, keep.Len(), insert); err != nil {
 			// The insert may have landed before the error (a connection
 			// lost on the way back), in the raw table and some rollups
 			// (a view's insert failed): ask ClickHouse again before
-			// retrying.
+			// retrying, and check its rollups for exactly its range
+			// once the raw table holds it.
 			s.forget(b)
+			s.recordFailed(&keep)
 			return err
 		}
 		s.inserted.Add(int64(keep.Len()))
@@ -169,6 +189,10 @@ func (s *RequestLogs) write(ctx context.Context, msgs *kafka.Batch, b *batch) er
 			}
 			s.held[int32(p)] = h
 		}
+	}
+	if err := s.verifyFailed(ctx, b); err != nil {
+		s.forget(b)
+		return err
 	}
 	b.rows = keep
 	if s.afterInsert != nil {
@@ -226,6 +250,18 @@ func (s *RequestLogs) topicRecreated(ctx context.Context, id string) {
 		"topic", s.topic, "topic_id", id)
 }
 
+// short tells whether a rollup holds less of one of b's partitions than
+// the raw table.
+func (s *RequestLogs) short(b *batch) bool {
+	for p := range b.last {
+		h := s.held[p]
+		if h[1] < h[0] || h[2] < h[0] || h[3] < h[0] {
+			return true
+		}
+	}
+	return false
+}
+
 // forget drops what held says of b's partitions: it is read again from
 // ClickHouse before the next insert.
 func (s *RequestLogs) forget(b *batch) {
@@ -281,7 +317,7 @@ func (s *RequestLogs) loadHeld(ctx context.Context, b *batch) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	if err := s.waitInserts(ctx); err != nil {
+	if err := s.waitInserts(ctx, false); err != nil {
 		return err
 	}
 	in := strings.Join(missing, ",")
@@ -316,40 +352,155 @@ func (s *RequestLogs) loadHeld(ctx context.Context, b *batch) error {
 const insertWait = time.Minute
 
 // inFlightInserts counts the inserts into the live raw table running on a
-// server: the sink's own, and one a stopped or killed sink left behind.
-const inFlightInserts = `SELECT count() FROM system.processes
-WHERE match(query, '(?i)^\\s*INSERT\\s+INTO\\s+(\\S+\\.)?` + requestlogview.RawTable + `[\\s(]')`
+// server: the sink's own, one a stopped or killed sink left behind, and on
+// a cluster the share of a Distributed insert its initiator sends each
+// shard's replica as an insert into the replicated table
+// (requestlog_raw_local), which a replica started by another server's
+// client runs.
+const inFlightInserts = "SELECT count() FROM system.processes WHERE match(query, " +
+	"'(?i)^\\\\s*INSERT\\\\s+INTO\\\\s+(\\\\S+\\\\.)?`?" + requestlogview.RawTable + "(" + requestlogview.LocalSuffix + ")?`?[\\\\s(]')"
 
-// waitInserts waits until no insert into the live raw table runs. A sink
-// that was stopped or killed during an insert leaves it running on the
-// server, which writes the raw rows first and its views' rows after
-// (ClickHouse finishes an insert whose client has gone): offsets read in
-// between show a rollup short of the raw table, and refill would count
-// the rows the views are about to write a second time. Nothing of this
-// sink inserts while it reads, and another sink's insert ends in moments.
-func (s *RequestLogs) waitInserts(ctx context.Context) error {
+// replicasBehind counts, on a server of a cluster, the request-log
+// replicated tables of a database that have not yet fetched every part
+// another replica took: parts in their queue, or log entries not yet
+// copied to it (log_pointer is one past the last entry copied; 0, an empty
+// log, is not told from one entry not yet copied). The raw table's part
+// arrives before its rollups', so a replica read in between (the offset
+// check reads the first replica of a shard, and an insert through a server
+// of a shard's other replica writes there) shows the rollups short of the
+// raw table, and refill would count the rows the fetches are about to
+// bring.
+const replicasBehind = `SELECT count() FROM system.replicas
+WHERE database = ? AND table IN (?, ?, ?, ?)
+AND (inserts_in_queue > 0 OR (log_pointer <= log_max_index AND log_pointer > 0))`
+
+// serverTimeout bounds one look at a server's inserts: a server that does
+// not answer in time (paused) may be running one, and the batch waits.
+const serverTimeout = 5 * time.Second
+
+// waitInserts waits until no insert into the live raw table runs and, with
+// replicas on a cluster, every replica of the request-log tables has
+// fetched what the others took (asked only when a rollup reads short: a
+// replica whose fetches stall, its source down, holds the batch back). A
+// sink that was stopped or killed during an insert, or lost its partitions
+// in a rebalance while its insert ran, leaves it running on the server,
+// which writes the raw rows first and its views' rows after (ClickHouse
+// finishes an insert whose client has gone): offsets read in between show
+// a rollup short of the raw table, and refill would count the rows the
+// views are about to write a second time. Nothing of this sink inserts
+// while it reads, and another sink's insert ends in moments. On a cluster
+// that insert may run on any server (each replica reaches the cluster
+// through its own), so every server of it is asked: one that refuses the
+// connection runs nothing, one that cannot be asked (paused, starting)
+// fails the batch, which is retried.
+func (s *RequestLogs) waitInserts(ctx context.Context, replicas bool) error {
+	servers, closeAll, err := s.insertServers(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
 	deadline := time.Now().Add(insertWait)
-	for _, rctx := range s.heldReads(ctx) {
-		for {
-			var n uint64
-			if err := s.conn.QueryRow(rctx, inFlightInserts).Scan(&n); err != nil {
-				return fmt.Errorf("inserts in flight: %w", err)
+	for {
+		// A full round finding none: a share a shard runs for a
+		// Distributed insert starts before its initiator's ends, and
+		// the initiator's is looked at first.
+		var n uint64
+		for _, sv := range servers {
+			c, err := sv.count(ctx, replicas)
+			if err != nil {
+				return fmt.Errorf("inserts in flight on %s: %w", sv.addr, err)
 			}
-			if n == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%d inserts into %s still run after %v: reading the offsets ClickHouse holds later", n, requestlogview.RawTable, insertWait)
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(50 * time.Millisecond):
+			n += c
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d inserts into %s still run, or replicas fetch parts, after %v: reading the offsets ClickHouse holds later", n, requestlogview.RawTable, insertWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// insertServer is one server waitInserts asks; conn is nil for one that
+// refused the connection. database is the sink's, on a cluster.
+type insertServer struct {
+	addr, database string
+	conn           driver.Conn
+}
+
+func (sv insertServer) count(ctx context.Context, replicas bool) (uint64, error) {
+	if sv.conn == nil {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, serverTimeout)
+	defer cancel()
+	var n, behind uint64
+	err := sv.conn.QueryRow(ctx, inFlightInserts).Scan(&n)
+	if err == nil && replicas && sv.database != "" {
+		live := requestlogview.LiveTables().Suffixed(requestlogview.LocalSuffix)
+		err = sv.conn.QueryRow(ctx, replicasBehind, sv.database, live.Raw, live.Minute, live.Hour, live.Day).Scan(&behind)
+	}
+	if isRefused(err) {
+		// It went down meanwhile, with whatever it ran.
+		return 0, nil
+	}
+	return n + behind, err
+}
+
+// insertServers are the servers an insert into the raw table may run on:
+// the sink's own server, or every server of the cluster (system.clusters),
+// each reached with Dial.
+func (s *RequestLogs) insertServers(ctx context.Context) ([]insertServer, func(), error) {
+	if s.cfg.Cluster == "" {
+		return []insertServer{{addr: "the sink's server", conn: s.conn}}, func() {}, nil
+	}
+	addrs, err := requestlogview.ClusterServers(ctx, s.conn, s.cfg.Cluster)
+	if err != nil {
+		return nil, nil, fmt.Errorf("inserts in flight: %w", err)
+	}
+	var db string
+	if err := s.conn.QueryRow(ctx, "SELECT currentDatabase()").Scan(&db); err != nil {
+		return nil, nil, fmt.Errorf("request-log database: %w", err)
+	}
+	var out []insertServer
+	closeAll := func() {
+		for _, sv := range out {
+			if sv.conn != nil {
+				_ = sv.conn.Close()
 			}
 		}
 	}
-	return nil
+	for _, addr := range addrs {
+		conn, err := s.cfg.Dial(ctx, addr)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("inserts in flight on %s: %w", addr, err)
+		}
+		out = append(out, insertServer{addr: addr, database: db, conn: conn})
+		pctx, cancel := context.WithTimeout(ctx, serverTimeout)
+		err = conn.Ping(pctx)
+		cancel()
+		switch {
+		case isRefused(err):
+			// Not running: an insert it ran died with it.
+			_ = conn.Close()
+			out[len(out)-1].conn = nil
+		case err != nil:
+			closeAll()
+			return nil, nil, fmt.Errorf("inserts in flight on %s: %w", addr, err)
+		}
+	}
+	return out, closeAll, nil
 }
+
+// isRefused tells a server that is not running (nothing listens on its
+// port) from one that does not answer.
+func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
 
 func (s *RequestLogs) scanHeld(ctx context.Context, q string, fn func(p int32, off int64)) error {
 	rs, err := s.conn.Query(ctx, q)

@@ -267,3 +267,59 @@ func TestSinkWaitsForAnInsertLeftRunning(t *testing.T) {
 		t.Errorf("the next owner refilled rollups the insert left running was writing: %+v", st)
 	}
 }
+
+// Chaos finding 4: an insert failed ("Unknown status, client must retry"
+// while ZooKeeper was down), and its retry was deduplicated by the
+// replicated raw table, which had stored the block after all: the retry
+// succeeds, the views get nothing, and the next batch moves every rollup's
+// highest offset past the range, so the held offsets never show the hole.
+// Here the first insert fails having stored nothing visible, and the retry
+// stores the raw rows alone (the views detached meanwhile), as the
+// deduplicated retry did; the sink must refill exactly that range.
+func TestSinkRefillsTheRangeOfAFailedInsert(t *testing.T) {
+	t.Parallel()
+	e := newRLEnv(t, 1)
+	ctx := context.Background()
+	views := requestlogview.LiveTables().Views()
+	var calls int
+	cfg := DefaultRequestLogConfig(e.bus)
+	cfg.Group, cfg.BatchRows, cfg.BatchWait, cfg.MaxBackoff = "g", 300, 50*time.Millisecond, 200*time.Millisecond
+	s, err := NewRequestLogs(cfg, e.conn, testenv.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.insert = func(ctx context.Context, rows *RequestLogRows) error {
+		calls++
+		switch calls {
+		case 1:
+			return errors.New("code: 319, message: Unknown status, client must retry. Reason: Connection loss: while pushing to view requestlog_minute_mv")
+		case 2:
+			for _, v := range views {
+				if err := e.conn.Exec(ctx, "DETACH TABLE "+v); err != nil {
+					return err
+				}
+			}
+			err := rows.Insert(ctx, e.conn)
+			for _, v := range views {
+				if err := e.conn.Exec(ctx, "ATTACH TABLE "+v); err != nil {
+					t.Error(err)
+				}
+			}
+			return err
+		}
+		return rows.Insert(ctx, e.conn)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	e.produce(300)
+	waitFor(t, "the first batch in", func() bool { return s.Stats().Inserted >= 300 })
+	e.produce(300)
+	testenv.ExactRequestLogs(t, e.conn, 600)
+	rollupsMatchRaw(t, e.conn)
+	if st := s.Stats(); st.Refilled != 3 {
+		t.Errorf("want the failed range refilled in each of the three rollups, stats %+v", st)
+	}
+}

@@ -126,6 +126,13 @@ type RequestLogs struct {
 	held        map[int32][4]int64
 	heldGen     int64
 	heldSession uint64
+	// failed are, per partition, the offset ranges of inserts that failed
+	// (any error: the raw rows and some rollups' may have landed): the
+	// rollups are checked for exactly those ranges once the raw table
+	// holds them (verifyFailed). Only the batcher touches it.
+	failed map[int32][]offsetRange
+	// insert, when set (by tests), replaces the insert of a batch's rows.
+	insert func(ctx context.Context, rows *RequestLogRows) error
 
 	inserted atomic.Int64
 	skipped  atomic.Int64
@@ -170,7 +177,7 @@ func NewFencedRequestLogs(cfg RequestLogConfig, conn driver.Conn, fence RequestL
 		return nil, errors.New("requestlog sink: a cluster needs Dial to reach each shard")
 	}
 	s := &RequestLogs{cfg: cfg, conn: conn, fence: fence, log: log, now: time.Now, held: map[int32][4]int64{},
-		topic: cfg.Bus.Topic(kafka.TopicRequestLogs), writer: rand.Text()}
+		failed: map[int32][]offsetRange{}, topic: cfg.Bus.Topic(kafka.TopicRequestLogs), writer: rand.Text()}
 	s.health.Set(process.NotReady(process.Starting, errRequestLogsStarting))
 	return s, nil
 }

@@ -51,6 +51,13 @@ func (t Tables) Rollups() []string { return []string{t.Minute, t.Hour, t.Day} }
 // All are the four tables, raw first.
 func (t Tables) All() []string { return []string{t.Raw, t.Minute, t.Hour, t.Day} }
 
+// rollupSeconds are the bucket sizes of the rollups, finest first.
+var rollupSeconds = [...]int{60, 3600, 86400}
+
+// RollupSeconds are the bucket sizes (seconds) of Rollups(), in their
+// order.
+func RollupSeconds() []int { return slices.Clone(rollupSeconds[:]) }
+
 // Views are the materialized views feeding the rollups from the raw table.
 func (t Tables) Views() []string {
 	return []string{t.Minute + "_mv", t.Hour + "_mv", t.Day + "_mv"}
@@ -157,7 +164,7 @@ func plan(t Tables) schemaData {
 		name      string
 		seconds   int
 		partition string
-	}{{t.Minute, 60, dayPartition}, {t.Hour, 3600, weekPartition}, {t.Day, 86400, weekPartition}} {
+	}{{t.Minute, rollupSeconds[0], dayPartition}, {t.Hour, rollupSeconds[1], weekPartition}, {t.Day, rollupSeconds[2], weekPartition}} {
 		s := base
 		s.Name, s.Source, s.Seconds, s.View = r.name, t.Raw, r.seconds, r.name+"_mv"
 		s.PartitionBy, s.Granularity = fmt.Sprintf(r.partition, "bucket"), rollupGranularity
@@ -469,6 +476,21 @@ func DropExpiredOn(ctx context.Context, conn driver.Conn, t Tables, c Cluster, d
 		}
 	}
 	return dropped, errors.Join(errs...)
+}
+
+// ClusterServers lists the address (host:port) of every server of
+// cluster, shard by shard, as system.clusters of conn's server gives
+// them.
+func ClusterServers(ctx context.Context, conn driver.Conn, cluster string) ([]string, error) {
+	shards, err := clusterShards(ctx, conn, cluster)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, sh := range shards {
+		out = append(out, sh.addrs...)
+	}
+	return out, nil
 }
 
 type shard struct {
