@@ -31,6 +31,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -124,6 +125,9 @@ type ClickHouseConfig struct {
 	// rebuilt tables are dropped shard by shard, as the sink's retention
 	// does. Required with Cluster.
 	Dial requestlogview.Dialer
+	// SwapPatience bounds how long a swap on a cluster asks a server
+	// again that does not answer or fails (0: DefaultSwapPatience).
+	SwapPatience time.Duration
 }
 
 // DefaultClickHouseConfig returns the defaults for bus c.
@@ -226,6 +230,9 @@ type ClickHouse struct {
 	cluster requestlogview.Cluster
 	// building: Shadow got as far as creating the shadow tables.
 	building bool
+	// swapping: the swap began on a cluster; from then on the shadow
+	// tables are the rebuilt set a retry puts in place, never dropped.
+	swapping bool
 }
 
 var _ Target = (*ClickHouse)(nil)
@@ -255,8 +262,13 @@ func (r *ClickHouse) Result() Result {
 // Shadow implements Target: it creates the shadow tables, reads the topic
 // into the raw one until it is at most CatchUpRecords behind, then fills
 // the rollups and gives them their views.
-func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) error {
+func (r *ClickHouse) Shadow(ctx context.Context, progress Progress) (err error) {
 	r.progress = progress
+	defer func() {
+		if err != nil && r.res.Resumed {
+			err = fmt.Errorf("the swap an interrupted replay began is finished (the live tables are whole), but the new rebuild failed: %w", err)
+		}
+	}()
 	if r.cfg.Cluster != "" {
 		var db string
 		if err := r.conn.QueryRow(ctx, "SELECT currentDatabase()").Scan(&db); err != nil {
@@ -407,7 +419,8 @@ func (r *ClickHouse) drop(ctx context.Context, what string, tables ...string) er
 // tidy makes sure the live tables exist (a replay before the first
 // serve) with their views (a replay that died inside its swap re-creates
 // them here), and drops what an interrupted replay left: its shadow tables
-// and views, and old tables a swap renamed but did not drop.
+// and views, and old tables a swap renamed but did not drop. On a cluster
+// it first finishes a swap an earlier replay began (resume).
 func (r *ClickHouse) tidy(ctx context.Context) error {
 	leftovers := append(r.shadow.Views(), r.stored(r.old)...)
 	if r.cluster.On() {
@@ -423,48 +436,118 @@ func (r *ClickHouse) tidy(ctx context.Context) error {
 	// On a cluster each statement waits for every server (a tenth of a
 	// second or more, up to distributed_ddl_task_timeout for one that is
 	// down): refuse while one is down, create only what is missing, drop
-	// only what is there. One replica per shard answers for both: every
-	// statement that creates or drops these tables runs ON CLUSTER, each
-	// server runs those in the order they were issued, and this no-op
-	// returns once every server ran it, so all ran what came before (a
-	// killed replay's last statements too).
+	// only what is there. What is there is asked of every server (a
+	// half-done swap differs from server to server).
 	if err := r.allReplicasActive(ctx); err != nil {
 		return err
 	}
 	if err := r.conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+r.cluster.Database+r.onCluster()); err != nil {
 		return fmt.Errorf("clickhouse cluster %s: %w", r.cluster.Name, err)
 	}
-	rows, err := r.conn.Query(ctx, "SELECT DISTINCT name FROM cluster('"+r.cluster.Name+"', system, tables) WHERE database = ?", r.cluster.Database)
+	servers, err := r.serverTables(ctx)
 	if err != nil {
-		return fmt.Errorf("request-log tables on the cluster: %w", err)
+		return err
+	}
+	if r.swapBegun(servers) {
+		if err := r.resume(ctx); err != nil {
+			return err
+		}
+		if servers, err = r.serverTables(ctx); err != nil {
+			return err
+		}
+	}
+	if err := r.createLiveOn(ctx, servers); err != nil {
+		return err
+	}
+	var there []string
+	for _, t := range leftovers {
+		for _, have := range servers {
+			if have[t] {
+				there = append(there, t)
+				break
+			}
+		}
+	}
+	return r.drop(ctx, "leftover", there...)
+}
+
+// serverTables lists the request-log tables and views on every server of
+// the cluster, by address.
+func (r *ClickHouse) serverTables(ctx context.Context) (map[string]map[string]bool, error) {
+	out := map[string]map[string]bool{}
+	err := r.onEveryServer(ctx, "list the request-log tables", func(ctx context.Context, addr string, conn driver.Conn) error {
+		have, err := r.tablesOn(ctx, conn)
+		out[addr] = have
+		return err
+	})
+	return out, err
+}
+
+// tablesOn lists the request-log tables and views on conn's server.
+func (r *ClickHouse) tablesOn(ctx context.Context, conn driver.Conn) (map[string]bool, error) {
+	rows, err := conn.Query(ctx, "SELECT name FROM system.tables WHERE database = ? AND startsWith(name, 'requestlog')", r.cluster.Database)
+	if err != nil {
+		return nil, fmt.Errorf("request-log tables: %w", err)
 	}
 	defer rows.Close()
 	have := map[string]bool{}
 	for rows.Next() {
 		var name string
 		if err := rows.Scan(&name); err != nil {
-			return fmt.Errorf("request-log tables on the cluster: %w", err)
+			return nil, fmt.Errorf("request-log tables: %w", err)
 		}
 		have[name] = true
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("request-log tables on the cluster: %w", err)
+		return nil, fmt.Errorf("request-log tables: %w", err)
 	}
-	for _, t := range append(append(r.live.All(), r.live.Views()...), r.stored(r.live)...) {
-		if !have[t] {
-			if err := r.createLive(ctx); err != nil {
-				return err
-			}
-			break
+	return have, nil
+}
+
+// swapBegun tells whether a swap on the cluster renamed some tables and
+// not others: a server holds a live table renamed to __old while a server
+// still holds a rebuilt one under the shadow name. Only a swap makes
+// both: tidy drops every __old table before a replay builds its shadow.
+func (r *ClickHouse) swapBegun(servers map[string]map[string]bool) bool {
+	var old, shadow bool
+	for _, have := range servers {
+		for _, t := range r.stored(r.old) {
+			old = old || have[t]
+		}
+		for _, t := range r.stored(r.shadow) {
+			shadow = shadow || have[t]
 		}
 	}
-	var there []string
-	for _, t := range leftovers {
-		if have[t] {
-			there = append(there, t)
-		}
+	return old && shadow
+}
+
+// resume finishes a swap an interrupted replay began on the cluster, with
+// the sink held back, as that replay would have: its rebuilt tables are
+// complete (a swap begins once they are caught up), so rolling forward
+// loses nothing, while the old tables' renames cannot all be undone.
+func (r *ClickHouse) resume(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.swapPatience())
+	defer cancel()
+	tx, err := r.fence.hold(sctx)
+	if err != nil {
+		return err
 	}
-	return r.drop(ctx, "leftover", there...)
+	defer func() { _ = tx.Rollback(sctx) }()
+	// The sink reads its offsets again from the tables swapped in.
+	if err := r.fence.bump(sctx); err != nil {
+		return err
+	}
+	if err := r.swap(sctx); err != nil {
+		return fmt.Errorf("finish the swap an interrupted replay began: %w", err)
+	}
+	// The shadow names are free again: this replay's own shadow is its to
+	// drop should it fail.
+	r.swapping = false
+	r.res.Resumed = true
+	if err := tx.Commit(sctx); err != nil {
+		return fmt.Errorf("release the sink: %w", err)
+	}
+	return nil
 }
 
 // allReplicasActive refuses a replay on a cluster one of whose servers is
@@ -494,13 +577,44 @@ func (r *ClickHouse) allReplicasActive(ctx context.Context) error {
 	return nil
 }
 
-// createLive creates what is missing of the live tables and views, as the
-// ClickHouse migration would.
+// createLive creates what is missing of the live tables and views on one
+// server, as the ClickHouse migration would (createLiveOn on a cluster).
 func (r *ClickHouse) createLive(ctx context.Context) error {
-	if !r.cluster.On() {
-		return requestlogview.CreateTables(ctx, r.conn, r.live)
+	return requestlogview.CreateTables(ctx, r.conn, r.live)
+}
+
+// createLiveOn is createLive on a cluster whose servers hold the tables
+// servers lists. A live replicated table missing on every server is
+// created under a ZooKeeper path of its own, never the migration's (an
+// __old table a swap renamed may still hold that one: CREATE would fail
+// with "Replica ... already exists"); one missing on some servers only is
+// refused, as creating it there would start an empty replica set beside
+// its shard's (a swap half done is finished by resume before this).
+func (r *ClickHouse) createLiveOn(ctx context.Context, servers map[string]map[string]bool) error {
+	complete := true
+	for _, t := range append(append(r.live.All(), r.live.Views()...), r.stored(r.live)...) {
+		for _, have := range servers {
+			complete = complete && have[t]
+		}
 	}
-	stmts, err := requestlogview.ClusterTableDDL(r.live, r.cluster, "")
+	if complete {
+		return nil
+	}
+	for _, t := range r.stored(r.live) {
+		var missing []string
+		for addr, have := range servers {
+			if !have[t] {
+				missing = append(missing, addr)
+			}
+		}
+		if len(missing) > 0 && len(missing) < len(servers) {
+			slices.Sort(missing)
+			return fmt.Errorf("clickhouse request-log schema: %s.%s is missing on %s but not on the other servers of cluster %s, and no replay's swap is half done: "+
+				"create it there as a replica of its shard's (the ZooKeeper path of system.replicas on the other replica), then run the replay again",
+				r.cluster.Database, t, strings.Join(missing, ", "), r.cluster.Name)
+		}
+	}
+	stmts, err := requestlogview.ClusterTableDDL(r.live, r.cluster, fmt.Sprintf("_%x", time.Now().UnixNano()))
 	if err != nil {
 		return err
 	}
@@ -544,6 +658,10 @@ func (r *ClickHouse) Swap(ctx context.Context) error {
 // Shadow began to create them.
 func (r *ClickHouse) Drop(ctx context.Context) error {
 	r.close()
+	if r.swapping {
+		// A swap half done is finished by a retry, from these tables.
+		return nil
+	}
 	if !r.building {
 		// Nothing built: no statement (on a cluster one would wait for a
 		// server that is down, the reason Shadow may have stopped).
@@ -804,7 +922,7 @@ func (r *ClickHouse) catchUpAndSwap(ctx context.Context, target map[int32]int64)
 
 	// From here on the swap runs to its end whatever happens to ctx: a
 	// half-done swap is worse than a late Ctrl-C.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute+r.swapPatience())
 	defer cancel()
 	if _, err := requestlogview.DropExpiredOn(sctx, r.conn, r.shadow, r.cluster, r.cfg.Dial, r.cfg.RetentionDays, time.Now()); err != nil {
 		return err
@@ -813,8 +931,15 @@ func (r *ClickHouse) catchUpAndSwap(ctx context.Context, target map[int32]int64)
 	if err := r.fence.bump(sctx); err != nil {
 		return err
 	}
-	if err := r.swap(sctx); err != nil {
-		// Whatever step failed, the live names get their views back.
+	swctx, cancelSwap := context.WithTimeout(sctx, r.swapPatience())
+	defer cancelSwap()
+	if err := r.swap(swctx); err != nil {
+		if r.cluster.On() {
+			// Never undone: some servers may have swapped already.
+			return fmt.Errorf("%w; the swap may be half done: run `cfgd replay %s` again, which finishes it first", err, RequestLogName)
+		}
+		// One RENAME: nothing or everything was renamed. Whatever step
+		// failed, the live names get their views back.
 		if uerr := r.createLive(sctx); uerr != nil {
 			err = errors.Join(err, uerr)
 		}
@@ -958,34 +1083,161 @@ func (r *ClickHouse) checkUnread(ctx context.Context, from, to map[int32]int64) 
 	return nil
 }
 
-// swap renames the shadow tables to the live names in one statement and
-// points the views at them. Materialized views follow table names on
-// ClickHouse 18.16 (Ordinary databases) but table identities on Atomic
-// ones, so rather than rely on either, every view is dropped before the
-// RENAME and the live ones are created after it; nothing inserts in
-// between (the sink is held back by the fence). On a cluster the
-// replicated tables are renamed, ON CLUSTER (each server renames its own;
-// one that is down renames them from the DDL queue when it is back): the
-// live Distributed tables name them, so they read the rebuilt ones.
+// swap renames the shadow tables to the live names and points the views
+// at them. Materialized views follow table names on ClickHouse 18.16
+// (Ordinary databases) but table identities on Atomic ones, so rather than
+// rely on either, every view is dropped before the renames and the live
+// ones are created after them; nothing inserts in between (the sink is
+// held back by the fence). On one server one RENAME swaps all the tables
+// at once. On a cluster see swapCluster.
 func (r *ClickHouse) swap(ctx context.Context) error {
+	if r.cluster.On() {
+		return r.swapCluster(ctx)
+	}
 	if err := r.drop(ctx, "view", append(r.live.Views(), r.shadow.Views()...)...); err != nil {
 		return err
 	}
 	var renames []string
 	live, shadow, old := r.stored(r.live), r.stored(r.shadow), r.stored(r.old)
 	for i := range live {
-		renames = append(renames, r.name(live[i])+" TO "+r.name(old[i]))
+		renames = append(renames, live[i]+" TO "+old[i])
 	}
 	for i := range live {
-		renames = append(renames, r.name(shadow[i])+" TO "+r.name(live[i]))
+		renames = append(renames, shadow[i]+" TO "+live[i])
 	}
-	if err := r.conn.Exec(ctx, "RENAME TABLE "+strings.Join(renames, ", ")+r.onCluster()); err != nil {
+	if err := r.conn.Exec(ctx, "RENAME TABLE "+strings.Join(renames, ", ")); err != nil {
 		return fmt.Errorf("swap tables: %w", err)
 	}
 	if err := r.createViews(ctx, r.live); err != nil {
 		return fmt.Errorf("create live views: %w", err)
 	}
 	return nil
+}
+
+// DefaultSwapPatience bounds how long a swap on a cluster waits for its
+// servers: one that does not answer, or fails (a ZooKeeper session
+// expiring in the middle of a rename), is asked again until then.
+const DefaultSwapPatience = 2 * time.Minute
+
+func (r *ClickHouse) swapPatience() time.Duration {
+	if r.cfg.SwapPatience > 0 {
+		return r.cfg.SwapPatience
+	}
+	return DefaultSwapPatience
+}
+
+// swapCluster swaps the replicated tables on every server of the
+// cluster: the live Distributed tables name them, so they read the rebuilt
+// ones. On 18.16 a RENAME of several tables is not atomic, and a
+// replicated table's rename can fail on ZooKeeper, so a swap may stop with
+// some servers or tables renamed and others not. Each step therefore runs
+// server by server and table by table, each checked against what that
+// server holds, and running it again finishes what is left: a live table
+// is renamed to __old only while its rebuilt one is there to take its
+// place, then the rebuilt one takes the live name. From its first step on
+// the rebuilt tables are never dropped (Drop; tidy's resume).
+func (r *ClickHouse) swapCluster(ctx context.Context) error {
+	r.swapping = true
+	views := append(r.live.Views(), r.shadow.Views()...)
+	if err := r.onEveryServer(ctx, "drop the views", func(ctx context.Context, _ string, conn driver.Conn) error {
+		for _, v := range views {
+			if err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+r.name(v)); err != nil {
+				return fmt.Errorf("drop view %s: %w", v, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := r.onEveryServer(ctx, "swap tables", r.renameOn); err != nil {
+		return err
+	}
+	stmts, err := requestlogview.ServerViewDDL(r.live, r.cluster)
+	if err != nil {
+		return err
+	}
+	return r.onEveryServer(ctx, "create live views", func(ctx context.Context, _ string, conn driver.Conn) error {
+		for _, stmt := range stmts {
+			if err := conn.Exec(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// renameOn swaps in the rebuilt tables conn's server still holds under
+// the shadow names, one table at a time.
+func (r *ClickHouse) renameOn(ctx context.Context, _ string, conn driver.Conn) error {
+	have, err := r.tablesOn(ctx, conn)
+	if err != nil {
+		return err
+	}
+	live, shadow, old := r.stored(r.live), r.stored(r.shadow), r.stored(r.old)
+	rename := func(from, to string) error {
+		if err := conn.Exec(ctx, "RENAME TABLE "+r.name(from)+" TO "+r.name(to)); err != nil {
+			return fmt.Errorf("rename %s to %s: %w", from, to, err)
+		}
+		return nil
+	}
+	for i := range live {
+		if !have[shadow[i]] {
+			if !have[live[i]] {
+				return fmt.Errorf("neither %s nor its rebuilt %s is there", live[i], shadow[i])
+			}
+			continue // swapped already
+		}
+		if have[live[i]] {
+			if have[old[i]] {
+				return fmt.Errorf("%s, %s and %s are all there: drop the one of them that is no request-log set's", live[i], shadow[i], old[i])
+			}
+			if err := rename(live[i], old[i]); err != nil {
+				return err
+			}
+		}
+		if err := rename(shadow[i], live[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// onEveryServer runs step on every server of the cluster in turn, on a
+// connection of its own (Dial). A server that fails is asked again, a
+// little later each time, until ctx ends: then the error names it.
+func (r *ClickHouse) onEveryServer(ctx context.Context, what string, step func(ctx context.Context, addr string, conn driver.Conn) error) error {
+	addrs, err := requestlogview.ClusterServers(ctx, r.conn, r.cluster.Name)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	for _, addr := range addrs {
+		wait := 100 * time.Millisecond
+		for {
+			err := r.onServer(ctx, addr, step)
+			if err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s on server %s: %w", what, addr, err)
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 5*time.Second)
+		}
+	}
+	return nil
+}
+
+func (r *ClickHouse) onServer(ctx context.Context, addr string, step func(ctx context.Context, addr string, conn driver.Conn) error) error {
+	// One attempt never takes the whole patience.
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := r.cfg.Dial(ctx, addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return step(ctx, addr, conn)
 }
 
 // clickhouseStatus reports the live sink's position on the request-log

@@ -110,8 +110,12 @@ func ForClickHouse(cfg ClickHouseConfig, conn driver.Conn, pool *pgxpool.Pool, c
 			if res.Lost > 0 {
 				lost = fmt.Sprintf(", %d rows whose records Kafka no longer held left out (--allow-partial)", res.Lost)
 			}
-			return fmt.Sprintf("%s: replayed %d records (%d events, %d unreadable skipped%s) in %s, swapped in",
-				RequestLogName, res.Records, res.Events, res.Poisoned, lost, res.Elapsed.Round(time.Millisecond))
+			resumed := ""
+			if res.Resumed {
+				resumed = "finished the swap an interrupted replay began, then "
+			}
+			return fmt.Sprintf("%s: %sreplayed %d records (%d events, %d unreadable skipped%s) in %s, swapped in",
+				RequestLogName, resumed, res.Records, res.Events, res.Poisoned, lost, res.Elapsed.Round(time.Millisecond))
 		},
 	}
 }

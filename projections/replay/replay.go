@@ -62,6 +62,9 @@ type Result struct {
 	// deleted their records (ClickHouse, with AllowPartial).
 	Lost    int64
 	Swapped bool
+	// Resumed: before its own rebuild the replay finished a swap an
+	// interrupted one had begun (ClickHouse on a cluster).
+	Resumed bool
 	Elapsed time.Duration
 	// Load is the time a ClickHouse build took to read the topic into the
 	// shadow raw table, Rollups the time filling its rollups took.

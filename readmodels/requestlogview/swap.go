@@ -127,6 +127,23 @@ func ClusterViewDDL(t Tables, c Cluster) ([]string, error) {
 	})
 }
 
+// ServerViewDDL is ClusterViewDDL for one server: the same views, each
+// statement run on the server it is sent to alone (no ON CLUSTER). A
+// replay's swap creates them server by server, so that a server that does
+// not answer is retried without holding the others' distributed DDL.
+func ServerViewDDL(t Tables, c Cluster) ([]string, error) {
+	if err := clusterCheck(c, ""); err != nil {
+		return nil, err
+	}
+	d := clusterPlan(t, c)
+	return render(func(r *renderer) {
+		for _, s := range d.Rollups {
+			s.Cluster = ""
+			r.add("create_view_offsets", s)
+		}
+	})
+}
+
 func clusterCheck(c Cluster, zk string) error {
 	if !c.On() {
 		return fmt.Errorf("request-log schema: no cluster")

@@ -2,6 +2,7 @@ package requestlogview_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,5 +47,32 @@ func TestQueriesRideOutASwap(t *testing.T) {
 	}
 	if waited := time.Since(start); waited > 5*time.Second {
 		t.Fatalf("a missing table failed after %v", waited)
+	}
+}
+
+// A swap on a cluster creates the views server by server: the same
+// statements as ON CLUSTER, with the database-qualified names, run on the
+// server they are sent to alone.
+func TestServerViewDDLIsClusterViewDDLOnOneServer(t *testing.T) {
+	c := requestlogview.Cluster{Name: "cfgd", Database: "db"}
+	live := requestlogview.LiveTables()
+	onCluster, err := requestlogview.ClusterViewDDL(live, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := requestlogview.ServerViewDDL(live, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(one) != len(onCluster) || len(one) != 3 {
+		t.Fatalf("%d statements, want %d", len(one), len(onCluster))
+	}
+	for i := range one {
+		if want := strings.Replace(onCluster[i], " ON CLUSTER cfgd", "", 1); one[i] != want {
+			t.Errorf("statement %d:\n%s\nwant\n%s", i, one[i], want)
+		}
+		if !strings.Contains(one[i], "TO db."+live.Rollups()[i]+requestlogview.LocalSuffix+" AS") {
+			t.Errorf("statement %d does not feed db.%s_local: %s", i, live.Rollups()[i], one[i])
+		}
 	}
 }
