@@ -21,8 +21,11 @@ package replay
 // path when renamed), the replay inserts and fills the rollups through
 // the shadow Distributed tables (synchronously: each insert returns once
 // its shard holds the rows), and the swap renames the replicated tables
-// ON CLUSTER: the live Distributed tables name the table they read, so
-// they read the rebuilt ones from then on.
+// server by server (swapCluster): the live Distributed tables name the
+// table they read, so they read the rebuilt ones from then on. A swap
+// stopped half way (18.16 renames one table at a time, and a replicated
+// table's rename can fail on ZooKeeper) keeps the rebuilt tables and is
+// finished by a retry, or by the next replay before anything else.
 
 import (
 	"context"
@@ -437,7 +440,10 @@ func (r *ClickHouse) tidy(ctx context.Context) error {
 	// second or more, up to distributed_ddl_task_timeout for one that is
 	// down): refuse while one is down, create only what is missing, drop
 	// only what is there. What is there is asked of every server (a
-	// half-done swap differs from server to server).
+	// half-done swap differs from server to server), after the no-op
+	// CREATE DATABASE ... ON CLUSTER below: each server runs those statements in the order they were
+	// issued and it returns once every server ran it, so all ran what
+	// came before (a killed replay's last statements too).
 	if err := r.allReplicasActive(ctx); err != nil {
 		return err
 	}
@@ -474,6 +480,8 @@ func (r *ClickHouse) tidy(ctx context.Context) error {
 // serverTables lists the request-log tables and views on every server of
 // the cluster, by address.
 func (r *ClickHouse) serverTables(ctx context.Context) (map[string]map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.swapPatience())
+	defer cancel()
 	out := map[string]map[string]bool{}
 	err := r.onEveryServer(ctx, "list the request-log tables", func(ctx context.Context, addr string, conn driver.Conn) error {
 		have, err := r.tablesOn(ctx, conn)
@@ -1183,13 +1191,13 @@ func (r *ClickHouse) renameOn(ctx context.Context, _ string, conn driver.Conn) e
 	for i := range live {
 		if !have[shadow[i]] {
 			if !have[live[i]] {
-				return fmt.Errorf("neither %s nor its rebuilt %s is there", live[i], shadow[i])
+				return stuck{fmt.Errorf("neither %s nor its rebuilt %s is there", live[i], shadow[i])}
 			}
 			continue // swapped already
 		}
 		if have[live[i]] {
 			if have[old[i]] {
-				return fmt.Errorf("%s, %s and %s are all there: drop the one of them that is no request-log set's", live[i], shadow[i], old[i])
+				return stuck{fmt.Errorf("%s, %s and %s are all there: drop the one of them that is no request-log set's", live[i], shadow[i], old[i])}
 			}
 			if err := rename(live[i], old[i]); err != nil {
 				return err
@@ -1217,6 +1225,9 @@ func (r *ClickHouse) onEveryServer(ctx context.Context, what string, step func(c
 			if err == nil {
 				break
 			}
+			if errors.As(err, new(stuck)) {
+				return fmt.Errorf("%s on server %s: %w", what, addr, err)
+			}
 			select {
 			case <-ctx.Done():
 				return fmt.Errorf("%s on server %s: %w", what, addr, err)
@@ -1227,6 +1238,11 @@ func (r *ClickHouse) onEveryServer(ctx context.Context, what string, step func(c
 	}
 	return nil
 }
+
+// stuck is a state of a server that asking again does not change.
+type stuck struct{ error }
+
+func (e stuck) Unwrap() error { return e.error }
 
 func (r *ClickHouse) onServer(ctx context.Context, addr string, step func(ctx context.Context, addr string, conn driver.Conn) error) error {
 	// One attempt never takes the whole patience.

@@ -51,8 +51,8 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // swapWaits between attempts, and returns the last answer. Every question
 // of a Store is asked through it, whole: `cfgd replay
 // requestlog.clickhouse` swaps the rebuilt tables in with one RENAME TABLE
-// (on a cluster, ON CLUSTER: every node renames its replicated tables at
-// its own moment), which ClickHouse 18.16 carries out one table after
+// (on a cluster, server by server: every node renames its replicated
+// tables at its own moment), which ClickHouse 18.16 carries out one table after
 // another, so a question arriving between two of them finds a live name
 // missing for a few milliseconds. Through a Distributed table a shard's
 // error can arrive after other shards' rows were read: only asking the
@@ -82,7 +82,7 @@ func unavailable(err error) error {
 
 // A replay on a cluster builds its set of tables beside the live one with
 // the statements below, and swaps them in by renaming the replicated
-// tables ON CLUSTER: each Distributed table names the table it reads, so
+// tables on every server: each Distributed table names the table it reads, so
 // once the rebuilt replicated tables carry the live names, the live
 // Distributed tables read them unchanged.
 
