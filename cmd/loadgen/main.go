@@ -39,6 +39,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/cfgd/cfgd/api/rest/monitor"
+	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
@@ -291,9 +292,24 @@ func benchIngest(ctx context.Context, o options) error {
 	for s.Ready(ctx) != nil {
 		time.Sleep(20 * time.Millisecond)
 	}
-	// Warm the producer (topic creation, connections) outside the clock.
+	// Warm the producer (topic creation, connections) and the sink (its
+	// consumer group's first join, which the broker delays by seconds)
+	// outside the clock: the delays measure the running path, not its
+	// start.
 	if err := prod.Produce(ctx, pool[:1]); err != nil {
 		return err
+	}
+	for {
+		n, err := count(ctx, conn)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			break
+		}
+		if !process.Sleep(ctx, 20*time.Millisecond) {
+			return ctx.Err()
+		}
 	}
 	want := uint64(o.events) + 1
 
