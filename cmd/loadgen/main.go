@@ -27,7 +27,9 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +39,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/cfgd/cfgd/api/rest/monitor"
+	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
@@ -66,6 +69,8 @@ type options struct {
 	cpuProfile  string
 	unsigned    bool
 	queryDB     string
+	batchGap    time.Duration
+	rateOf      float64
 }
 
 func main() {
@@ -81,6 +86,7 @@ func main() {
 	flag.BoolVar(&o.skipIngest, "skip-ingest", false, "skip the ingest benchmark")
 	flag.BoolVar(&o.skipQueries, "skip-queries", false, "skip the query benchmark")
 	flag.IntVar(&o.rate, "rate", 0, "events/s the callers produce in all (0: as fast as they can); below the sink's capacity it measures delay, not backlog")
+	flag.Float64Var(&o.rateOf, "rate-of-baseline", 0, "pace at this fraction of the direct-insert baseline measured in the same run (overrides -rate; 0.42 is about half the unpaced end-to-end maximum, which is 0.85-0.9 of the baseline), so that a paced run means the same on a busy machine")
 	flag.BoolVar(&o.keep, "keep", false, "keep the scratch databases (to look at them afterwards)")
 	flag.BoolVar(&o.replay, "replay", false, "run the replay benchmark instead (-events into the topic, then raw consume against replay into ClickHouse)")
 	flag.IntVar(&o.rounds, "rounds", 3, "alternating rounds of each side of the replay benchmark (medians reported)")
@@ -88,7 +94,8 @@ func main() {
 	flag.IntVar(&o.inserters, "replay-inserters", 0, "concurrent replay inserts (0: the replay's default)")
 	flag.BoolVar(&o.unsigned, "unsigned", false, "produce unsigned records and verify none (before request-log records were signed), to measure what signing costs")
 	flag.StringVar(&o.queryDB, "query-db", "", "database of the query benchmark, kept afterwards and loaded only when empty (so two builds can be timed in turn on the same rows); empty: a scratch database")
-	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the replay rounds to this file")
+	flag.DurationVar(&o.batchGap, "batch-gap", 0, "the sink's REQUESTLOG__BATCH_GAP (0: its default)")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the replay rounds (or of the end-to-end ingest) to this file")
 	flag.StringVar(&o.postgres, "postgres", "postgres:///postgres?host=/var/run/postgresql&user=postgres", "Postgres server of the replay bench's scratch database (migrated, dropped afterwards)")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
@@ -237,6 +244,9 @@ func benchIngest(ctx context.Context, o options) error {
 		}
 	}
 	baseline := float64(o.events) / time.Since(start).Seconds()
+	if o.rateOf > 0 {
+		o.rate = int(o.rateOf * baseline)
+	}
 
 	// The real path.
 	conn, drop, err := scratch(ctx, o, "cfgd_bench_e2e_")
@@ -253,6 +263,9 @@ func benchIngest(ctx context.Context, o options) error {
 	pc.Timeout = 10 * time.Second
 	sc := sinks.DefaultRequestLogConfig(bc)
 	sc.Group = "bench"
+	if o.batchGap > 0 {
+		sc.BatchGap = o.batchGap
+	}
 	if !o.unsigned {
 		// Records are signed and verified as cfgd serve does.
 		key := make([]byte, events.MinSigningKeyBytes)
@@ -279,9 +292,24 @@ func benchIngest(ctx context.Context, o options) error {
 	for s.Ready(ctx) != nil {
 		time.Sleep(20 * time.Millisecond)
 	}
-	// Warm the producer (topic creation, connections) outside the clock.
+	// Warm the producer (topic creation, connections) and the sink (its
+	// consumer group's first join, which the broker delays by seconds)
+	// outside the clock: the delays measure the running path, not its
+	// start.
 	if err := prod.Produce(ctx, pool[:1]); err != nil {
 		return err
+	}
+	for {
+		n, err := count(ctx, conn)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			break
+		}
+		if !process.Sleep(ctx, 20*time.Millisecond) {
+			return ctx.Err()
+		}
 	}
 	want := uint64(o.events) + 1
 
@@ -300,6 +328,19 @@ func benchIngest(ctx context.Context, o options) error {
 	cum.Store(1)
 	next.Store(1)
 	var peakRSS atomic.Int64
+	if o.cpuProfile != "" {
+		// The end-to-end phase only: producer, broker and sink share the
+		// process, ClickHouse is another.
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	start = time.Now()
 	for range o.producers {
 		wg.Add(1)
@@ -400,8 +441,35 @@ func benchIngest(ctx context.Context, o options) error {
 	fmt.Printf("produce-to-queryable delay     p50 %.0f ms  p99 %.0f ms  max %.0f ms (%d samples)   %s\n", pct(delays, 50), p99, pct(delays, 100), len(delays),
 		goal(o.rate > 0, p99 < goalDelayP99, fmt.Sprintf("p99 < %.0f ms at half the max rate", goalDelayP99)))
 	fmt.Printf("sink                           inserted %d, skipped %d, dead-lettered %d\n", st.Inserted, st.Skipped, st.Poisoned)
+	if err := printParts(ctx, conn, elapsed, sc.BatchGap); err != nil {
+		return err
+	}
 	fmt.Printf("loadgen process peak RSS       %d MB (broker + producer + sink in one process)\n", peakRSS.Load()>>20)
 	return nil
+}
+
+// printParts prints the parts each table of conn's database was given by
+// inserts during the run (level 0, merged away or not: ClickHouse keeps an
+// inactive part for old_parts_lifetime, 8 minutes by default), per second
+// of the run, against the sink's bound of one insert per batch gap.
+func printParts(ctx context.Context, conn driver.Conn, elapsed, gap time.Duration) error {
+	rows, err := conn.Query(ctx, `SELECT table, countIf(level = 0), countIf(active) FROM system.parts
+WHERE database = currentDatabase() GROUP BY table ORDER BY table`)
+	if err != nil {
+		return fmt.Errorf("parts: %w", err)
+	}
+	defer rows.Close()
+	fmt.Printf("parts inserted per table        ")
+	for rows.Next() {
+		var table string
+		var inserted, active uint64
+		if err := rows.Scan(&table, &inserted, &active); err != nil {
+			return fmt.Errorf("parts: %w", err)
+		}
+		fmt.Printf("%s %d (%.1f/s, %d active)  ", strings.TrimPrefix(table, "requestlog_"), inserted, float64(inserted)/elapsed.Seconds(), active)
+	}
+	fmt.Printf("bound 1/gap = %.0f/s\n", time.Second.Seconds()/gap.Seconds())
+	return rows.Err()
 }
 
 func benchQueries(ctx context.Context, o options) error {

@@ -26,6 +26,7 @@ func (t *RequestLog) fields() []field {
 		str(&s.Cluster, "CLICKHOUSE__CLUSTER", "ClickHouse cluster (a `<remote_servers>` name with `<distributed_ddl>`, macros `{shard}` and `{replica}`) the request-log tables span; empty: one server. `cfgd migrate` creates replicated `<table>_local` tables and `Distributed` tables under the usual names `ON CLUSTER`; `serve` then creates nothing in ClickHouse (see docs/scaling.md)"),
 		intRange(&s.BatchRows, "REQUESTLOG__BATCH_ROWS", "sink block size (rows)", 1, 1_000_000),
 		positive(&s.BatchWait, "REQUESTLOG__BATCH_WAIT", "sink block time bound"),
+		positive(&s.BatchGap, "REQUESTLOG__BATCH_GAP", "least time between two sink inserts: a block goes in as soon as the sink has read every partition to its end, but at most one per gap, so at most 1/gap new parts per second per table"),
 		positive(&s.RetentionEvery, "REQUESTLOG__RETENTION_EVERY", "how often old partitions are dropped"),
 		str(&s.Group, "REQUESTLOG__CONSUMER_GROUP", "the sink's consumer group"),
 		intRange(&p.PackEvents, "REQUESTLOG__PACK_EVENTS", "events per Kafka record", 1, 4096),

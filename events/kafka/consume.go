@@ -133,6 +133,7 @@ type ConsumeOption func(*consumeOptions)
 type consumeOptions struct {
 	batch      int
 	linger     time.Duration
+	gap        time.Duration
 	weigh      func(*sarama.ConsumerMessage) int
 	span       bool
 	retry      bool
@@ -153,6 +154,19 @@ type consumeOptions struct {
 // arrived by the time the handler is free, up to n. Default 500, 0.
 func WithBatch(n int, linger time.Duration) ConsumeOption {
 	return func(o *consumeOptions) { o.batch, o.linger = n, linger }
+}
+
+// WithCatchUp closes a lingering batch (WithBatch with linger) as soon as
+// the member has read every partition it holds up to its high watermark
+// (there is nothing more to add to it: the consumer has caught up), but
+// no sooner than gap after the previous batch went to the handler. The
+// linger then bounds only a batch the consumer keeps falling behind on,
+// and a quiet stream is applied within about gap instead of linger,
+// while the handler is called at most 1/gap times per second (say, at
+// most that many inserts, hence new parts, per table). A full batch still
+// goes at once.
+func WithCatchUp(gap time.Duration) ConsumeOption {
+	return func(o *consumeOptions) { o.gap = gap }
 }
 
 // WithWeight weighs each message for WithBatch (say, the events a record
@@ -230,8 +244,8 @@ func Consume(ctx context.Context, c Config, group string, topics []string, h Han
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.batch < 1 || o.linger < 0 || o.first <= 0 || o.max < o.first {
-		return fmt.Errorf("kafka consumer %s: batch must be at least 1, linger not negative, retry delays positive", group)
+	if o.batch < 1 || o.linger < 0 || o.gap < 0 || o.first <= 0 || o.max < o.first {
+		return fmt.Errorf("kafka consumer %s: batch must be at least 1, linger and catch-up gap not negative, retry delays positive", group)
 	}
 	l := &loop{o: o, group: group, h: h, log: o.log.With("group", group), heldAt: map[tp]int64{},
 		yieldFor: cmp.Or(c.YieldBackoff, DefaultYieldBackoff)}
@@ -590,6 +604,13 @@ func (l *loop) batcher(sess sarama.ConsumerGroupSession, in <-chan *sarama.Consu
 	again.Stop()
 	defer again.Stop()
 	var holdBackoff retry.Backoff
+	// WithCatchUp: the highest offset read per partition, when the last
+	// batch went to the handler, and the wait for the gap after it.
+	read := map[tp]int64{}
+	var applied time.Time
+	gap := time.NewTimer(time.Hour)
+	gap.Stop()
+	defer gap.Stop()
 	for {
 		reading := in
 		if cl != nil && cl.full {
@@ -607,6 +628,7 @@ func (l *loop) batcher(sess sarama.ConsumerGroupSession, in <-chan *sarama.Consu
 			}
 			msgs = append(msgs, m)
 			weight += l.o.weigh(m)
+			read[tp{m.Topic, m.Partition}] = m.Offset
 			if l.o.linger == 0 {
 			drain:
 				for weight < l.o.batch {
@@ -623,9 +645,18 @@ func (l *loop) batcher(sess sarama.ConsumerGroupSession, in <-chan *sarama.Consu
 				}
 				apply = true
 			} else if weight >= l.o.batch {
-				linger.Stop()
 				apply = true
+			} else if l.o.gap > 0 && len(in) == 0 && l.caughtUp(read, cl) {
+				if wait := l.o.gap - time.Since(applied); wait > 0 {
+					gap.Reset(wait)
+				} else {
+					apply = true
+				}
 			}
+		case <-gap.C:
+			// More may have come meanwhile: a batch still short of its end
+			// waits for it (or for its linger).
+			apply = len(in) == 0 && l.caughtUp(read, cl)
 		case <-linger.C:
 			apply = true
 		case <-again.C:
@@ -638,6 +669,9 @@ func (l *loop) batcher(sess sarama.ConsumerGroupSession, in <-chan *sarama.Consu
 			continue
 		}
 		again.Stop()
+		linger.Stop()
+		gap.Stop()
+		applied = time.Now()
 		if err := l.apply(sess, msgs, cl, false); err != nil {
 			return
 		}
@@ -652,6 +686,33 @@ func (l *loop) batcher(sess sarama.ConsumerGroupSession, in <-chan *sarama.Consu
 			holdBackoff = nil
 		}
 	}
+}
+
+// caughtUp tells whether the member has read every partition it holds (or
+// cl's, without WithSpan) up to the high watermark of its last fetch, read
+// being the highest offset read per partition. A partition not read from
+// yet counts as caught up while nothing of it waits in its claim: it
+// starts at an offset sarama may still have to resolve (oldest, newest).
+func (l *loop) caughtUp(read map[tp]int64, cl *claim) bool {
+	at := func(c sarama.ConsumerGroupClaim) bool {
+		off, ok := read[tp{c.Topic(), c.Partition()}]
+		if !ok {
+			if c.InitialOffset() < 0 {
+				return len(c.Messages()) == 0
+			}
+			off = c.InitialOffset() - 1
+		}
+		return off+1 >= c.HighWaterMarkOffset()
+	}
+	if cl != nil {
+		return at(cl.src)
+	}
+	all := true
+	l.claims.Range(func(_, v any) bool {
+		all = at(v.(sarama.ConsumerGroupClaim))
+		return all
+	})
+	return all
 }
 
 // final gives what is in hand one last try when the session ends.

@@ -407,3 +407,68 @@ func TestConsumeSameReplicaIDIsReported(t *testing.T) {
 		return false
 	})
 }
+
+// WithCatchUp: a lingering batch goes to the handler as soon as the
+// member has read every partition to its end, long before its linger, but
+// never sooner than the gap after the previous batch, however the records
+// trickle in (a bound on the store's writes per second).
+func TestConsumeCatchUpClosesBatchesEarlyButAtMostOncePerGap(t *testing.T) {
+	t.Parallel()
+	const gap = 150 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		opts []kafka.ConsumeOption
+	}{
+		{"spanning partitions", []kafka.ConsumeOption{kafka.WithSpan(), kafka.WithCommitEach()}},
+		{"per partition", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := testenv.Kafka(t, 3)
+			produceN(t, c, "in", 0, 30)
+			s := newStore()
+			var mu sync.Mutex
+			calls := map[int32][]time.Time{}
+			h := func(_ context.Context, b *kafka.Batch) error {
+				mu.Lock()
+				calls[b.Partition()] = append(calls[b.Partition()], time.Now())
+				mu.Unlock()
+				s.add(b)
+				return nil
+			}
+			// Without the catch-up, nothing would arrive before the minute's linger.
+			start := time.Now()
+			stop, _ := run(t, c, "g", "in", h, append(tc.opts, kafka.WithBatch(1000, time.Minute), kafka.WithCatchUp(gap))...)
+			waitFor(t, "the first 30 records", func() bool { return s.count() == 30 })
+			if d := time.Since(start); d > 20*time.Second {
+				t.Fatalf("30 records applied after %v: the batch waited for its linger", d)
+			}
+			// A trickle: a record every 10 ms for about a second.
+			for i := range 80 {
+				produceN(t, c, "in", 30+i, 1)
+				time.Sleep(10 * time.Millisecond)
+			}
+			waitFor(t, "the trickle", func() bool { return s.count() == 110 })
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for p, at := range calls {
+				for i := 1; i < len(at); i++ {
+					// The gap runs from the previous batch's start; the
+					// handler is called a moment after it.
+					if d := at[i].Sub(at[i-1]); d < gap-20*time.Millisecond {
+						t.Fatalf("partition %d: two batches %v apart, gap %v", p, d, gap)
+					}
+				}
+				if len(at) < 2 {
+					t.Fatalf("partition %d: %d batches for a second's trickle: the catch-up did not close them", p, len(at))
+				}
+			}
+			if s.dupes() != 0 {
+				t.Fatalf("%d records applied twice", s.dupes())
+			}
+		})
+	}
+}

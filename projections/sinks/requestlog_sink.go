@@ -45,9 +45,15 @@ type RequestLogConfig struct {
 	Group string
 	// BatchRows and BatchWait bound a batch: it is inserted when it holds
 	// BatchRows events or BatchWait after its first record, whichever
-	// comes first.
+	// comes first; and sooner, once the sink has read every partition it
+	// holds to its end, but no sooner than BatchGap after the previous
+	// insert began. So at most 1/BatchGap inserts per second, hence new
+	// parts per table (raw and each rollup), per sink: a quiet stream is
+	// queryable within about BatchGap without turning into a part per
+	// record.
 	BatchRows int
 	BatchWait time.Duration
+	BatchGap  time.Duration
 	// RetentionDays of request logs; older day partitions are dropped every
 	// RetentionEvery.
 	RetentionDays  int
@@ -69,7 +75,7 @@ type RequestLogConfig struct {
 
 // DefaultRequestLogConfig returns the defaults for bus c.
 func DefaultRequestLogConfig(c kafka.Config) RequestLogConfig {
-	return RequestLogConfig{Bus: c, Group: "cfgd.requestlog-clickhouse", BatchRows: 50_000, BatchWait: 500 * time.Millisecond,
+	return RequestLogConfig{Bus: c, Group: "cfgd.requestlog-clickhouse", BatchRows: 50_000, BatchWait: 500 * time.Millisecond, BatchGap: 100 * time.Millisecond,
 		RetentionDays: 30, RetentionEvery: time.Hour, MaxBackoff: 5 * time.Second}
 }
 
@@ -88,6 +94,10 @@ func (c RequestLogConfig) Validate() error {
 	}
 	if c.BatchWait <= 0 {
 		errs = append(errs, errors.New("requestlog sink: BatchWait must be positive"))
+	}
+	if c.BatchGap <= 0 {
+		// A gap at or above BatchWait leaves the batches to BatchWait.
+		errs = append(errs, errors.New("requestlog sink: BatchGap must be positive"))
 	}
 	if c.RetentionDays < 1 {
 		errs = append(errs, errors.New("requestlog sink: RetentionDays must be at least 1"))
@@ -235,7 +245,7 @@ func (s *RequestLogs) Run(ctx context.Context) error {
 		wg.Wait()
 	}()
 	return kafka.Consume(ctx, s.cfg.Bus, s.cfg.Group, []string{kafka.TopicRequestLogs}, s.handle,
-		kafka.WithSpan(), kafka.WithBatch(s.cfg.BatchRows, s.cfg.BatchWait), kafka.WithWeight(recordEvents),
+		kafka.WithSpan(), kafka.WithBatch(s.cfg.BatchRows, s.cfg.BatchWait), kafka.WithCatchUp(s.cfg.BatchGap), kafka.WithWeight(recordEvents),
 		kafka.WithRetry(100*time.Millisecond, s.cfg.MaxBackoff), kafka.WithDeadLetter(kafka.TopicRequestLogsDead),
 		kafka.WithHealth(&s.health), kafka.WithDrain(10*time.Second), kafka.WithCommitEach(), kafka.WithLog(s.log), kafka.WithMetrics(s.metrics.registerer()),
 		kafka.WithSetup(s.cfg.Cutover.Start))
