@@ -331,15 +331,16 @@ func (ld *loader) logout(ctx context.Context, email string, replica int, access,
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	lag := revocationLag(ld.r.sup, loggedOut, lastAccepted)
 	ld.l.mu.Lock()
 	if ld.r.sup.dependencyFaulted(loggedOut.Add(-time.Second), loggedOut.Add(lastAccepted)) {
 		ld.l.excusedLags++
 	} else {
-		ld.l.sessionLags = append(ld.l.sessionLags, lastAccepted)
+		ld.l.sessionLags = append(ld.l.sessionLags, lag)
 	}
 	ld.l.mu.Unlock()
 	ld.hist.write(map[string]any{"ev": "op", "op": "session_refused", "email": email, "both": refused[0] && refused[1],
-		"logout_replica": replica % 2, "last_accepted_ms": lastAccepted.Milliseconds(), "last_accepted_by": lastBy,
+		"logout_replica": replica % 2, "last_accepted_ms": lastAccepted.Milliseconds(), "lag_ms": lag.Milliseconds(), "last_accepted_by": lastBy,
 		"ms": time.Since(loggedOut).Milliseconds()})
 }
 
@@ -420,15 +421,27 @@ func (ld *loader) churnOne(hard context.Context, seq int) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	lag := revocationLag(ld.r.sup, revokedAt, lastAccepted)
 	ld.l.mu.Lock()
 	if ld.r.sup.dependencyFaulted(revokedAt.Add(-time.Second), revokedAt.Add(lastAccepted)) {
 		ld.l.excusedLags++
 	} else {
-		ld.l.revokeLags = append(ld.l.revokeLags, lastAccepted)
+		ld.l.revokeLags = append(ld.l.revokeLags, lag)
 	}
 	ld.l.mu.Unlock()
 	ld.hist.write(map[string]any{"ev": "op", "op": "apikey_refused", "id": res.APIKey.ID, "both": refused[0] && refused[1],
-		"last_accepted_ms": lastAccepted.Milliseconds(), "ms": time.Since(revokedAt).Milliseconds()})
+		"last_accepted_ms": lastAccepted.Milliseconds(), "lag_ms": lag.Milliseconds(), "ms": time.Since(revokedAt).Milliseconds()})
+}
+
+// revocationLag is how long after a revoke answered at at a call was last
+// accepted (lastAccepted after it; 0: none), counted from when every serve
+// replica that was stopped meanwhile was back (supervisor.servesBackAt).
+func revocationLag(sup *supervisor, at time.Time, lastAccepted time.Duration) time.Duration {
+	if lastAccepted <= 0 {
+		return 0
+	}
+	accepted := at.Add(lastAccepted)
+	return max(accepted.Sub(sup.servesBackAt(at, accepted)), 0)
 }
 
 // ingestOnce posts one event once with key (of id keyID) and returns the

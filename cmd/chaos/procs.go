@@ -321,6 +321,35 @@ func (s *supervisor) dependencyFaulted(from, to time.Time) bool {
 	return false
 }
 
+// servesBackAt is when the last fault of a serve replica that overlapped
+// [from, to] ended (to while one still lasts), or from when none did. The
+// projections run in the serve replicas, each a static member of its
+// groups, so an event of a partition a stopped replica owns waits for it
+// (or for its session timeout): a revocation's bound (docs/api.md#tokens,
+// the poll plus the projection lag) starts again when it is back.
+func (s *supervisor) servesBackAt(from, to time.Time) time.Time {
+	back := from
+	for _, c := range s.comps {
+		if !strings.HasPrefix(c.name, "serve-") {
+			continue
+		}
+		c.mu.Lock()
+		if c.faulted && c.since.Before(to) {
+			back = to
+		}
+		for _, sp := range c.spans {
+			if sp[0].Before(to) && sp[1].After(from) && sp[1].After(back) {
+				back = sp[1]
+				if back.After(to) {
+					back = to
+				}
+			}
+		}
+		c.mu.Unlock()
+	}
+	return back
+}
+
 // allUp says whether every component runs and none is faulted.
 func (s *supervisor) allUp() bool {
 	for _, c := range s.comps {
