@@ -333,7 +333,7 @@ func (ld *loader) logout(ctx context.Context, email string, replica int, access,
 	}
 	lag := revocationLag(ld.r.sup, loggedOut, lastAccepted)
 	ld.l.mu.Lock()
-	if ld.r.sup.dependencyFaulted(loggedOut.Add(-time.Second), loggedOut.Add(lastAccepted)) {
+	if revocationExcused(ld.r.sup, loggedOut, lastAccepted) {
 		ld.l.excusedLags++
 	} else {
 		ld.l.sessionLags = append(ld.l.sessionLags, lag)
@@ -423,7 +423,7 @@ func (ld *loader) churnOne(hard context.Context, seq int) {
 	}
 	lag := revocationLag(ld.r.sup, revokedAt, lastAccepted)
 	ld.l.mu.Lock()
-	if ld.r.sup.dependencyFaulted(revokedAt.Add(-time.Second), revokedAt.Add(lastAccepted)) {
+	if revocationExcused(ld.r.sup, revokedAt, lastAccepted) {
 		ld.l.excusedLags++
 	} else {
 		ld.l.revokeLags = append(ld.l.revokeLags, lag)
@@ -431,6 +431,19 @@ func (ld *loader) churnOne(hard context.Context, seq int) {
 	ld.l.mu.Unlock()
 	ld.hist.write(map[string]any{"ev": "op", "op": "apikey_refused", "id": res.APIKey.ID, "both": refused[0] && refused[1],
 		"last_accepted_ms": lastAccepted.Milliseconds(), "lag_ms": lag.Milliseconds(), "ms": time.Since(revokedAt).Milliseconds()})
+}
+
+// projectionRetry is the projections' longest wait between two tries
+// (projections.RunnerConfig.MaxBackoff's default): after Postgres or the
+// broker is back, a projection may wait that long before it moves again.
+const projectionRetry = 5 * time.Second
+
+// revocationExcused says whether a revocation answered at at is not judged:
+// Postgres or the broker, the path its bound rests on, was down or paused
+// between a projection's longest retry wait (and a second) before it and
+// the last accepted call.
+func revocationExcused(sup *supervisor, at time.Time, lastAccepted time.Duration) bool {
+	return sup.dependencyFaulted(at.Add(-projectionRetry-time.Second), at.Add(lastAccepted))
 }
 
 // revocationLag is how long after a revoke answered at at a call was last

@@ -33,3 +33,30 @@ func TestRevocationLag(t *testing.T) {
 		})
 	}
 }
+
+// A revocation right after Postgres or the broker came back is not judged:
+// a projection may wait its longest retry before it moves again (seed
+// 79486595: Postgres back 1.5 s before a logout, its access token accepted
+// 4.3 s after it).
+func TestRevocationExcused(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	tests := []struct {
+		name  string
+		comps []*component
+		want  bool
+	}{
+		{"no fault", nil, false},
+		{"Postgres back 1.5 s before", []*component{{name: "postgres", spans: [][2]time.Time{{at(-12000), at(-1554)}}}}, true},
+		{"the broker paused after", []*component{{name: "broker", spans: [][2]time.Time{{at(2000), at(3000)}}}}, true},
+		{"Postgres back 7 s before", []*component{{name: "postgres", spans: [][2]time.Time{{at(-20000), at(-7000)}}}}, false},
+		{"a serve fault is not a dependency's", []*component{{name: "serve-0", spans: [][2]time.Time{{at(-2000), at(2000)}}}}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := revocationExcused(&supervisor{comps: tc.comps}, t0, 4266*time.Millisecond); got != tc.want {
+				t.Errorf("excused %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
