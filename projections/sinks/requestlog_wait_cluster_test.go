@@ -4,6 +4,7 @@ package sinks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/events/kafka"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // Chaos finding 3: TestSinkWaitsForAnInsertLeftRunning on a cluster. The
@@ -119,5 +121,93 @@ func waitsForInsertThrough(t *testing.T, through string) {
 	rollupsMatchRaw(t, conn)
 	if st := next.Stats(); st.Refilled != 0 {
 		t.Errorf("the next owner refilled rollups the insert left running was writing: %+v", st)
+	}
+}
+
+// Chaos finding 8 (seed 118196204): an insert through s2r2 failed as the
+// server was killed, having written shard 2's share there, raw rows and
+// rollups. Back, s2r2 sent its parts to s2r1, the raw table's first; the
+// retry read s2r1 (where the inserts go) between the two fetches, found
+// the rollups short of the failed range and refilled it, and the fetched
+// rollup parts counted it again. Here s2r1 fetches the raw table's part
+// but not the rollups' until four seconds after the failed insert: the
+// sink must judge the failed range only once s2r1 has fetched them.
+func TestClusterSinkWaitsForRollupFetchesBeforeJudgingAFailedInsert(t *testing.T) {
+	db, conn, nodes := clusterDB(t)
+	e := clusterEnv(t, conn)
+	ctx := context.Background()
+	through, err := clickhouse.Open(&clickhouse.Options{Addr: []string{testenv.ClusterNodeAddr("s2r2")}, Auth: clickhouse.Auth{Database: db}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer through.Close()
+	local := requestlogview.LiveTables().Suffixed(requestlogview.LocalSuffix)
+	fetches := func(verb string) {
+		for _, r := range []string{local.Minute, local.Hour, local.Day} {
+			if err := nodes["s2r1"].Exec(ctx, "SYSTEM "+verb+" FETCHES "+r); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(func() { fetches("START") })
+	started := make(chan struct{})
+	cfg := DefaultRequestLogConfig(e.bus)
+	cfg.Group, cfg.Cluster, cfg.Dial = "g", testCluster, testenv.ClusterDial
+	cfg.BatchRows, cfg.BatchWait, cfg.MaxBackoff = 300, 50*time.Millisecond, 200*time.Millisecond
+	s, err := NewFencedRequestLogs(cfg, conn, PostgresFence{Pool: e.pool}, testenv.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls int
+	s.insert = func(ctx context.Context, rows *RequestLogRows) error {
+		calls++
+		if calls > 1 {
+			return rows.Insert(ctx, conn)
+		}
+		fetches("STOP")
+		if err := rows.Insert(ctx, through); err != nil {
+			return err
+		}
+		// The hook runs on the sink's goroutine: poll without t.Fatal.
+		for deadline := time.Now().Add(time.Minute); ; {
+			var on [2]uint64
+			for i, n := range []string{"s2r1", "s2r2"} {
+				if err := nodes[n].QueryRow(ctx, "SELECT count() FROM "+local.Raw).Scan(&on[i]); err != nil {
+					return err
+				}
+			}
+			if on[0] == on[1] {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("s2r1 holds %d raw rows, s2r2 %d", on[0], on[1])
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		// Past a second behind, s2r1 is not read for the offsets
+		// (heldReads): they come from s2r2, which holds everything.
+		time.Sleep(1500 * time.Millisecond)
+		go func() {
+			time.Sleep(4 * time.Second)
+			fetches("START")
+			close(started)
+		}()
+		return errors.New("insert 300 rows: failed to read packet from " + testenv.ClusterNodeAddr("s2r2") + ": read: EOF")
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	e.spread(300, time.Now().Add(-time.Hour), 10*time.Millisecond)
+	waitFor(t, "the sink passes the batch", func() bool { return s.Stats().Skipped+s.Stats().Inserted >= 300 })
+	<-started
+	waitFor(t, "s2r1 fetches the rollups' parts", func() bool {
+		return replicaCounts(t, nodes["s2r1"]) == replicaCounts(t, nodes["s2r2"])
+	})
+	testenv.ExactRequestLogs(t, conn, 300)
+	rollupsMatchRaw(t, conn)
+	if st := s.Stats(); st.Refilled != 0 {
+		t.Errorf("the sink refilled rollups whose parts s2r1 had still to fetch: %+v", st)
 	}
 }
