@@ -99,3 +99,21 @@ func TestJudge(t *testing.T) {
 		})
 	}
 }
+
+// A lag counts over its bound only past it; the worst is reported either way.
+func TestWorstOver(t *testing.T) {
+	tests := []struct {
+		lags  []time.Duration
+		worst time.Duration
+		over  int
+	}{
+		{nil, 0, 0},
+		{[]time.Duration{time.Second, 2 * time.Second}, 2 * time.Second, 0},
+		{[]time.Duration{2001 * time.Millisecond, 0, 5 * time.Second}, 5 * time.Second, 2},
+	}
+	for _, tc := range tests {
+		if worst, over := worstOver(tc.lags, 2*time.Second); worst != tc.worst || over != tc.over {
+			t.Errorf("worstOver(%v, 2s) = %v, %d; want %v, %d", tc.lags, worst, over, tc.worst, tc.over)
+		}
+	}
+}
