@@ -14,8 +14,6 @@ import (
 	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
 	"github.com/cfgd/cfgd/deploy/errcode"
-	"github.com/cfgd/cfgd/events/requestlog"
-	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -49,14 +47,7 @@ func (s *reportStream) SendAndClose(r *ingestv1.ReportResponse) error {
 // its outcome without storing it again.
 func TestRetriedUnavailableReportIsStoredOnce(t *testing.T) {
 	t.Parallel()
-	c, open := testenv.HeldKafka(t, false)
-	pc := requestlogkafka.DefaultProducerConfig(c)
-	pc.Timeout = 500 * time.Millisecond // its records outlive it: sarama waits 2.5 s for an answer
-	p, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
+	p, c, open := testenv.HeldProducer(t, false)
 	ing := grpcserver.NewIngest(p, time.Now, testenv.Quiet()).
 		WithIdempotency(requestlogview.NewIdempotency(testenv.Postgres(t), time.Now, 100*time.Millisecond))
 	ctx := metadata.NewIncomingContext(grpcserver.WithPrincipal(context.Background(), grpcserver.Principal{KeyID: 1, Via: grpcserver.ViaAPIKey}),
@@ -82,6 +73,7 @@ func TestRetriedUnavailableReportIsStoredOnce(t *testing.T) {
 	_, heldErr := report()
 	open()
 	var res *ingestv1.ReportResponse
+	var err error
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		res, err = report()
@@ -90,18 +82,7 @@ func TestRetriedUnavailableReportIsStoredOnce(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
-	var events int
-	for _, m := range testenv.ReadTopic(t, c, p.Topic(), 2, 2*time.Second) {
-		evs, err := requestlog.DecodeBatch(m.Value, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		events += len(evs)
-	}
-	if events != 1 {
+	if _, events := testenv.StoredRequestLogs(t, c, p); events != 1 {
 		t.Fatalf("%d events in Kafka, want the call's one event once", events)
 	}
 	if code(heldErr) != errcode.Conflict {

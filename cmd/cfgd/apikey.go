@@ -13,11 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cfgd/cfgd/cmd/cfgd/schemas"
 	"github.com/cfgd/cfgd/commands/apikeys"
 	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/apikey"
-	"github.com/cfgd/cfgd/events/outbox"
 	"github.com/cfgd/cfgd/readmodels/apikeyview"
 )
 
@@ -108,7 +106,7 @@ only its hash is stored.`,
 func listAPIKeys(ctx context.Context, log *slog.Logger, app appSettings, f apikeyview.Filter, asJSON bool, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	d, err := apikeyDeps(ctx, log, app)
+	d, err := postgresDeps(ctx, log, app)
 	if err != nil {
 		return err
 	}
@@ -158,26 +156,10 @@ func cliFields(err error) error {
 	return errors.New(msg)
 }
 
-func apikeyDeps(ctx context.Context, log *slog.Logger, app appSettings) (*deps, error) {
-	d, err := openDeps(ctx, app.Core)
-	if err != nil {
-		return nil, err
-	}
-	if err := reach(ctx, postgresDep(d)); err != nil {
-		d.Close()
-		return nil, err
-	}
-	if err := schemas.UpPostgres(ctx, d.pg, log); err != nil {
-		d.Close()
-		return nil, err
-	}
-	return d, nil
-}
-
 func createAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd apikeys.Create, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	d, err := apikeyDeps(ctx, log, app)
+	d, err := postgresDeps(ctx, log, app)
 	if err != nil {
 		return err
 	}
@@ -204,7 +186,7 @@ func createAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd ap
 func revokeAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd apikeys.Revoke, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	d, err := apikeyDeps(ctx, log, app)
+	d, err := postgresDeps(ctx, log, app)
 	if err != nil {
 		return err
 	}
@@ -219,12 +201,4 @@ func revokeAPIKey(ctx context.Context, log *slog.Logger, app appSettings, cmd ap
 	wakeRelay(ctx, log, d)
 	fmt.Fprintf(stdout, "API key revoked: id=%d name=%q (%s)\n", s.ID, s.Name, apikey.Stream(s.ID))
 	return nil
-}
-
-// wakeRelay tells a running server's relay about the new event; no relay
-// runs in this process.
-func wakeRelay(ctx context.Context, log *slog.Logger, d *deps) {
-	if err := outbox.Notify(ctx, d.pg); err != nil {
-		log.WarnContext(ctx, "the running server's relay was not woken; it will find the event on its next poll", "err", err)
-	}
 }

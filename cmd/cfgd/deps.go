@@ -11,9 +11,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/cfgd/cfgd/cmd/cfgd/schemas"
 	"github.com/cfgd/cfgd/cmd/settings"
 	"github.com/cfgd/cfgd/deploy/config"
 	"github.com/cfgd/cfgd/deploy/process"
+	"github.com/cfgd/cfgd/events/outbox"
 	"github.com/cfgd/cfgd/events/store"
 )
 
@@ -61,6 +63,32 @@ func clusterReads(o *clickhouse.Options) {
 	// Numbers: 18.16 takes no string setting from this driver.
 	o.Settings["max_replica_delay_for_distributed_queries"] = 1
 	o.Settings["fallback_to_stale_replicas_for_distributed_queries"] = 0
+}
+
+// postgresDeps is openDeps for a command that only writes or reads
+// Postgres: it waits for Postgres and brings its tables up to date.
+func postgresDeps(ctx context.Context, log *slog.Logger, app appSettings) (*deps, error) {
+	d, err := openDeps(ctx, app.Core)
+	if err != nil {
+		return nil, err
+	}
+	if err := reach(ctx, postgresDep(d)); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if err := schemas.UpPostgres(ctx, d.pg, log); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// wakeRelay tells a running server's relay about the new event; no relay
+// runs in this process.
+func wakeRelay(ctx context.Context, log *slog.Logger, d *deps) {
+	if err := outbox.Notify(ctx, d.pg); err != nil {
+		log.WarnContext(ctx, "the running server's relay was not woken; it will find the event on its next poll", "err", err)
+	}
 }
 
 func openDeps(ctx context.Context, c settings.Core, opts ...depsOption) (*deps, error) {

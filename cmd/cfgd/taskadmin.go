@@ -110,7 +110,7 @@ func withTaskApp(ctx context.Context, log *slog.Logger, app appSettings, fn func
 	if err := reach(ctx, redisDep("TASKS__REDIS_URL", app.Tasks.RedisURL, func(ctx context.Context) error { return rdb.Ping(ctx).Err() })); err != nil {
 		return err
 	}
-	d, err := apikeyDeps(ctx, log, app)
+	d, err := postgresDeps(ctx, log, app)
 	if err != nil {
 		return err
 	}

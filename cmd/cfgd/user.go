@@ -9,11 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cfgd/cfgd/cmd/cfgd/schemas"
 	"github.com/cfgd/cfgd/commands/app/signin"
 	"github.com/cfgd/cfgd/commands/user"
 	"github.com/cfgd/cfgd/events"
-	"github.com/cfgd/cfgd/events/outbox"
 )
 
 // userCommand is `cfgd user create-superuser`.
@@ -43,19 +41,13 @@ argon2id; without one the user signs in with an e-mailed code only.`,
 }
 
 func createSuperuser(ctx context.Context, log *slog.Logger, app appSettings, cmd user.CreateSuperuser, stdout io.Writer) error {
-	d, err := openDeps(ctx, app.Core)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	d, err := postgresDeps(ctx, log, app)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := reach(ctx, postgresDep(d)); err != nil {
-		return err
-	}
-	if err := schemas.UpPostgres(ctx, d.pg, log); err != nil {
-		return err
-	}
 	core, err := signin.New(app.Signin, signin.Deps{Pool: d.pg, Events: d.events, Redis: d.redis, Log: log, Now: time.Now})
 	if err != nil {
 		return err
@@ -68,10 +60,7 @@ func createSuperuser(ctx context.Context, log *slog.Logger, app appSettings, cmd
 		}
 		return err
 	}
-	// No relay runs in this process; wake the one of a running server.
-	if err := outbox.Notify(ctx, d.pg); err != nil {
-		log.WarnContext(ctx, "the running server's relay was not woken; it will find the user on its next poll", "err", err)
-	}
+	wakeRelay(ctx, log, d)
 	fmt.Fprintf(stdout, "superuser created: id=%d email=%s\n", u.ID, u.Email)
 	if cmd.Password == "" {
 		fmt.Fprintln(stdout, "no password set: this user signs in with an e-mailed code only")

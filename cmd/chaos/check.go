@@ -274,15 +274,8 @@ func (ck *checker) keys(ctx context.Context) {
 			}
 		}
 	}
-	var worst time.Duration
-	over := 0
-	for _, d := range lags {
-		worst = max(worst, d)
-		if d > 2*time.Second {
-			over++
-		}
-	}
 	// docs/api.md: refused by every serve within about a second.
+	worst, over := worstOver(lags, 2*time.Second)
 	if over > 0 {
 		ck.rp.violate("%d revoked API keys were accepted more than 2 s after the revoke was answered (worst %v)", over, worst.Round(time.Millisecond))
 	}
@@ -292,6 +285,18 @@ func (ck *checker) keys(ctx context.Context) {
 	ck.rp.note("API keys: %d revoked, %d judged; the last call accepted with a revoked key came %v after the revoke's answer (0: none); "+
 		"%d revocations (keys and sessions) not judged: Postgres or the broker was down or paused meanwhile",
 		len(revoked), len(lags), worst.Round(time.Millisecond), excused)
+}
+
+// worstOver is the longest of the judged revocation lags and how many
+// are over bound.
+func worstOver(lags []time.Duration, bound time.Duration) (worst time.Duration, over int) {
+	for _, d := range lags {
+		worst = max(worst, d)
+		if d > bound {
+			over++
+		}
+	}
+	return worst, over
 }
 
 // sessions: a logged-out refresh token is refused at once, its access
@@ -304,14 +309,7 @@ func (ck *checker) sessions() {
 	if len(bad) > 0 {
 		ck.rp.violate("%d refresh tokens were accepted after their logout was answered: %s", len(bad), strings.Join(first(bad, 5), "; "))
 	}
-	var worst time.Duration
-	over := 0
-	for _, d := range lags {
-		worst = max(worst, d)
-		if d > 3*time.Second {
-			over++
-		}
-	}
+	worst, over := worstOver(lags, 3*time.Second)
 	if over > 0 {
 		ck.rp.violate("%d access tokens were accepted more than 3 s after their logout was answered (worst %v)", over, worst.Round(time.Millisecond))
 	}

@@ -331,14 +331,7 @@ func (ld *loader) logout(ctx context.Context, email string, replica int, access,
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	lag := revocationLag(ld.r.sup, loggedOut, lastAccepted)
-	ld.l.mu.Lock()
-	if revocationExcused(ld.r.sup, loggedOut, lastAccepted) {
-		ld.l.excusedLags++
-	} else {
-		ld.l.sessionLags = append(ld.l.sessionLags, lag)
-	}
-	ld.l.mu.Unlock()
+	lag := ld.judge(loggedOut, lastAccepted, &ld.l.sessionLags)
 	ld.hist.write(map[string]any{"ev": "op", "op": "session_refused", "email": email, "both": refused[0] && refused[1],
 		"logout_replica": replica % 2, "last_accepted_ms": lastAccepted.Milliseconds(), "lag_ms": lag.Milliseconds(), "last_accepted_by": lastBy,
 		"ms": time.Since(loggedOut).Milliseconds()})
@@ -421,16 +414,25 @@ func (ld *loader) churnOne(hard context.Context, seq int) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	lag := revocationLag(ld.r.sup, revokedAt, lastAccepted)
-	ld.l.mu.Lock()
-	if revocationExcused(ld.r.sup, revokedAt, lastAccepted) {
-		ld.l.excusedLags++
-	} else {
-		ld.l.revokeLags = append(ld.l.revokeLags, lag)
-	}
-	ld.l.mu.Unlock()
+	lag := ld.judge(revokedAt, lastAccepted, &ld.l.revokeLags)
 	ld.hist.write(map[string]any{"ev": "op", "op": "apikey_refused", "id": res.APIKey.ID, "both": refused[0] && refused[1],
 		"last_accepted_ms": lastAccepted.Milliseconds(), "lag_ms": lag.Milliseconds(), "ms": time.Since(revokedAt).Milliseconds()})
+}
+
+// judge writes down a revocation answered at at whose last accepted call
+// came lastAccepted after it (0: none): its lag goes into lags (a ledger
+// field, written under the ledger's lock), or, when a dependency's fault
+// excuses it, it is counted as not judged. It returns the lag.
+func (ld *loader) judge(at time.Time, lastAccepted time.Duration, lags *[]time.Duration) time.Duration {
+	lag := revocationLag(ld.r.sup, at, lastAccepted)
+	ld.l.mu.Lock()
+	defer ld.l.mu.Unlock()
+	if revocationExcused(ld.r.sup, at, lastAccepted) {
+		ld.l.excusedLags++
+	} else {
+		*lags = append(*lags, lag)
+	}
+	return lag
 }
 
 // projectionRetry is the projections' longest wait between two tries

@@ -60,3 +60,60 @@ func TestRevocationExcused(t *testing.T) {
 		})
 	}
 }
+
+// Sessions and API keys are judged alike: an excused revocation is only
+// counted, any other's lag goes into its own kind's list.
+func TestJudge(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	tests := []struct {
+		name                   string
+		comps                  []*component
+		session                bool
+		want                   time.Duration
+		sessions, keys, excuse int
+	}{
+		{"a session, no fault", nil, true, 1500 * time.Millisecond, 1, 0, 0},
+		{"a key, no fault", nil, false, 1500 * time.Millisecond, 0, 1, 0},
+		{"a key, serve-0 back 1 s after the revoke", []*component{{name: "serve-0", spans: [][2]time.Time{{at(-5000), at(1000)}}}}, false, 500 * time.Millisecond, 0, 1, 0},
+		{"a session, Postgres back 1.5 s before", []*component{{name: "postgres", spans: [][2]time.Time{{at(-12000), at(-1500)}}}}, true, 1500 * time.Millisecond, 0, 0, 1},
+		{"a key, the broker paused after", []*component{{name: "broker", spans: [][2]time.Time{{at(200), at(300)}}}}, false, 1500 * time.Millisecond, 0, 0, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ld := &loader{r: &deployment{sup: &supervisor{comps: tc.comps}}, l: newLedger()}
+			lags := &ld.l.revokeLags
+			if tc.session {
+				lags = &ld.l.sessionLags
+			}
+			if got := ld.judge(t0, 1500*time.Millisecond, lags); got != tc.want {
+				t.Errorf("lag %v, want %v", got, tc.want)
+			}
+			if len(ld.l.sessionLags) != tc.sessions || len(ld.l.revokeLags) != tc.keys || ld.l.excusedLags != tc.excuse {
+				t.Errorf("judged %d sessions, %d keys, %d excused; want %d, %d, %d",
+					len(ld.l.sessionLags), len(ld.l.revokeLags), ld.l.excusedLags, tc.sessions, tc.keys, tc.excuse)
+			}
+			if tc.sessions+tc.keys == 1 && append(ld.l.sessionLags, ld.l.revokeLags...)[0] != tc.want {
+				t.Errorf("lags %v %v, want %v", ld.l.sessionLags, ld.l.revokeLags, tc.want)
+			}
+		})
+	}
+}
+
+// A lag counts over its bound only past it; the worst is reported either way.
+func TestWorstOver(t *testing.T) {
+	tests := []struct {
+		lags  []time.Duration
+		worst time.Duration
+		over  int
+	}{
+		{nil, 0, 0},
+		{[]time.Duration{time.Second, 2 * time.Second}, 2 * time.Second, 0},
+		{[]time.Duration{2001 * time.Millisecond, 0, 5 * time.Second}, 5 * time.Second, 2},
+	}
+	for _, tc := range tests {
+		if worst, over := worstOver(tc.lags, 2*time.Second); worst != tc.worst || over != tc.over {
+			t.Errorf("worstOver(%v, 2s) = %v, %d; want %v, %d", tc.lags, worst, over, tc.worst, tc.over)
+		}
+	}
+}

@@ -56,25 +56,14 @@ func writeCharts(dir string, s *samples) error {
 
 // fitLine is the second half's least-squares line, for the chart.
 func (s *samples) fitLine(col int) plotter.XYs {
-	growth, _, n := s.trend(col)
-	if n < 3 || math.IsNaN(growth) {
+	xs, ys := s.secondHalf(col)
+	if len(xs) < 3 {
 		return nil
 	}
-	mid := s.t[len(s.t)-1] / 2
-	var xs, ys []float64
-	for i, t := range s.t {
-		if v := s.rows[i][col]; t >= mid && !math.IsNaN(v) {
-			xs, ys = append(xs, t), append(ys, v)
-		}
+	slope, mx, my := leastSquares(xs, ys)
+	if math.IsNaN(slope) {
+		return nil
 	}
-	var mx, my float64
-	for i := range xs {
-		mx += xs[i]
-		my += ys[i]
-	}
-	mx /= float64(len(xs))
-	my /= float64(len(xs))
-	slope := growth / (xs[len(xs)-1] - xs[0])
 	x0, x1 := xs[0], xs[len(xs)-1]
 	return plotter.XYs{{X: x0 / 60, Y: my + slope*(x0-mx)}, {X: x1 / 60, Y: my + slope*(x1-mx)}}
 }

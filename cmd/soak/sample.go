@@ -280,20 +280,34 @@ func dirBytes(dir string) float64 {
 // least-squares slope over its samples times the half's length, and the
 // half's median.
 func (s *samples) trend(col int) (growth, median float64, n int) {
+	xs, ys := s.secondHalf(col)
+	if len(xs) < 3 {
+		return nan, nan, len(xs)
+	}
+	slope, _, _ := leastSquares(xs, ys)
+	sorted := slices.Clone(ys)
+	slices.Sort(sorted)
+	return slope * (xs[len(xs)-1] - xs[0]), sorted[len(sorted)/2], len(xs)
+}
+
+// secondHalf is the samples of col over the second half of the run (the
+// times and the values), those it could not read left out.
+func (s *samples) secondHalf(col int) (xs, ys []float64) {
 	if len(s.t) == 0 {
-		return nan, nan, 0
+		return nil, nil
 	}
 	mid := s.t[len(s.t)-1] / 2
-	var xs, ys []float64
 	for i, t := range s.t {
 		if v := s.rows[i][col]; t >= mid && !math.IsNaN(v) {
 			xs, ys = append(xs, t), append(ys, v)
 		}
 	}
-	if len(xs) < 3 {
-		return nan, nan, len(xs)
-	}
-	var mx, my float64
+	return xs, ys
+}
+
+// leastSquares is the least-squares line through the points (xs, ys):
+// its slope, through the means mx and my.
+func leastSquares(xs, ys []float64) (slope, mx, my float64) {
 	for i := range xs {
 		mx += xs[i]
 		my += ys[i]
@@ -305,9 +319,7 @@ func (s *samples) trend(col int) (growth, median float64, n int) {
 		sxy += (xs[i] - mx) * (ys[i] - my)
 		sxx += (xs[i] - mx) * (xs[i] - mx)
 	}
-	sorted := slices.Clone(ys)
-	slices.Sort(sorted)
-	return sxy / sxx * (xs[len(xs)-1] - xs[0]), sorted[len(sorted)/2], len(xs)
+	return sxy / sxx, mx, my
 }
 
 func (se series) tolerance(median float64) float64 {

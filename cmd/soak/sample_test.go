@@ -7,8 +7,9 @@ import (
 )
 
 // TestTrendAndCheck: the growth is the second half's least-squares slope
-// times the half's length; a series fails only beyond its tolerance, and
-// the first half (warm-up) does not count.
+// times the half's length (the chart's fit line rises by as much); a
+// series fails only beyond its tolerance, and the first half (warm-up)
+// does not count.
 func TestTrendAndCheck(t *testing.T) {
 	col := func(name string) int {
 		for i, se := range allSeries {
@@ -51,6 +52,10 @@ func TestTrendAndCheck(t *testing.T) {
 			}
 			if math.Abs(growth-tc.growth) > 3 {
 				t.Errorf("growth %.2f, want about %.2f", growth, tc.growth)
+			}
+			// The chart's line is the same fit: it rises by the growth.
+			if fit := s.fitLine(goroutines); len(fit) != 2 || math.Abs(fit[1].Y-fit[0].Y-growth) > 1e-9 {
+				t.Errorf("fit line %v, want one rising by %.2f", fit, growth)
 			}
 			fails := s.check(0)
 			failed := len(fails) == 1 && strings.HasPrefix(fails[0], "serve_goroutines:")

@@ -23,12 +23,5 @@ func Wait(ctx context.Context, b retry.Backoff) bool {
 	if stop {
 		return false
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return Sleep(ctx, d)
 }

@@ -18,7 +18,7 @@ func TestFlushTimedOutIsNotCountedTwice(t *testing.T) {
 	// A broker that holds the record: the flush times out first.
 	c, open := testenv.HeldKafka(t, false)
 	rc := apikey.DefaultUsageRecorderConfig(c)
-	rc.Timeout = 500 * time.Millisecond // its record outlives it: sarama waits 2.5 s for an answer
+	rc.Timeout = testenv.HeldTimeout
 	r, err := apikey.NewUsageRecorder(rc, testenv.Quiet())
 	if err != nil {
 		t.Fatal(err)

@@ -18,15 +18,8 @@ import (
 // (a keyed call writes its outcome there; chaos finding 2).
 func TestProduceInDoubtSettlesBeforeClose(t *testing.T) {
 	t.Parallel()
-	c, open := testenv.HeldKafka(t, false)
-	cfg := requestlogkafka.DefaultProducerConfig(c)
-	cfg.PackEvents = 2
-	cfg.Timeout = 500 * time.Millisecond
-	p, err := requestlogkafka.NewProducer(cfg, testenv.Quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = p.Produce(context.Background(), events(3))
+	p, _, open := testenv.HeldProducer(t, false, func(c *requestlogkafka.ProducerConfig) { c.PackEvents = 2 })
+	err := p.Produce(context.Background(), events(3))
 	d, ok := errors.AsType[requestlog.InDoubt](err)
 	if !ok || !errors.Is(err, requestlog.ErrUnavailable) {
 		t.Fatalf("produce against a held broker: %v", err)

@@ -123,28 +123,8 @@ func Control(q Queues, w Registry, pub Publisher, db store.DB) *projections.Proj
 		for tid, typ := range removed {
 			recs = append(recs, tasks.Lifecycle{TaskID: tid, Queue: e.Queue, Type: typ, Step: tasks.StepCleared, At: e.At})
 		}
-		slices.SortFunc(recs, func(a, b tasks.Lifecycle) int { return strings.Compare(a.TaskID, b.TaskID) })
-		if err := publishRetrying(ctx, pub, recs); err != nil {
-			return fmt.Errorf("clear %s: lifecycle: %w", e.Queue, err)
-		}
-		out, err := events.New(env.Stream, tasks.QueueClearApplied{Queue: e.Queue, Removed: len(removed), At: e.At},
-			events.Metadata{CorrelationID: env.Metadata.CorrelationID, CausationID: env.ID.String(), Actor: ControlName}, env.OccurredAt)
-		if err != nil {
-			return err
-		}
-		out.ID = id
-		// Committed on its own, before the checkpoint: a retried batch
-		// (rolled back after this handler ran) finds it.
-		if _, err := store.Append(ctx, db, env.Stream, events.AnyVersion, out); err != nil {
-			if done, rerr := recorded(ctx, tx, id); rerr == nil && done {
-				return nil
-			}
-			return fmt.Errorf("clear %s: record: %w", e.Queue, err)
-		}
-		// The outcome is recorded: the notes are history (they expire
-		// on their own if this fails).
-		_ = w.ForgetClear(ctx, key)
-		return nil
+		return applied(ctx, tx, db, pub, w, env, id, recs, tasks.QueueClearApplied{Queue: e.Queue, Removed: len(removed), At: e.At},
+			"clear "+e.Queue)
 	})
 	projections.On(p, func(ctx context.Context, tx projections.Tx, env events.Envelope, e *tasks.TaskActionRequested) error {
 		var applied bool
@@ -188,25 +168,8 @@ func Control(q Queues, w Registry, pub Publisher, db store.DB) *projections.Proj
 				recs = append(recs, rec)
 			}
 		}
-		slices.SortFunc(recs, func(a, b tasks.Lifecycle) int { return strings.Compare(a.TaskID, b.TaskID) })
-		if err := publishRetrying(ctx, pub, recs); err != nil {
-			return fmt.Errorf("%s %s tasks of %s: lifecycle: %w", e.Action, e.State, e.Queue, err)
-		}
-		out, err := events.New(env.Stream, tasks.TasksBulkApplied{Queue: e.Queue, State: e.State, Action: e.Action, Affected: n, At: e.At},
-			events.Metadata{CorrelationID: env.Metadata.CorrelationID, CausationID: env.ID.String(), Actor: ControlName}, env.OccurredAt)
-		if err != nil {
-			return err
-		}
-		out.ID = id
-		// Committed on its own, before the checkpoint, as a clear's.
-		if _, err := store.Append(ctx, db, env.Stream, events.AnyVersion, out); err != nil {
-			if done, rerr := recorded(ctx, tx, id); rerr == nil && done {
-				return nil
-			}
-			return fmt.Errorf("%s %s tasks of %s: record: %w", e.Action, e.State, e.Queue, err)
-		}
-		_ = w.ForgetClear(ctx, key)
-		return nil
+		return applied(ctx, tx, db, pub, w, env, id, recs, tasks.TasksBulkApplied{Queue: e.Queue, State: e.State, Action: e.Action, Affected: n, At: e.At},
+			fmt.Sprintf("%s %s tasks of %s", e.Action, e.State, e.Queue))
 	})
 	worker := func(ctx context.Context, env events.Envelope, id, action string) error {
 		return redisRetrying(ctx, func() error { return w.SetCommand(ctx, id, env.Version, action) })
@@ -221,6 +184,36 @@ func Control(q Queues, w Registry, pub Publisher, db store.DB) *projections.Proj
 		return worker(ctx, env, e.WorkerID, tasks.ActionRestart)
 	})
 	return p
+}
+
+// applied finishes the clear or bulk action env asked for, carried out
+// with its notes under id (its outcome's event id): the lifecycle
+// records of the tasks it changed, in task order, then the outcome, then
+// the notes forgotten. what names the action in errors.
+func applied(ctx context.Context, tx projections.Tx, db store.DB, pub Publisher, w Registry, env events.Envelope, id uuid.UUID,
+	recs []tasks.Lifecycle, outcome events.Event, what string) error {
+	slices.SortFunc(recs, func(a, b tasks.Lifecycle) int { return strings.Compare(a.TaskID, b.TaskID) })
+	if err := publishRetrying(ctx, pub, recs); err != nil {
+		return fmt.Errorf("%s: lifecycle: %w", what, err)
+	}
+	out, err := events.New(env.Stream, outcome,
+		events.Metadata{CorrelationID: env.Metadata.CorrelationID, CausationID: env.ID.String(), Actor: ControlName}, env.OccurredAt)
+	if err != nil {
+		return err
+	}
+	out.ID = id
+	// Committed on its own, before the checkpoint: a retried batch
+	// (rolled back after the handler ran) finds it.
+	if _, err := store.Append(ctx, db, env.Stream, events.AnyVersion, out); err != nil {
+		if done, rerr := recorded(ctx, tx, id); rerr == nil && done {
+			return nil
+		}
+		return fmt.Errorf("%s: record: %w", what, err)
+	}
+	// The outcome is recorded: the notes are history (they expire on
+	// their own if this fails).
+	_ = w.ForgetClear(ctx, id.String())
+	return nil
 }
 
 // actOnTask carries out action on one task and tells whether the task is

@@ -220,6 +220,20 @@ func query(r *http.Request) (url.Values, error) {
 	return q, nil
 }
 
+// hoursOr400 reads the query string and its hours with parse, the window
+// every statistics endpoint takes; a bad one is answered and ok is false.
+func hoursOr400(w http.ResponseWriter, r *http.Request, parse func(string) (int, error)) (q url.Values, hours int, ok bool) {
+	q, err := query(r)
+	if err == nil {
+		hours, err = parse(q.Get("hours"))
+	}
+	if err != nil {
+		rest.Fail(w, r, err)
+		return nil, 0, false
+	}
+	return q, hours, true
+}
+
 func (h *Handlers) requests(w http.ResponseWriter, r *http.Request) {
 	q, err := query(r)
 	if err != nil {
@@ -251,14 +265,8 @@ func (h *Handlers) requests(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handlers) overview(w http.ResponseWriter, r *http.Request) {
-	q, err := query(r)
-	if err != nil {
-		rest.Fail(w, r, err)
-		return
-	}
-	hours, err := requestlogview.ParseHours(q.Get("hours"))
-	if err != nil {
-		rest.Fail(w, r, err)
+	_, hours, ok := hoursOr400(w, r, requestlogview.ParseHours)
+	if !ok {
 		return
 	}
 	o, err := h.queries.Overview(r.Context(), hours)
@@ -270,14 +278,8 @@ func (h *Handlers) overview(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handlers) services(w http.ResponseWriter, r *http.Request) {
-	q, err := query(r)
-	if err != nil {
-		rest.Fail(w, r, err)
-		return
-	}
-	hours, err := requestlogview.ParseHours(q.Get("hours"))
-	if err != nil {
-		rest.Fail(w, r, err)
+	_, hours, ok := hoursOr400(w, r, requestlogview.ParseHours)
+	if !ok {
 		return
 	}
 	s, err := h.queries.Services(r.Context(), hours)
@@ -289,14 +291,8 @@ func (h *Handlers) services(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handlers) methods(w http.ResponseWriter, r *http.Request) {
-	q, err := query(r)
-	if err != nil {
-		rest.Fail(w, r, err)
-		return
-	}
-	hours, err := requestlogview.ParseHours(q.Get("hours"))
-	if err != nil {
-		rest.Fail(w, r, err)
+	q, hours, ok := hoursOr400(w, r, requestlogview.ParseHours)
+	if !ok {
 		return
 	}
 	m, err := h.queries.Methods(r.Context(), hours, q.Get("service"))
@@ -309,14 +305,8 @@ func (h *Handlers) methods(w http.ResponseWriter, r *http.Request) {
 
 // timeline is the per-minute series the monitoring page charts.
 func (h *Handlers) timeline(w http.ResponseWriter, r *http.Request) {
-	q, err := query(r)
-	if err != nil {
-		rest.Fail(w, r, err)
-		return
-	}
-	hours, err := requestlogview.ParseTimelineHours(q.Get("hours"))
-	if err != nil {
-		rest.Fail(w, r, err)
+	q, hours, ok := hoursOr400(w, r, requestlogview.ParseTimelineHours)
+	if !ok {
 		return
 	}
 	tl, err := h.queries.Timeline(r.Context(), hours, q.Get("service"))

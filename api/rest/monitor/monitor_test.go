@@ -385,6 +385,17 @@ func FuzzDecodeEvents(f *testing.F) {
 	})
 }
 
+// keyedIngest serves the monitor over p and store with idem (closed when
+// the test ends) and returns its ingest URL.
+func keyedIngest(t *testing.T, p *requestlogkafka.Producer, store *requestlogview.Store, idem *requestlogview.Idempotency) string {
+	t.Helper()
+	r := mux.NewRouter()
+	monitor.New(p, store, time.Now).WithIdempotency(idem).Mount(r, pass, pass)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/api/grpc/monitor/ingest/"
+}
+
 func post(t *testing.T, url, key, body string) (int, string, http.Header) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
@@ -411,11 +422,7 @@ func TestIngestIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	p, store := backend(t, nil)
 	idem := requestlogview.NewIdempotency(testenv.Postgres(t), time.Now, 10*time.Second)
-	r := mux.NewRouter()
-	monitor.New(p, store, time.Now).WithIdempotency(idem).Mount(r, pass, pass)
-	srv := httptest.NewServer(r)
-	defer srv.Close()
-	url := srv.URL + "/api/grpc/monitor/ingest/"
+	url := keyedIngest(t, p, store, idem)
 	body := `[{"service_name":"idem.Svc","method_name":"A","status":"success"},{"service_name":"idem.Svc","method_name":"B","status":"bogus"}]`
 
 	code, first, _ := post(t, url, "k1", body)
@@ -481,11 +488,7 @@ func TestIngestIdempotencyStoresSmallOutcomesAndBoundsTheCaller(t *testing.T) {
 	p, store := backend(t, nil)
 	pool := testenv.Postgres(t)
 	idem := requestlogview.NewIdempotency(pool, time.Now, 10*time.Second).WithCallerBytes(64 << 10)
-	r := mux.NewRouter()
-	monitor.New(p, store, time.Now).WithIdempotency(idem).Mount(r, pass, pass)
-	srv := httptest.NewServer(r)
-	defer srv.Close()
-	url := srv.URL + "/api/grpc/monitor/ingest/"
+	url := keyedIngest(t, p, store, idem)
 	events := make([]string, 500)
 	for i := range events {
 		events[i] = fmt.Sprintf(`{"service_name":"idem.Big","method_name":"M%d","status":"not-a-status-%d","grpc_status_code":"NOT_A_CODE_%d"}`, i, i, i)

@@ -2,17 +2,11 @@ package monitor_test
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gorilla/mux"
-
-	"github.com/cfgd/cfgd/api/rest/monitor"
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
-	"github.com/cfgd/cfgd/events/requestlog"
-	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -39,20 +33,9 @@ func TestRetriedUnavailableIngestIsStoredOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			// A broker that holds the record: the producer times out first.
-			c, open := testenv.HeldKafka(t, tc.refuse)
-			pc := requestlogkafka.DefaultProducerConfig(c)
-			pc.Timeout = 500 * time.Millisecond // its records outlive it: sarama waits 2.5 s for an answer
-			p, err := requestlogkafka.NewProducer(pc, testenv.Quiet())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = p.Close() })
+			p, c, open := testenv.HeldProducer(t, tc.refuse)
 			idem := requestlogview.NewIdempotency(testenv.Postgres(t), time.Now, 100*time.Millisecond)
-			r := mux.NewRouter()
-			monitor.New(p, nil, time.Now).WithIdempotency(idem).Mount(r, pass, pass)
-			srv := httptest.NewServer(r)
-			defer srv.Close()
-			url := srv.URL + "/api/grpc/monitor/ingest/"
+			url := keyedIngest(t, p, nil, idem)
 			body := `[{"service_name":"settle.Svc","method_name":"A","status":"success"},{"service_name":"settle.Svc","method_name":"B","status":"bogus"}]`
 
 			code, first, _ := post(t, url, "k", body)
@@ -71,20 +54,8 @@ func TestRetriedUnavailableIngestIsStoredOnce(t *testing.T) {
 			})
 			// Stored once: one record of one event, also after the
 			// producer has flushed everything it held.
-			if err := p.Close(); err != nil {
-				t.Fatal(err)
-			}
-			msgs := testenv.ReadTopic(t, c, p.Topic(), 2, 2*time.Second)
-			var events int
-			for _, m := range msgs {
-				evs, err := requestlog.DecodeBatch(m.Value, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				events += len(evs)
-			}
-			if len(msgs) != 1 || events != 1 {
-				t.Fatalf("%d records of %d events in Kafka, want the batch's one event once", len(msgs), events)
+			if records, events := testenv.StoredRequestLogs(t, c, p); records != 1 || events != 1 {
+				t.Fatalf("%d records of %d events in Kafka, want the batch's one event once", records, events)
 			}
 			if heldCode != http.StatusConflict || !strings.Contains(held, "in progress") || heldHeader.Get("Retry-After") == "" {
 				t.Fatalf("retry while held: %d %s %v", heldCode, held, heldHeader)
