@@ -383,48 +383,52 @@ func (s *RequestLogs) loadHeld(ctx context.Context, b *batch) error {
 // insertWait bounds waitInserts: past it the batch fails and is retried.
 const insertWait = time.Minute
 
-// inFlightInserts counts the inserts into the live raw table running on a
+// inFlightInserts lists the inserts into the live raw table running on a
 // server: the sink's own, one a stopped or killed sink left behind, and on
 // a cluster the share of a Distributed insert its initiator sends each
 // shard's replica as an insert into the replicated table
 // (requestlog_raw_local), which a replica started by another server's
 // client runs.
-const inFlightInserts = "SELECT count() FROM system.processes WHERE match(query, " +
+const inFlightInserts = "SELECT query_id FROM system.processes WHERE match(query, " +
 	"'(?i)^\\\\s*INSERT\\\\s+INTO\\\\s+(\\\\S+\\\\.)?`?" + requestlogview.RawTable + "(" + requestlogview.LocalSuffix + ")?`?[\\\\s(]')"
 
-// replicasBehind counts, on a server of a cluster, the request-log
-// replicated tables of a database that have not yet fetched every part
-// another replica took: parts in their queue, or log entries not yet
-// copied to it (log_pointer is one past the last entry copied; 0, an empty
-// log, is not told from one entry not yet copied). The raw table's part
-// arrives before its rollups', so a replica read in between (the offset
-// check reads the first replica of a shard, and an insert through a server
-// of a shard's other replica writes there) shows the rollups short of the
-// raw table, and refill would count the rows the fetches are about to
-// bring.
-const replicasBehind = `SELECT count() FROM system.replicas
-WHERE database = ? AND table IN (?, ?, ?, ?)
-AND (inserts_in_queue > 0 OR (log_pointer <= log_max_index AND log_pointer > 0))`
+// replicaQueues reads, on a server of a cluster, how far each request-log
+// replicated table of a database is in fetching what the other replicas
+// wrote: the oldest part still to fetch (the time its writer logged it)
+// and the replication log's entries copied (log_pointer is one past the
+// last entry copied; 0, an empty log, is not told from one entry not yet
+// copied). The raw table's part arrives before its rollups', so a replica
+// read in between (the offset check reads the first replica of a shard,
+// and an insert through a server of a shard's other replica writes there)
+// shows the rollups short of the raw table, and refill would count the
+// rows the fetches are about to bring.
+const replicaQueues = `SELECT table, inserts_in_queue, toUInt32(inserts_oldest_time), log_pointer, log_max_index, toUInt32(now())
+FROM system.replicas WHERE database = ? AND table IN (?, ?, ?, ?)`
 
 // serverTimeout bounds one look at a server's inserts: a server that does
 // not answer in time (paused) may be running one, and the batch waits.
 const serverTimeout = 5 * time.Second
 
-// waitInserts waits until no insert into the live raw table runs and, with
-// replicas on a cluster, every replica of the request-log tables has
-// fetched what the others took (asked only when a rollup reads short: a
-// replica whose fetches stall, its source down, holds the batch back). A
-// sink that was stopped or killed during an insert, or lost its partitions
-// in a rebalance while its insert ran, leaves it running on the server,
-// which writes the raw rows first and its views' rows after (ClickHouse
-// finishes an insert whose client has gone): offsets read in between show
-// a rollup short of the raw table, and refill would count the rows the
-// views are about to write a second time. Nothing of this sink inserts
-// while it reads, and another sink's insert ends in moments. On a cluster
-// that insert may run on any server (each replica reaches the cluster
-// through its own), so every server of it is asked: one that refuses the
-// connection runs nothing, one that cannot be asked (paused, starting)
-// fails the batch, which is retried.
+// waitInserts waits until the inserts into the live raw table running now
+// have ended and, with replicas on a cluster, every replica of the
+// request-log tables has then fetched every part written before. A sink
+// that was stopped or killed during an insert, or lost its partitions in a
+// rebalance while its insert ran, leaves it running on the server, which
+// writes the raw rows first and its views' rows after (ClickHouse finishes
+// an insert whose client has gone): offsets read in between show a rollup
+// short of the raw table, and refill would count the rows the views are
+// about to write a second time. On a cluster that insert may run on any
+// server (each replica reaches the cluster through its own), so every
+// server of it is asked: one that refuses the connection runs nothing, one
+// that cannot be asked (paused, starting) fails the batch, which is
+// retried.
+//
+// It is a barrier, not a wait for quiet: an insert or a part that comes
+// after it is another sink's, of partitions this one does not hold (and
+// this sink does not insert while it waits), so it is not waited for. A
+// wait for a moment with no insert anywhere and no part to fetch never
+// ended while the other replica's sink ingested at full rate (chaos
+// finding 9).
 func (s *RequestLogs) waitInserts(ctx context.Context, replicas bool) error {
 	servers, closeAll, err := s.insertServers(ctx)
 	if err != nil {
@@ -432,29 +436,82 @@ func (s *RequestLogs) waitInserts(ctx context.Context, replicas bool) error {
 	}
 	defer closeAll()
 	deadline := time.Now().Add(insertWait)
+	// The inserts running now, initiators and the shares they send the
+	// shards alike: a share that starts later belongs to an initiator
+	// running now, which ends after it.
+	before := make([]map[string]bool, len(servers))
+	for i, sv := range servers {
+		if before[i], err = sv.inserts(ctx); err != nil {
+			return fmt.Errorf("inserts in flight on %s: %w", sv.addr, err)
+		}
+	}
 	for {
-		// A full round finding none: a share a shard runs for a
-		// Distributed insert starts before its initiator's ends, and
-		// the initiator's is looked at first.
-		var n uint64
-		for _, sv := range servers {
-			c, err := sv.count(ctx, replicas)
+		var n int
+		for i, sv := range servers {
+			now, err := sv.inserts(ctx)
 			if err != nil {
 				return fmt.Errorf("inserts in flight on %s: %w", sv.addr, err)
 			}
-			n += c
+			for id := range before[i] {
+				if !now[id] {
+					delete(before[i], id)
+				}
+			}
+			n += len(before[i])
 		}
 		if n == 0 {
+			break
+		}
+		if err := s.waitRound(ctx, deadline, fmt.Sprintf("%d inserts into %s still run", n, requestlogview.RawTable)); err != nil {
+			return err
+		}
+	}
+	if !replicas {
+		return nil
+	}
+	// Every part written so far is logged: each replica fetches what
+	// it lacks of it.
+	marks := make([]map[string]replicaQueue, len(servers))
+	for i, sv := range servers {
+		if marks[i], err = sv.queues(ctx); err != nil {
+			return fmt.Errorf("replicas on %s: %w", sv.addr, err)
+		}
+	}
+	for {
+		var behind []string
+		for i, sv := range servers {
+			now, err := sv.queues(ctx)
+			if err != nil {
+				return fmt.Errorf("replicas on %s: %w", sv.addr, err)
+			}
+			for table, mark := range marks[i] {
+				if q, ok := now[table]; ok && q.behind(mark) {
+					behind = append(behind, sv.addr+" "+table)
+				} else {
+					delete(marks[i], table)
+				}
+			}
+		}
+		if len(behind) == 0 {
 			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d inserts into %s still run, or replicas fetch parts, after %v: reading the offsets ClickHouse holds later", n, requestlogview.RawTable, insertWait)
+		if err := s.waitRound(ctx, deadline, fmt.Sprintf("replicas still fetch parts written before (%s)", strings.Join(behind, ", "))); err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+	}
+}
+
+// waitRound waits before the next look, or fails with what is still
+// waited for once the deadline has passed.
+func (s *RequestLogs) waitRound(ctx context.Context, deadline time.Time, what string) error {
+	if time.Now().After(deadline) {
+		return fmt.Errorf("%s after %v: reading the offsets ClickHouse holds later", what, insertWait)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(50 * time.Millisecond):
+		return nil
 	}
 }
 
@@ -465,23 +522,74 @@ type insertServer struct {
 	conn           driver.Conn
 }
 
-func (sv insertServer) count(ctx context.Context, replicas bool) (uint64, error) {
+// inserts are the query ids of the inserts into the raw table running on
+// the server.
+func (sv insertServer) inserts(ctx context.Context) (map[string]bool, error) {
+	ids := map[string]bool{}
 	if sv.conn == nil {
-		return 0, nil
+		return ids, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, serverTimeout)
 	defer cancel()
-	var n, behind uint64
-	err := sv.conn.QueryRow(ctx, inFlightInserts).Scan(&n)
-	if err == nil && replicas && sv.database != "" {
-		live := requestlogview.LiveTables().Suffixed(requestlogview.LocalSuffix)
-		err = sv.conn.QueryRow(ctx, replicasBehind, sv.database, live.Raw, live.Minute, live.Hour, live.Day).Scan(&behind)
-	}
+	rs, err := sv.conn.Query(ctx, inFlightInserts)
 	if isRefused(err) {
-		// It went down meanwhile, with whatever it ran.
-		return 0, nil
+		return ids, nil // it went down meanwhile, with whatever it ran
 	}
-	return n + behind, err
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	for rs.Next() {
+		var id string
+		if err := rs.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids[id] = true
+	}
+	return ids, rs.Err()
+}
+
+// replicaQueue is where one replicated table stands in fetching parts.
+type replicaQueue struct {
+	inserts                 uint32 // parts to fetch
+	oldest                  uint32 // when the oldest of them was written (unix seconds)
+	logPointer, logMaxIndex uint64
+	now                     uint32 // the server's clock when read
+}
+
+// behind tells whether the replica still has to fetch a part logged by
+// the time mark was read.
+func (q replicaQueue) behind(mark replicaQueue) bool {
+	return (q.inserts > 0 && q.oldest <= mark.now) || (q.logPointer > 0 && q.logPointer <= mark.logMaxIndex)
+}
+
+// queues reads where each request-log replicated table of the server
+// stands; none for a server that is down or a database with no replicas.
+func (sv insertServer) queues(ctx context.Context) (map[string]replicaQueue, error) {
+	out := map[string]replicaQueue{}
+	if sv.conn == nil || sv.database == "" {
+		return out, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, serverTimeout)
+	defer cancel()
+	live := requestlogview.LiveTables().Suffixed(requestlogview.LocalSuffix)
+	rs, err := sv.conn.Query(ctx, replicaQueues, sv.database, live.Raw, live.Minute, live.Hour, live.Day)
+	if isRefused(err) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	for rs.Next() {
+		var table string
+		var q replicaQueue
+		if err := rs.Scan(&table, &q.inserts, &q.oldest, &q.logPointer, &q.logMaxIndex, &q.now); err != nil {
+			return nil, err
+		}
+		out[table] = q
+	}
+	return out, rs.Err()
 }
 
 // insertServers are the servers an insert into the raw table may run on:

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -210,4 +212,102 @@ func TestClusterSinkWaitsForRollupFetchesBeforeJudgingAFailedInsert(t *testing.T
 	if st := s.Stats(); st.Refilled != 0 {
 		t.Errorf("the sink refilled rollups whose parts s2r1 had still to fetch: %+v", st)
 	}
+}
+
+// Chaos finding 9 (seed 946524311): serve-1's sink, after an insert failed
+// while ZooKeeper was down, waited for a moment when no insert into the raw
+// table ran on any server and no replica had a part to fetch; serve-0's
+// sink ingested at full rate meanwhile, and no such moment came: the batch
+// failed after a minute, again and again, and serve-1 stayed not ready.
+// Here inserts of four seconds into a partition the sink does not read
+// overlap without a gap, through s2r2 (so s2r1 fetches their parts), while
+// the sink retries a failed insert: it must wait for what ran before it
+// began to wait, not for a quiet cluster.
+func TestClusterSinkWaitsOnlyForWhatRanBeforeIt(t *testing.T) {
+	db, conn, nodes := clusterDB(t)
+	e := clusterEnv(t, conn)
+	ctx := context.Background()
+	other, err := clickhouse.Open(&clickhouse.Options{Addr: []string{testenv.ClusterNodeAddr("s2r2")}, Auth: clickhouse.Auth{Database: db}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	slow := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_distributed_sync": 1, "max_block_size": 1}))
+	const otherPartition = 9 // the topic has four
+	ingest := `INSERT INTO requestlog_raw (id, kafka_partition, kafka_offset, created_at, created_ms, request_id, service_name, method_name,
+		status, duration_ms, grpc_status_code, error_message, client_ip, user_id, username, is_authenticated, api_key_id, api_key_name)
+		SELECT 1000000000000 + %[1]d * 10 + number, %[2]d, %[1]d * 10 + number, now() - 3600, 0, '', 'other', 'Sink', 'success', 1, 'OK', '', '', 0, '', 0, 0, ''
+		FROM numbers(4) WHERE NOT ignore(sleep(1))`
+	var started atomic.Int64
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(g) * 2 * time.Second)
+			for {
+				select {
+				case <-quit:
+					return
+				default:
+				}
+				if err := other.Exec(slow, fmt.Sprintf(ingest, started.Add(1), otherPartition)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	stopOther := func() { close(quit); wg.Wait() }
+	defer func() {
+		select {
+		case <-quit:
+		default:
+			stopOther()
+		}
+	}()
+	waitFor(t, "both other inserts run", func() bool { return started.Load() >= 2 })
+
+	cfg := DefaultRequestLogConfig(e.bus)
+	cfg.Group, cfg.Cluster, cfg.Dial = "g", testCluster, testenv.ClusterDial
+	cfg.BatchRows, cfg.BatchWait, cfg.MaxBackoff = 300, 50*time.Millisecond, 200*time.Millisecond
+	s, err := NewFencedRequestLogs(cfg, conn, PostgresFence{Pool: e.pool}, testenv.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls int
+	s.insert = func(ctx context.Context, rows *RequestLogRows) error {
+		calls++
+		if err := rows.Insert(ctx, conn); err != nil || calls > 1 {
+			return err
+		}
+		return errors.New("insert 300 rows: code: 999, message: Session expired")
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	e.spread(300, time.Now().Add(-time.Hour), 10*time.Millisecond)
+	began := time.Now()
+	deadline := began.Add(45 * time.Second) // waitInserts gives up after a minute
+	for s.Stats().Skipped+s.Stats().Inserted < 300 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sink did not pass its batch in 45 s while other inserts ran: %+v", s.Stats())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("batch passed after %v, %d other inserts begun", time.Since(began).Round(time.Millisecond), started.Load())
+	stopOther()
+	waitFor(t, "every replica fetched every part", func() bool {
+		return replicaCounts(t, nodes["s1r1"]) == replicaCounts(t, nodes["s1r2"]) && replicaCounts(t, nodes["s2r1"]) == replicaCounts(t, nodes["s2r2"])
+	})
+	var ours, ids uint64
+	if err := conn.QueryRow(ctx, "SELECT count(), uniqExact(id) FROM requestlog_raw WHERE kafka_partition != ?", otherPartition).Scan(&ours, &ids); err != nil {
+		t.Fatal(err)
+	}
+	if ours != 300 || ids != 300 {
+		t.Errorf("the sink's partitions hold %d rows, %d ids; want 300", ours, ids)
+	}
+	rollupsMatchRaw(t, conn)
 }
