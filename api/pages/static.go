@@ -126,6 +126,10 @@ func (a *Assets) Mount(r *mux.Router) {
 // ServeHTTP answers one asset, gzip-encoded when it is text and the client
 // accepts that; directories and unknown names are 404s.
 func (a *Assets) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	q, ok := rest.QueryOr400(w, r)
+	if !ok {
+		return
+	}
 	name := strings.TrimPrefix(r.URL.Path, Prefix)
 	as, ok := a.files[name]
 	if !ok {
@@ -136,7 +140,7 @@ func (a *Assets) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Content-Type", ct)
-	if r.URL.Query().Get(versionParameter) == as.hash {
+	if q.Get(versionParameter) == as.hash {
 		h.Set("Cache-Control", cacheImmutable)
 	} else {
 		h.Set("Cache-Control", cacheRevalidate)

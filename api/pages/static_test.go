@@ -46,6 +46,9 @@ func TestAssetsServedWithTypeAndCache(t *testing.T) {
 		{"unknown", http.MethodGet, Prefix + "nope.js", nil, 404, "", ""},
 		{"escape", http.MethodGet, Prefix + "..%2fstatic.go", nil, 404, "", ""},
 		{"POST", http.MethodPost, bundle, nil, 405, "", ""},
+		// A query that does not decode is refused, not read as no version.
+		{"query not URL encoding", http.MethodGet, bundle + "&v=%zz", nil, 400, "", ""},
+		{"query not URL encoding, unversioned", http.MethodGet, unversioned + "?v=%zz", nil, 400, "", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -173,8 +173,9 @@ func (s *contract) do(c call) answer {
 
 // errorCases derives, once per operation from a call that succeeded, the
 // answers every such operation must also give: 401 without credentials
-// when it takes no anonymous callers, and for a JSON body, 400 for one
-// that is not JSON and 415 for one not sent as application/json.
+// when it takes no anonymous callers, for a JSON body, 400 for one that
+// is not JSON and 415 for one not sent as application/json, and 400 for
+// a query parameter that is not valid URL encoding (never read as absent).
 func (s *contract) errorCases() []call {
 	var out []call
 	seen := map[string]bool{}
@@ -204,8 +205,36 @@ func (s *contract) errorCases() []call {
 			c.name, c.ctype, c.body, c.want = ok.name+", text/plain", "text/plain", ok.body, http.StatusUnsupportedMediaType
 			out = append(out, c)
 		}
+		if name := firstQueryParameter(ok.op); name != "" {
+			c := ok.call
+			c.name, c.want, c.orWant = ok.name+", query not URL encoding", http.StatusBadRequest, 0
+			c.path = withBadPair(c.path, name)
+			if pathOf := c.pathOf; pathOf != nil {
+				c.pathOf = func() string { return withBadPair(pathOf(), name) }
+			}
+			out = append(out, c)
+		}
 	}
 	return out
+}
+
+// firstQueryParameter is the name of op's first query parameter, or "".
+func firstQueryParameter(op *openapi3.Operation) string {
+	for _, p := range op.Parameters {
+		if p.Value != nil && p.Value.In == openapi3.ParameterInQuery {
+			return p.Value.Name
+		}
+	}
+	return ""
+}
+
+// withBadPair adds name=%zz, which does not decode, to path's query.
+func withBadPair(path, name string) string {
+	sep := "?"
+	if strings.Contains(path, "?") {
+		sep = "&"
+	}
+	return path + sep + name + "=%zz"
 }
 
 // byTemplate is the route of tpl and the method of req, with tpl's one

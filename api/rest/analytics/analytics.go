@@ -65,8 +65,12 @@ type LinksResponse struct {
 }
 
 func (h *handler) links(w http.ResponseWriter, r *http.Request) {
+	q, ok := rest.QueryOr400(w, r)
+	if !ok {
+		return
+	}
 	days := DefaultDays
-	if v := r.URL.Query().Get("days"); v != "" {
+	if v := q.Get("days"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > MaxDays {
 			rest.WriteError(w, errcode.Fields(map[string]string{"days": "must be a whole number from 1 to " + strconv.Itoa(MaxDays)}))

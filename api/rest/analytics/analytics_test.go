@@ -2,15 +2,14 @@ package analytics_test
 
 import (
 	"fmt"
-	"github.com/cfgd/cfgd/projections/projectors"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/cfgd/cfgd/commands/app/signin"
-
 	"github.com/cfgd/cfgd/cmd/cfgd/authtest"
+	"github.com/cfgd/cfgd/commands/app/signin"
 	"github.com/cfgd/cfgd/events/identity"
+	"github.com/cfgd/cfgd/projections/projectors"
 )
 
 const (
@@ -112,6 +111,13 @@ func TestSourcesAreLinkedOnlyForNewUsersAndRanked(t *testing.T) {
 		r := e.Do(t, http.MethodGet, "/api/analytics/sources/links/?days="+bad, nil, auth...)
 		if r.Status != http.StatusBadRequest || r.Field("days") == "" {
 			t.Errorf("days=%s: %d %s", bad, r.Status, r.Raw)
+		}
+	}
+	// A query that does not decode is refused, not read as the default window.
+	for _, bad := range []string{"days=%zz", "days=7&x=%zz", "days=7;x=1"} {
+		r := e.Do(t, http.MethodGet, "/api/analytics/sources/links/?"+bad, nil, auth...)
+		if r.Status != http.StatusBadRequest || r.Body["success"] != false || r.Str("code") != "bad_request" {
+			t.Errorf("%s: %d %s", bad, r.Status, r.Raw)
 		}
 	}
 }

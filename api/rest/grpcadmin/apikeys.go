@@ -2,6 +2,7 @@ package grpcadmin
 
 import (
 	"errors"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -31,7 +32,10 @@ type KeyList struct {
 }
 
 func (h *handler) listKeys(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	q, ok := rest.QueryOr400(w, r)
+	if !ok {
+		return
+	}
 	fields := map[string]string{}
 	var f apikeyview.Filter
 	if v, ok := q["is_active"]; ok {
@@ -71,12 +75,12 @@ func (h *handler) listKeys(w http.ResponseWriter, r *http.Request) {
 	}
 	out := KeyList{Results: keys, Count: count}
 	if int64(page*size) < count {
-		out.Next = pageLink(r, page+1)
+		out.Next = pageLink(r.URL.Path, q, page+1)
 	}
 	if page > 1 {
 		// A page past the end links back to the last one that has rows.
 		prev := min(page-1, max(1, int((count+int64(size)-1)/int64(size))))
-		out.Previous = pageLink(r, prev)
+		out.Previous = pageLink(r.URL.Path, q, prev)
 	}
 	rest.JSON(w, http.StatusOK, out)
 }
@@ -94,11 +98,11 @@ func intParam(q url.Values, name string, def, lo, hi int, fields map[string]stri
 	return n
 }
 
-// pageLink is the request's own path and query with another page.
-func pageLink(r *http.Request, page int) *string {
-	q := r.URL.Query()
+// pageLink is the request's own path and query q with another page.
+func pageLink(path string, q url.Values, page int) *string {
+	q = maps.Clone(q)
 	q.Set("page", strconv.Itoa(page))
-	s := r.URL.Path + "?" + q.Encode()
+	s := path + "?" + q.Encode()
 	return &s
 }
 

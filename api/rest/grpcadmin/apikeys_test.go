@@ -126,6 +126,13 @@ func TestAPIKeyListRejectsBadParameters(t *testing.T) {
 			t.Errorf("%s: %d %s", tc.query, r.Status, r.Raw)
 		}
 	}
+	// A query that does not decode is refused, never a dropped filter.
+	for _, q := range []string{"key_type=%zz", "is_active=true&user_id=%zz", "page_size=1;page=2", "%zz=1"} {
+		r := e.Do(t, http.MethodGet, "/api/grpc/api-keys/?"+q, nil, hdr...)
+		if r.Status != http.StatusBadRequest || r.Body["success"] != false || r.Str("code") != "bad_request" {
+			t.Errorf("%s: %d %s", q, r.Status, r.Raw)
+		}
+	}
 }
 
 func TestAPIKeyDetailAndStats(t *testing.T) {

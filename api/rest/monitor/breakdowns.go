@@ -2,7 +2,6 @@ package monitor
 
 import (
 	"net/http"
-	"net/url"
 	"strconv"
 
 	"github.com/gorilla/mux"
@@ -25,7 +24,10 @@ func (h *Handlers) mountPage(r *mux.Router, staff mux.MiddlewareFunc) {
 
 // latency is the per-bucket p50/p95/p99 series the page charts.
 func (h *Handlers) latency(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	q, ok := rest.QueryOr400(w, r)
+	if !ok {
+		return
+	}
 	hours, err1 := requestlogview.ParseTimelineHours(q.Get("hours"))
 	internal, err2 := requestlogview.ParseIncludeInternal(q.Get("include_internal"), false)
 	if err := errcode.Join(err1, err2); err != nil {
@@ -41,8 +43,12 @@ func (h *Handlers) latency(w http.ResponseWriter, r *http.Request) {
 }
 
 // breakdownFilter reads hours (default 24), service, include_internal
-// (default false) and limit.
-func breakdownFilter(q url.Values) (requestlogview.BreakdownFilter, error) {
+// (default false) and limit from r's query string.
+func breakdownFilter(r *http.Request) (requestlogview.BreakdownFilter, error) {
+	q, err := rest.Query(r)
+	if err != nil {
+		return requestlogview.BreakdownFilter{}, err
+	}
 	hours, err1 := requestlogview.ParseHours(q.Get("hours"))
 	internal, err2 := requestlogview.ParseIncludeInternal(q.Get("include_internal"), false)
 	limit, err3 := requestlogview.ParseLimit(q.Get("limit"))
@@ -51,7 +57,7 @@ func breakdownFilter(q url.Values) (requestlogview.BreakdownFilter, error) {
 }
 
 func (h *Handlers) callers(w http.ResponseWriter, r *http.Request) {
-	f, err := breakdownFilter(r.URL.Query())
+	f, err := breakdownFilter(r)
 	if err != nil {
 		rest.Fail(w, r, err)
 		return
@@ -65,7 +71,7 @@ func (h *Handlers) callers(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handlers) statusCodes(w http.ResponseWriter, r *http.Request) {
-	f, err := breakdownFilter(r.URL.Query())
+	f, err := breakdownFilter(r)
 	if err != nil {
 		rest.Fail(w, r, err)
 		return

@@ -182,6 +182,30 @@ func TestPageEndpointsBadInput(t *testing.T) {
 	}
 }
 
+// A query that does not decode is refused, never a dropped filter; the
+// same query, well encoded, is answered.
+func TestPageEndpointsRefuseAQueryThatDoesNotDecode(t *testing.T) {
+	t.Parallel()
+	srv := stack(t, nil)
+	for _, p := range []string{"latency", "callers", "status-codes"} {
+		for _, c := range []struct {
+			query  string
+			status int
+		}{
+			{"hours=1&service=a.b", 200},
+			{"hours=1&service=%zz", 400},
+			{"service=a%", 400},
+			{"hours=1;service=a.b", 400},
+		} {
+			path := "/api/grpc/monitor/" + p + "/?" + c.query
+			code, res := do(t, http.MethodGet, srv.URL+path, "")
+			if code != c.status || c.status == 400 && (res["success"] != false || res["code"] != "bad_request") {
+				t.Errorf("%s: %d %.200v, want %d", path, code, res, c.status)
+			}
+		}
+	}
+}
+
 func TestPageEndpointsAreStaffOnly(t *testing.T) {
 	r := mux.NewRouter()
 	monitor.New(nil, nil, time.Now).Mount(r, deny, pass)

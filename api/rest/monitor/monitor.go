@@ -210,20 +210,10 @@ func ingestType(ct string) (ndjson bool, err *errcode.Error) {
 	return false, errcode.New(errcode.UnsupportedMediaType, "Content-Type must be application/json or application/x-ndjson (utf-8)")
 }
 
-// query parses the query string strictly: a pair that does not decode
-// (service=%zz) is refused, not dropped, so no filter is lost unseen.
-func query(r *http.Request) (url.Values, error) {
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return nil, errcode.New(errcode.BadRequest, "the query string is not valid URL encoding")
-	}
-	return q, nil
-}
-
 // hoursOr400 reads the query string and its hours with parse, the window
 // every statistics endpoint takes; a bad one is answered and ok is false.
 func hoursOr400(w http.ResponseWriter, r *http.Request, parse func(string) (int, error)) (q url.Values, hours int, ok bool) {
-	q, err := query(r)
+	q, err := rest.Query(r)
 	if err == nil {
 		hours, err = parse(q.Get("hours"))
 	}
@@ -235,9 +225,8 @@ func hoursOr400(w http.ResponseWriter, r *http.Request, parse func(string) (int,
 }
 
 func (h *Handlers) requests(w http.ResponseWriter, r *http.Request) {
-	q, err := query(r)
-	if err != nil {
-		rest.Fail(w, r, err)
+	q, ok := rest.QueryOr400(w, r)
+	if !ok {
 		return
 	}
 	page, size, err1 := requestlogview.ParsePage(q.Get("page"), q.Get("page_size"))

@@ -3,6 +3,7 @@ package taskadmin
 import (
 	"errors"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,8 +27,8 @@ type TasksResponse struct {
 }
 
 // intParam reads an optional integer query parameter in [lo, hi].
-func intParam(r *http.Request, name string, def, lo, hi int, bad map[string]string) int {
-	v := r.URL.Query().Get(name)
+func intParam(q url.Values, name string, def, lo, hi int, bad map[string]string) int {
+	v := q.Get(name)
 	if v == "" {
 		return def
 	}
@@ -45,15 +46,18 @@ func checkState(state string, bad map[string]string) {
 }
 
 func (h *handler) tasks(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	q, ok := rest.QueryOr400(w, r)
+	if !ok {
+		return
+	}
 	bad := map[string]string{}
 	queue, state := q.Get("queue"), q.Get("state")
 	if !taskqueues.ValidName(queue) {
 		bad["queue"] = "a queue name is required"
 	}
 	checkState(state, bad)
-	page := intParam(r, "page", 1, 1, 1_000_000, bad)
-	size := intParam(r, "size", 20, 1, taskview.MaxTasksPage, bad)
+	page := intParam(q, "page", 1, 1, 1_000_000, bad)
+	size := intParam(q, "size", 20, 1, taskview.MaxTasksPage, bad)
 	if len(bad) > 0 {
 		rest.WriteError(w, errcode.Fields(bad))
 		return
@@ -75,7 +79,10 @@ type TaskResponse struct {
 }
 
 func (h *handler) task(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	q, ok := rest.QueryOr400(w, r)
+	if !ok {
+		return
+	}
 	id, queue := q.Get("id"), q.Get("queue")
 	bad := map[string]string{}
 	if !taskqueues.ValidName(id) {
@@ -107,8 +114,12 @@ type HistoryResponse struct {
 }
 
 func (h *handler) history(w http.ResponseWriter, r *http.Request) {
+	q, ok := rest.QueryOr400(w, r)
+	if !ok {
+		return
+	}
 	bad := map[string]string{}
-	minutes := intParam(r, "minutes", 60, 1, taskview.MaxHistory, bad)
+	minutes := intParam(q, "minutes", 60, 1, taskview.MaxHistory, bad)
 	if len(bad) > 0 {
 		rest.WriteError(w, errcode.Fields(bad))
 		return

@@ -62,8 +62,12 @@ type QueueStatusResponse struct {
 }
 
 func (h *handler) queueStatus(w http.ResponseWriter, r *http.Request) {
+	q, ok := rest.QueryOr400(w, r)
+	if !ok {
+		return
+	}
 	read := h.app.Reader.QueueStatus
-	switch r.URL.Query().Get("all") {
+	switch q.Get("all") {
 	case "", "false":
 	case "true":
 		read = h.app.Reader.QueueStatusAll
@@ -116,8 +120,12 @@ type RecentResponse struct {
 }
 
 func (h *handler) recent(w http.ResponseWriter, r *http.Request) {
+	q, ok := rest.QueryOr400(w, r)
+	if !ok {
+		return
+	}
 	limit := 50
-	if v := r.URL.Query().Get("limit"); v != "" {
+	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > RecentLimit {
 			rest.WriteError(w, errcode.Fields(map[string]string{"limit": "must be an integer from 1 to " + strconv.Itoa(RecentLimit)}))

@@ -17,6 +17,9 @@ import (
 	"github.com/cfgd/cfgd/events/tasks"
 )
 
+// badQuery is what every endpoint answers a query string that does not decode.
+const badQuery = "the query string is not valid URL encoding"
+
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)
@@ -44,6 +47,12 @@ func TestBadInput(t *testing.T) {
 		{"worker: missing worker_id", taskadmin.PathWorkerManage, map[string]any{"action": "restart"}, 400, "worker_id is required", "worker_id"},
 		{"worker: missing action", taskadmin.PathWorkerManage, map[string]any{"worker_id": "x"}, 400, "action is required", "action"},
 		{"recent: bad limit", taskadmin.PathRecent + "?limit=0", nil, 400, "invalid input", "limit"},
+		// A query that does not decode is refused, never a dropped parameter.
+		{"recent: query not URL encoding", taskadmin.PathRecent + "?limit=%zz", nil, 400, badQuery, ""},
+		{"queues: query not URL encoding", taskadmin.PathQueueStatus + "?all=%zz", nil, 400, badQuery, ""},
+		{"tasks: query not URL encoding", taskadmin.PathTasks + "?state=pending&queue=" + q + "&size=%zz", nil, 400, badQuery, ""},
+		{"task: query not URL encoding", taskadmin.PathTask + "?id=x&queue=%zz", nil, 400, badQuery, ""},
+		{"history: query not URL encoding", taskadmin.PathHistory + "?minutes=30;x", nil, 400, badQuery, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
