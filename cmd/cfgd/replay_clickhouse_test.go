@@ -79,7 +79,7 @@ func TestReplayClickHouseCommand(t *testing.T) {
 		stdout []string
 	}{
 		// Position 50: ten events a record, 500 events committed; lag 0.
-		{[]string{"replay", "--list"}, []string{"requestlog.clickhouse clickhouse " + c.Topic(kafka.TopicRequestLogs) + " requestlog_raw,requestlog_minute,requestlog_ten_minute,requestlog_hour,requestlog_day - 50 0\n"}},
+		{[]string{"replay", "--list"}, []string{"requestlog.clickhouse clickhouse " + c.Topic(kafka.TopicRequestLogs) + " requestlog_raw,requestlog_minute,requestlog_hour,requestlog_day - 50 0\n"}},
 		{[]string{"replay", replay.RequestLogName}, []string{"requestlog.clickhouse: 50/50 records (100.0%)", "records/s, ETA",
 			"requestlog.clickhouse: replayed 50 records (500 events, 0 unreadable skipped)", "swapped in"}},
 		{[]string{"replay", "--all"}, []string{"identity.users: replayed", "requestlog.clickhouse: replayed 50 records"}},

@@ -155,7 +155,7 @@ func finals(merge bool) []string {
 var rollups = []struct {
 	table   string
 	seconds int
-}{{requestlogview.MinuteTable, 60}, {requestlogview.TenMinuteTable, 600}, {requestlogview.HourTable, 3600}, {requestlogview.DayTable, 86400}}
+}{{requestlogview.MinuteTable, 60}, {requestlogview.HourTable, 3600}, {requestlogview.DayTable, 86400}}
 
 // rollupSnapshot is every rollup finalised per bucket, service and method.
 func rollupSnapshot(t *testing.T, conn driver.Conn, table string) []string {
@@ -221,8 +221,7 @@ func TestReplayRebuildsTheSameRowsAndRollups(t *testing.T) {
 	for table, rows := range before {
 		sameLines(t, table+" after replay", after[table], rows)
 	}
-	want := []string{"requestlog_day", "requestlog_day_mv", "requestlog_hour", "requestlog_hour_mv", "requestlog_minute", "requestlog_minute_mv", "requestlog_raw",
-		"requestlog_ten_minute", "requestlog_ten_minute_mv"}
+	want := []string{"requestlog_day", "requestlog_day_mv", "requestlog_hour", "requestlog_hour_mv", "requestlog_minute", "requestlog_minute_mv", "requestlog_raw"}
 	if got := tables(t, e.conn); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("tables after the swap: %v, want %v", got, want)
 	}

@@ -287,10 +287,8 @@ func (s *RequestLogs) topicRecreated(ctx context.Context, id string) {
 func (s *RequestLogs) short(b *batch) bool {
 	for p := range b.last {
 		h := s.held[p]
-		for _, r := range h[1:] {
-			if r < h[0] {
-				return true
-			}
+		if h[1] < h[0] || h[2] < h[0] || h[3] < h[0] {
+			return true
 		}
 	}
 	return false
@@ -355,10 +353,10 @@ func (s *RequestLogs) loadHeld(ctx context.Context, b *batch) error {
 		return err
 	}
 	in := strings.Join(missing, ",")
-	found := map[int32]heldOffsets{}
+	found := map[int32][4]int64{}
 	for _, p := range missing {
 		n, _ := strconv.Atoi(p)
-		found[int32(n)] = heldOffsets{-1, -1, -1, -1, -1}
+		found[int32(n)] = [4]int64{-1, -1, -1, -1}
 	}
 	for t, table := range requestlogview.LiveTables().All() {
 		agg := "max(kafka_offset)"
@@ -405,7 +403,7 @@ const inFlightInserts = "SELECT count() FROM system.processes WHERE match(query,
 // raw table, and refill would count the rows the fetches are about to
 // bring.
 const replicasBehind = `SELECT count() FROM system.replicas
-WHERE database = ? AND table IN (?, ?, ?, ?, ?)
+WHERE database = ? AND table IN (?, ?, ?, ?)
 AND (inserts_in_queue > 0 OR (log_pointer <= log_max_index AND log_pointer > 0))`
 
 // serverTimeout bounds one look at a server's inserts: a server that does
@@ -477,7 +475,7 @@ func (sv insertServer) count(ctx context.Context, replicas bool) (uint64, error)
 	err := sv.conn.QueryRow(ctx, inFlightInserts).Scan(&n)
 	if err == nil && replicas && sv.database != "" {
 		live := requestlogview.LiveTables().Suffixed(requestlogview.LocalSuffix)
-		err = sv.conn.QueryRow(ctx, replicasBehind, sv.database, live.Raw, live.Minute, live.TenMinute, live.Hour, live.Day).Scan(&behind)
+		err = sv.conn.QueryRow(ctx, replicasBehind, sv.database, live.Raw, live.Minute, live.Hour, live.Day).Scan(&behind)
 	}
 	if isRefused(err) {
 		// It went down meanwhile, with whatever it ran.

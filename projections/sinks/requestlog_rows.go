@@ -82,14 +82,9 @@ func (r *RequestLogRows) rebase(base map[int32]int64) {
 	}
 }
 
-// heldOffsets is the highest offset of a partition each request-log table
-// holds, in the order of LiveTables().All(): the raw table first, then
-// each rollup; -1 for none.
-type heldOffsets [requestlogview.TableCount]int64
-
 // without returns the rows whose offset is above what the raw table holds
 // of their partition (held[partition][0]).
-func (r *RequestLogRows) without(held map[int32]heldOffsets) RequestLogRows {
+func (r *RequestLogRows) without(held map[int32][4]int64) RequestLogRows {
 	skip := false
 	for i := range r.id {
 		if int64(r.offset[i]) <= held[int32(r.partition[i])][0] {

@@ -128,12 +128,12 @@ type RequestLogs struct {
 	health process.Health
 
 	// held is, per partition, the highest offset each table holds (raw,
-	// minute, ten minutes, hour, day: LiveTables().All()); loaded
+	// minute, hour, day: LiveTables().All()); loaded
 	// once per consumer-group session (another member may have written
 	// meanwhile) and again after a replay swapped the tables (heldGen is
 	// the fence's generation it was loaded under). Only the loop's one
 	// batcher (kafka.WithSpan) touches them.
-	held        map[int32]heldOffsets
+	held        map[int32][4]int64
 	heldGen     int64
 	heldSession uint64
 	// failed are, per partition, the offset ranges of inserts that failed
@@ -186,7 +186,7 @@ func NewFencedRequestLogs(cfg RequestLogConfig, conn driver.Conn, fence RequestL
 	if cfg.Cluster != "" && cfg.Dial == nil {
 		return nil, errors.New("requestlog sink: a cluster needs Dial to reach each shard")
 	}
-	s := &RequestLogs{cfg: cfg, conn: conn, fence: fence, log: log, now: time.Now, held: map[int32]heldOffsets{},
+	s := &RequestLogs{cfg: cfg, conn: conn, fence: fence, log: log, now: time.Now, held: map[int32][4]int64{},
 		failed: map[int32][]offsetRange{}, topic: cfg.Bus.Topic(kafka.TopicRequestLogs), writer: rand.Text()}
 	s.health.Set(process.NotReady(process.Starting, errRequestLogsStarting))
 	return s, nil

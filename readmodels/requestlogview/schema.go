@@ -21,43 +21,38 @@ import (
 
 // The request-log tables in ClickHouse. The raw table holds one row per
 // request; the rollups, fed by materialized views on every insert into the
-// raw table, hold per-minute, per-ten-minute, per-hour and per-day
-// aggregate states so statistics over long windows read thousands of rows,
-// not millions.
+// raw table, hold per-minute, per-hour and per-day aggregate states so
+// statistics over long windows read thousands of rows, not millions.
 const (
-	RawTable       = "requestlog_raw"
-	MinuteTable    = "requestlog_minute"
-	TenMinuteTable = "requestlog_ten_minute"
-	HourTable      = "requestlog_hour"
-	DayTable       = "requestlog_day"
+	RawTable    = "requestlog_raw"
+	MinuteTable = "requestlog_minute"
+	HourTable   = "requestlog_hour"
+	DayTable    = "requestlog_day"
 )
 
 // Tables names one set of request-log tables: the live ones (LiveTables)
 // or a replay's shadow copies beside them (Suffixed). The rollups'
 // materialized views are named after their rollup with an "_mv" suffix.
-type Tables struct{ Raw, Minute, TenMinute, Hour, Day string }
+type Tables struct{ Raw, Minute, Hour, Day string }
 
 // LiveTables are the tables queries read and the sink writes.
 func LiveTables() Tables {
-	return Tables{Raw: RawTable, Minute: MinuteTable, TenMinute: TenMinuteTable, Hour: HourTable, Day: DayTable}
+	return Tables{Raw: RawTable, Minute: MinuteTable, Hour: HourTable, Day: DayTable}
 }
 
 // Suffixed returns t with suffix appended to every name.
 func (t Tables) Suffixed(suffix string) Tables {
-	return Tables{Raw: t.Raw + suffix, Minute: t.Minute + suffix, TenMinute: t.TenMinute + suffix, Hour: t.Hour + suffix, Day: t.Day + suffix}
+	return Tables{Raw: t.Raw + suffix, Minute: t.Minute + suffix, Hour: t.Hour + suffix, Day: t.Day + suffix}
 }
 
-// Rollups are the four rollups, finest first.
-func (t Tables) Rollups() []string { return []string{t.Minute, t.TenMinute, t.Hour, t.Day} }
+// Rollups are the three rollups, finest first.
+func (t Tables) Rollups() []string { return []string{t.Minute, t.Hour, t.Day} }
 
-// All are the five tables, raw first.
-func (t Tables) All() []string { return []string{t.Raw, t.Minute, t.TenMinute, t.Hour, t.Day} }
-
-// TableCount is len(Tables.All()).
-const TableCount = 5
+// All are the four tables, raw first.
+func (t Tables) All() []string { return []string{t.Raw, t.Minute, t.Hour, t.Day} }
 
 // rollupSeconds are the bucket sizes of the rollups, finest first.
-var rollupSeconds = [...]int{60, 600, 3600, 86400}
+var rollupSeconds = [...]int{60, 3600, 86400}
 
 // RollupSeconds are the bucket sizes (seconds) of Rollups(), in their
 // order.
@@ -65,11 +60,7 @@ func RollupSeconds() []int { return slices.Clone(rollupSeconds[:]) }
 
 // Views are the materialized views feeding the rollups from the raw table.
 func (t Tables) Views() []string {
-	views := t.Rollups()
-	for i := range views {
-		views[i] += "_mv"
-	}
-	return views
+	return []string{t.Minute + "_mv", t.Hour + "_mv", t.Day + "_mv"}
 }
 
 // durationBounds are the upper bounds (ms) of the cumulative duration
@@ -145,49 +136,23 @@ type schemaData struct {
 	Rollups []stmt
 }
 
-// migrationData is the data of ClickHouseSchema's migration files. The
-// single server's migrations build the schema step by step: 00001 and
-// 00004 range over Rollups, the three rollups there were then, and 00005
-// adds the ten-minute one (TenMinute), filled from the minute rollup
-// (TenMinuteFill) while empty. On a cluster 00001 creates the whole
-// schema (Rollups are all four) and 00005 finds it there.
-type migrationData struct {
-	schemaData
-	TenMinute, TenMinuteFill stmt
-}
-
-// withTenMinute is the migration data of d, one server's or a cluster's
-// plan of the live set: fill reads from the minute rollup into table
-// (the ten-minute rollup's Distributed table on a cluster), only while
-// that is empty.
-func withTenMinute(d schemaData, minute, table string) migrationData {
-	m := migrationData{schemaData: d, TenMinute: d.Rollups[1]}
-	m.TenMinuteFill = m.TenMinute
-	m.TenMinuteFill.Name = table
-	// A subquery, as RollupRefill's: the states keep their columns' names.
-	m.TenMinuteFill.Source = fmt.Sprintf("(SELECT * FROM %s WHERE (SELECT count() FROM %s) = 0)", minute, table)
-	return m
-}
-
 // Partition keys, all in UTC whatever the server's zone. A read of a
 // rollup costs about its columns times the parts it opens, so the hour and
 // day rollups, which long windows read, are partitioned by week (weeks
 // from Monday): a 720-hour window opens five or six parts of the day rollup
 // instead of thirty, about as fast as months (docs/benchmarks.md), and
 // retention, which drops whole partitions, keeps their rows at most a week
-// past the cutoff instead of a month. The raw table and the minute and
-// ten-minute rollups, which hold nearly all the rows and are read over
-// hours, keep UTC days.
+// past the cutoff instead of a month. The raw table and the minute rollup,
+// which hold nearly all the rows and are read over hours, keep UTC days.
 const (
 	dayPartition  = "toYYYYMMDD(%s, 'UTC')"
 	weekPartition = "toMonday(%s, 'UTC')"
 )
 
 // rollupGranularity is the rollups' index_granularity. A window reads
-// a contiguous range of buckets of each rollup, its ragged edges 18
-// minutes and 10 ten-minute buckets at most: with granules of 1024 rows a
-// window of 100 methods read 13,000 rows where 8192 read 34,000 (when its
-// edges were up to an hour of minutes).
+// a contiguous range of buckets of each rollup, its ragged edges an hour of
+// minutes at most: with granules of 1024 rows it reads 13,000 rows where
+// 8192 read 34,000 (a 720-hour window of 100 methods).
 const rollupGranularity = 1024
 
 func plan(t Tables) schemaData {
@@ -199,8 +164,7 @@ func plan(t Tables) schemaData {
 		name      string
 		seconds   int
 		partition string
-	}{{t.Minute, rollupSeconds[0], dayPartition}, {t.TenMinute, rollupSeconds[1], dayPartition},
-		{t.Hour, rollupSeconds[2], weekPartition}, {t.Day, rollupSeconds[3], weekPartition}} {
+	}{{t.Minute, rollupSeconds[0], dayPartition}, {t.Hour, rollupSeconds[1], weekPartition}, {t.Day, rollupSeconds[2], weekPartition}} {
 		s := base
 		s.Name, s.Source, s.Seconds, s.View = r.name, t.Raw, r.seconds, r.name+"_mv"
 		s.PartitionBy, s.Granularity = fmt.Sprintf(r.partition, "bucket"), rollupGranularity
@@ -281,20 +245,18 @@ func ViewDDL(t Tables) ([]string, error) {
 }
 
 // RollupFill returns the statements that fill the rollups of t from the
-// rows t.Raw holds, in one pass each: minutes from the raw rows, each
-// coarser rollup from the one before it (ten minutes from minutes, hours
-// from ten minutes, days from hours). A replay runs them once after its
-// bulk load and only then creates the views: cheaper than the views
-// folding every insert block into all four rollups.
+// rows t.Raw holds, in one pass each: minutes from the raw rows, hours from
+// the minutes, days from the hours. A replay runs them once after its bulk
+// load and only then creates the views: cheaper than the views folding
+// every insert block into all three rollups.
 func RollupFill(t Tables) ([]string, error) {
 	d := plan(t)
+	minute, hour, day := d.Rollups[0], d.Rollups[1], d.Rollups[2]
+	hour.Source, day.Source = t.Minute, t.Hour
 	return render(func(r *renderer) {
-		r.add("fill_from_raw_offsets", d.Rollups[0])
-		for i := 1; i < len(d.Rollups); i++ {
-			s := d.Rollups[i]
-			s.Source = d.Rollups[i-1].Name
-			r.add("fill_from_rollup_offsets", s)
-		}
+		r.add("fill_from_raw_offsets", minute)
+		r.add("fill_from_rollup_offsets", hour)
+		r.add("fill_from_rollup_offsets", day)
 	})
 }
 
@@ -385,9 +347,6 @@ func plainIdent(s string) bool {
 	return true
 }
 
-// tenMinuteMigration is the migration that adds the ten-minute rollup.
-const tenMinuteMigration = "00005_requestlog_ten_minute.sql.tmpl"
-
 // LocalSuffix names the replicated table under each Distributed table of a
 // cluster: requestlog_raw_local under requestlog_raw.
 const LocalSuffix = "_local"
@@ -438,17 +397,13 @@ func ClickHouseSchema(version string, c ...Cluster) (fs.FS, error) {
 			return nil, err
 		}
 		d := clusterPlan(LiveTables(), c[0])
-		m := withTenMinute(d, d.Rollups[0].Dist, d.Rollups[1].Dist)
 		for i, name := range names {
 			tname := "cluster_empty"
-			switch {
-			case i == 0:
+			if i == 0 {
 				tname = "cluster_00001"
-			case path.Base(name) == tenMinuteMigration:
-				tname = tenMinuteMigration
 			}
 			var b bytes.Buffer
-			if err := tpl.ExecuteTemplate(&b, tname, m); err != nil {
+			if err := tpl.ExecuteTemplate(&b, tname, d); err != nil {
 				return nil, fmt.Errorf("request-log schema %s: %w", name, err)
 			}
 			out[strings.TrimSuffix(path.Base(name), ".tmpl")] = &fstest.MapFile{Data: b.Bytes(), Mode: 0o444}
@@ -456,15 +411,12 @@ func ClickHouseSchema(version string, c ...Cluster) (fs.FS, error) {
 		return out, nil
 	}
 	// The migrations build the schema step by step: 00001 creates the
-	// raw table as it first was, 00003 adds reported_by, 00005 the
-	// ten-minute rollup.
+	// raw table as it first was, 00003 adds reported_by.
 	d := plan(LiveTables())
 	d.Raw.ReportedBy = false
-	m := withTenMinute(d, d.Rollups[0].Name, d.Rollups[1].Name)
-	m.Rollups = slices.Delete(slices.Clone(d.Rollups), 1, 2)
 	for _, name := range names {
 		var b bytes.Buffer
-		if err := tpl.ExecuteTemplate(&b, path.Base(name), m); err != nil {
+		if err := tpl.ExecuteTemplate(&b, path.Base(name), d); err != nil {
 			return nil, fmt.Errorf("request-log schema %s: %w", name, err)
 		}
 		out[strings.TrimSuffix(path.Base(name), ".tmpl")] = &fstest.MapFile{Data: b.Bytes(), Mode: 0o444}
@@ -613,7 +565,7 @@ func dropExpiredParts(ctx context.Context, conn driver.Conn, t Tables, qualify s
 	// across a daylight-saving change.
 	cutoff := now.UTC().AddDate(0, 0, -retentionDays).Unix()
 	q := expiredPartitions
-	args := []any{t.Raw, t.Minute, t.TenMinute, t.Hour, t.Day, t.Raw, t.Minute, t.TenMinute, t.Hour, cutoff}
+	args := []any{t.Raw, t.Minute, t.Hour, t.Day, t.Raw, t.Minute, t.Hour, cutoff}
 	if qualify != "" {
 		q = strings.Replace(q, "WHERE database = currentDatabase()", "WHERE database = ?", 1)
 		args = append([]any{strings.TrimSuffix(qualify, ".")}, args...)
@@ -649,6 +601,6 @@ func dropExpiredParts(ctx context.Context, conn driver.Conn, t Tables, qualify s
 // expiredPartitions: max_time is the newest value of the partition key's
 // time column in a part, a row's time or a bucket's start.
 const expiredPartitions = `SELECT table, partition_id FROM system.parts
-WHERE database = currentDatabase() AND active AND table IN (?, ?, ?, ?, ?)
+WHERE database = currentDatabase() AND active AND table IN (?, ?, ?, ?)
 GROUP BY table, partition_id
-HAVING max(toUInt32(max_time)) + multiIf(table = ?, 1, table = ?, 60, table = ?, 600, table = ?, 3600, 86400) <= ?`
+HAVING max(toUInt32(max_time)) + multiIf(table = ?, 1, table = ?, 60, table = ?, 3600, 86400) <= ?`

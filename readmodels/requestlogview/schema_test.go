@@ -42,7 +42,7 @@ func TestClickHouseSchemaIsTheSameOnEveryVersion(t *testing.T) {
 	}
 	for _, c := range [][]requestlogview.Cluster{nil, {{Name: "cfgd", Database: "logs"}}} {
 		tested := render("18.16.1", c...)
-		if len(tested) != 4 {
+		if len(tested) != 3 {
 			t.Fatalf("%d migrations", len(tested))
 		}
 		for _, v := range []string{"18.16", "19.3.4", "19.6.1", "19.10.1.5", "24.3.2.23", "24.8.4.13", "25.3.1.1"} {
@@ -75,7 +75,7 @@ func TestClickHouseSchemaMigrations(t *testing.T) {
 		t.Fatal(err)
 	}
 	names, _ := fs.Glob(fsys, "*.sql")
-	if strings.Join(names, " ") != "00001_requestlog.sql 00003_reported_by.sql 00004_requestlog_offsets.sql 00005_requestlog_ten_minute.sql" {
+	if strings.Join(names, " ") != "00001_requestlog.sql 00003_reported_by.sql 00004_requestlog_offsets.sql" {
 		t.Fatalf("migrations %v", names)
 	}
 	first, err := fs.ReadFile(fsys, names[0])
@@ -117,9 +117,6 @@ func TestClickHouseSchemaMigrations(t *testing.T) {
 // shadow set never touches the live tables.
 func TestDDLNamesItsSet(t *testing.T) {
 	shadow := requestlogview.LiveTables().Suffixed("__shadow")
-	if n := len(shadow.All()); n != requestlogview.TableCount || len(shadow.Rollups()) != n-1 || len(requestlogview.RollupSeconds()) != n-1 {
-		t.Fatalf("%d tables, TableCount %d", n, requestlogview.TableCount)
-	}
 	all := func(s []string, err error) string {
 		if err != nil {
 			t.Fatal(err)
@@ -141,7 +138,7 @@ func TestDDLNamesItsSet(t *testing.T) {
 	if tables := all(requestlogview.TableDDL(shadow)); strings.Contains(tables, "MATERIALIZED VIEW") {
 		t.Error("TableDDL creates views")
 	}
-	if views := all(requestlogview.ViewDDL(shadow)); strings.Count(views, "CREATE MATERIALIZED VIEW") != 4 || strings.Contains(views, "CREATE TABLE") {
+	if views := all(requestlogview.ViewDDL(shadow)); strings.Count(views, "CREATE MATERIALIZED VIEW") != 3 || strings.Contains(views, "CREATE TABLE") {
 		t.Errorf("ViewDDL:\n%s", views)
 	}
 }
@@ -203,15 +200,15 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The raw table and the minute and ten-minute rollups drop each old
-	// day. The hour and day rollups are partitioned by week: they drop the
-	// weeks of 14 October and 14 September, and keep the week of 19
-	// October, which holds a bucket inside the window, with the 23rd.
-	if n != 13 {
-		t.Fatalf("dropped %d partitions, want 13 (3 days of raw, minute and ten-minute rows, 2 weeks of hours and days)", n)
+	// The raw table and the minute rollup drop each old day. The hour and
+	// day rollups are partitioned by week: they drop the weeks of 14
+	// October and 14 September, and keep the week of 19 October, which
+	// holds a bucket inside the window, with the 23rd.
+	if n != 10 {
+		t.Fatalf("dropped %d partitions, want 10 (3 days of raw and minute rows, 2 weeks of hours and days)", n)
 	}
 	left := map[string]uint64{
-		requestlogview.RawTable: 2, requestlogview.MinuteTable: 2, requestlogview.TenMinuteTable: 2,
+		requestlogview.RawTable: 2, requestlogview.MinuteTable: 2,
 		requestlogview.HourTable: 3, requestlogview.DayTable: 3,
 	}
 	for table, want := range left {
@@ -232,13 +229,12 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 	if o.TotalRequests != 2 {
 		t.Errorf("overview over the retention counts %d requests, want the 2 inside it", o.TotalRequests)
 	}
-	// Down drops the ten-minute rollup and the column, then every table
-	// and view; up brings them back.
+	// Down drops the column, then every table and view; up brings them back.
 	p, err := migrate.NewClickHouseProvider(db, migrate.Schema{Owner: "readmodels/requestlogview", FS: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 3 {
+	for range 2 {
 		if _, err := p.Down(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -257,13 +253,12 @@ func TestClickHouseSchemaAndRetention(t *testing.T) {
 	if _, err := p.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.QueryRowContext(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name LIKE 'requestlog%'").Scan(&tables); err != nil || tables != 9 {
+	if err := db.QueryRowContext(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name LIKE 'requestlog%'").Scan(&tables); err != nil || tables != 7 {
 		t.Fatalf("%d request-log tables after up, %v", tables, err)
 	}
 }
 
-// Rows written under migration 00001 keep their counts through 00004 (and
-// 00005 gives the ten-minute rollup the same from the minute rollup), and
+// Rows written under migration 00001 keep their counts through 00004, and
 // every rollup records the raw table's highest offset per partition, so
 // the sink refills nothing after the upgrade.
 func TestOffsetsMigrationKeepsData(t *testing.T) {
@@ -447,7 +442,7 @@ func TestDropExpiredCountsUTCDays(t *testing.T) {
 // replicated local tables, the Distributed tables under the usual names
 // sharded by Kafka partition, the views on the local tables, every name
 // qualified (the other servers run it in database default); 00003 and
-// 00004 are empty, 00005 finds the ten-minute rollup there. Names that would not be plain identifiers are refused.
+// 00004 are empty. Names that would not be plain identifiers are refused.
 func TestClickHouseSchemaOnACluster(t *testing.T) {
 	fsys, err := requestlogview.ClickHouseSchema(requestlogview.MinServerVersion, requestlogview.Cluster{Name: "cfgd", Database: "logs"})
 	if err != nil {
@@ -474,11 +469,11 @@ func TestClickHouseSchemaOnACluster(t *testing.T) {
 	}
 	// The replicated tables are laid out as on one server.
 	if d, w, g := strings.Count(up, "PARTITION BY toYYYYMMDD("), strings.Count(up, "PARTITION BY toMonday(bucket, 'UTC')"),
-		strings.Count(up, "SETTINGS index_granularity = 1024"); d != 3 || w != 2 || g != 4 {
-		t.Errorf("%d tables partitioned by day, %d by week, %d with granules of 1024; want 3 (raw, minute, ten minutes), 2 (hour, day), 4 (rollups)", d, w, g)
+		strings.Count(up, "SETTINGS index_granularity = 1024"); d != 2 || w != 2 || g != 3 {
+		t.Errorf("%d tables partitioned by day, %d by week, %d with granules of 1024; want 2 (raw, minute), 2 (hour, day), 3 (rollups)", d, w, g)
 	}
-	if n := strings.Count(up, "ON CLUSTER cfgd"); n != 14 {
-		t.Errorf("%d statements ON CLUSTER, want 14 (5 local, 5 distributed, 4 views)", n)
+	if n := strings.Count(up, "ON CLUSTER cfgd"); n != 11 {
+		t.Errorf("%d statements ON CLUSTER, want 11 (4 local, 4 distributed, 3 views)", n)
 	}
 	for _, name := range []string{"00003_reported_by.sql", "00004_requestlog_offsets.sql"} {
 		b, err := fs.ReadFile(fsys, name)
@@ -487,25 +482,6 @@ func TestClickHouseSchemaOnACluster(t *testing.T) {
 		}
 		if strings.Contains(string(b), "ALTER") || strings.Contains(string(b), "CREATE") {
 			t.Errorf("%s on a cluster:\n%s", name, b)
-		}
-	}
-	// 00005 brings a cluster made before it the ten-minute rollup (one made
-	// since has it from 00001): ON CLUSTER if missing, filled from the
-	// minute rollup through the Distributed tables while it is empty.
-	b, err = fs.ReadFile(fsys, "00005_requestlog_ten_minute.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{
-		"CREATE TABLE IF NOT EXISTS logs.requestlog_ten_minute_local ON CLUSTER cfgd (",
-		"CREATE TABLE IF NOT EXISTS logs.requestlog_ten_minute ON CLUSTER cfgd AS logs.requestlog_ten_minute_local",
-		"INSERT INTO logs.requestlog_ten_minute SELECT toDateTime(intDiv(toUInt32(bucket), 600) * 600)",
-		"FROM (SELECT * FROM logs.requestlog_minute WHERE (SELECT count() FROM logs.requestlog_ten_minute) = 0)",
-		"CREATE MATERIALIZED VIEW IF NOT EXISTS logs.requestlog_ten_minute_mv ON CLUSTER cfgd TO logs.requestlog_ten_minute_local AS",
-		"DROP TABLE IF EXISTS logs.requestlog_ten_minute_local ON CLUSTER cfgd;",
-	} {
-		if !strings.Contains(string(b), want) {
-			t.Errorf("cluster migration 00005 lacks %q:\n%s", want, b)
 		}
 	}
 	for _, c := range []requestlogview.Cluster{{Name: "cf-gd", Database: "logs"}, {Name: "cfgd", Database: "lo`gs"}, {Name: "cfgd"}} {

@@ -59,49 +59,41 @@ type span struct {
 // window returns the rollup spans covering the last hours hours in whole
 // minutes: the current minute and the hours*60-1 before it. Whole days
 // inside it are read from the day rollup, whole hours around them from the
-// hour rollup, whole ten minutes around those from the ten-minute rollup
-// and the ragged minute edges from the minute rollup, so a 720-hour
-// question reads about 30+48 rows per method, at most 10 ten-minute
-// buckets and 18 minutes: the edges cost a rollup read by their rows
-// (about a third of an hour of minutes).
+// hour rollup and the ragged minute edges from the minute rollup, so a
+// 720-hour question reads about 30+48 rows per method plus at most two
+// hours of minutes.
 func window(now time.Time, hours int) []span {
 	end := now.UTC().Truncate(time.Minute).Add(time.Minute) // exclusive
 	start := end.Add(-time.Duration(hours) * time.Hour)
+	ceil := func(t time.Time, d time.Duration) time.Time {
+		if c := t.Truncate(d); c.Before(t) {
+			return c.Add(d)
+		}
+		return t
+	}
 	var out []span
-	cover(&out, start, end, 0)
+	add := func(table string, from, to time.Time) {
+		if from.Before(to) {
+			out = append(out, span{table, from.Unix(), to.Unix()})
+		}
+	}
+	hs, he := ceil(start, time.Hour), end.Truncate(time.Hour)
+	if !hs.Before(he) {
+		add(MinuteTable, start, end)
+		return out
+	}
+	// UTC days: the rollups bucket by whole days since the epoch.
+	ds, de := ceil(hs, 24*time.Hour), he.Truncate(24*time.Hour)
+	if ds.Before(de) {
+		add(HourTable, hs, ds)
+		add(DayTable, ds, de)
+		add(HourTable, de, he)
+	} else {
+		add(HourTable, hs, he)
+	}
+	add(MinuteTable, start, hs)
+	add(MinuteTable, he, end)
 	return out
-}
-
-// tiers are the rollups coarsest first, with their bucket sizes. UTC days:
-// the rollups bucket by whole days since the epoch, as time.Truncate does.
-var tiers = []struct {
-	table string
-	size  time.Duration
-}{{DayTable, 24 * time.Hour}, {HourTable, time.Hour}, {TenMinuteTable, 10 * time.Minute}, {MinuteTable, time.Minute}}
-
-// cover appends the spans of [from, to) (whole minutes) read from tier i
-// and the finer ones: the whole buckets of tier i inside it, and the rest
-// on each side from the next tier.
-func cover(out *[]span, from, to time.Time, i int) {
-	if !from.Before(to) {
-		return
-	}
-	tr := tiers[i]
-	if i == len(tiers)-1 {
-		*out = append(*out, span{tr.table, from.Unix(), to.Unix()})
-		return
-	}
-	lo, hi := from.Truncate(tr.size), to.Truncate(tr.size)
-	if lo.Before(from) {
-		lo = lo.Add(tr.size)
-	}
-	if !lo.Before(hi) {
-		cover(out, from, to, i+1)
-		return
-	}
-	cover(out, from, lo, i+1)
-	*out = append(*out, span{tr.table, lo.Unix(), hi.Unix()})
-	cover(out, hi, to, i+1)
 }
 
 // The rollup columns each statistic reads. A question costs about its

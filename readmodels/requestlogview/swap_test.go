@@ -64,7 +64,7 @@ func TestServerViewDDLIsClusterViewDDLOnOneServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(one) != len(onCluster) || len(one) != 4 {
+	if len(one) != len(onCluster) || len(one) != 3 {
 		t.Fatalf("%d statements, want %d", len(one), len(onCluster))
 	}
 	for i := range one {
