@@ -7,7 +7,8 @@
 //     straight into the same schema.
 //  2. Queries: overview/services/methods over HTTP at 24 h and 720 h with
 //     Q rows spread over 30 days, against the same questions as raw SQL
-//     over the raw table.
+//     over the raw table; with -query-ingest-rate while the ingest path
+//     runs beside them at that rate (stream.go).
 //
 // Everything runs on loopback; each phase uses its own scratch ClickHouse
 // database, dropped at the end.
@@ -40,10 +41,8 @@ import (
 
 	"github.com/cfgd/cfgd/api/rest/monitor"
 	"github.com/cfgd/cfgd/deploy/process"
-	"github.com/cfgd/cfgd/events"
 	"github.com/cfgd/cfgd/events/kafka"
 	"github.com/cfgd/cfgd/events/requestlog"
-	"github.com/cfgd/cfgd/events/requestlogkafka"
 	"github.com/cfgd/cfgd/projections/sinks"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
@@ -71,6 +70,10 @@ type options struct {
 	queryDB     string
 	batchGap    time.Duration
 	rateOf      float64
+	// The ingest stream beside the query benchmark.
+	queryIngestRate int
+	queryIngestOf   float64
+	skipRawSQL      bool
 }
 
 func main() {
@@ -97,6 +100,9 @@ func main() {
 	flag.DurationVar(&o.batchGap, "batch-gap", 0, "the sink's REQUESTLOG__BATCH_GAP (0: its default)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the replay rounds (or of the end-to-end ingest) to this file")
 	flag.StringVar(&o.postgres, "postgres", "postgres:///postgres?host=/var/run/postgresql&user=postgres", "Postgres server of the replay bench's scratch database (migrated, dropped afterwards)")
+	flag.IntVar(&o.queryIngestRate, "query-ingest-rate", 0, "events/s ingested through the real path (producer -> Kafka -> sink) into a scratch database on the same server while the statistics are timed, stamped with the time they are produced (0: none)")
+	flag.Float64Var(&o.queryIngestOf, "query-ingest-of-baseline", 0, "the same at this fraction of a direct-insert baseline of 1M rows measured first (overrides -query-ingest-rate; 0.42 is about half the unpaced end-to-end maximum)")
+	flag.BoolVar(&o.skipRawSQL, "skip-raw-sql", false, "time the statistics over HTTP only, not the same questions as raw SQL (which take seconds at 720 h, and with -query-ingest-rate keep the stream running into the table meanwhile)")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
@@ -233,17 +239,10 @@ func benchIngest(ctx context.Context, o options) error {
 		return err
 	}
 	defer dropBase()
-	start := time.Now()
-	for i := 0; i < o.events; i += 50_000 {
-		var rows sinks.RequestLogRows
-		for j, e := range chunk(i, min(50_000, o.events-i)) {
-			rows.Add(0, int64(i+j), 0, &e)
-		}
-		if err := rows.Insert(ctx, base); err != nil {
-			return err
-		}
+	baseline, err := directInsertRate(ctx, base, o.events, chunk)
+	if err != nil {
+		return err
 	}
-	baseline := float64(o.events) / time.Since(start).Seconds()
 	if o.rateOf > 0 {
 		o.rate = int(o.rateOf * baseline)
 	}
@@ -254,44 +253,12 @@ func benchIngest(ctx context.Context, o options) error {
 		return err
 	}
 	defer drop()
-	bc, closeBus, err := benchBus(o)
+	path, err := startIngestPath(ctx, o, conn)
 	if err != nil {
 		return err
 	}
-	defer closeBus()
-	pc := requestlogkafka.DefaultProducerConfig(bc)
-	pc.Timeout = 10 * time.Second
-	sc := sinks.DefaultRequestLogConfig(bc)
-	sc.Group = "bench"
-	if o.batchGap > 0 {
-		sc.BatchGap = o.batchGap
-	}
-	if !o.unsigned {
-		// Records are signed and verified as cfgd serve does.
-		key := make([]byte, events.MinSigningKeyBytes)
-		_, _ = rand.Read(key)
-		signer, err := events.NewSigner(key)
-		if err != nil {
-			return err
-		}
-		pc.Signer, sc.Signer = signer, signer
-	}
-	prod, err := requestlogkafka.NewProducer(pc, quiet())
-	if err != nil {
-		return err
-	}
-	defer prod.Close()
-	s, err := sinks.NewRequestLogs(sc, conn, quiet())
-	if err != nil {
-		return err
-	}
-	sctx, stopSink := context.WithCancel(ctx)
-	sinkDone := make(chan error, 1)
-	go func() { sinkDone <- s.Run(sctx) }()
-	defer func() { stopSink(); <-sinkDone }()
-	for s.Ready(ctx) != nil {
-		time.Sleep(20 * time.Millisecond)
-	}
+	defer path.close()
+	prod, s := path.prod, path.sink
 	// Warm the producer (topic creation, connections) and the sink (its
 	// consumer group's first join, which the broker delays by seconds)
 	// outside the clock: the delays measure the running path, not its
@@ -341,7 +308,7 @@ func benchIngest(ctx context.Context, o options) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	start = time.Now()
+	start := time.Now()
 	for range o.producers {
 		wg.Add(1)
 		go func() {
@@ -441,7 +408,7 @@ func benchIngest(ctx context.Context, o options) error {
 	fmt.Printf("produce-to-queryable delay     p50 %.0f ms  p99 %.0f ms  max %.0f ms (%d samples)   %s\n", pct(delays, 50), p99, pct(delays, 100), len(delays),
 		goal(o.rate > 0, p99 < goalDelayP99, fmt.Sprintf("p99 < %.0f ms at half the max rate", goalDelayP99)))
 	fmt.Printf("sink                           inserted %d, skipped %d, dead-lettered %d\n", st.Inserted, st.Skipped, st.Poisoned)
-	if err := printParts(ctx, conn, elapsed, sc.BatchGap); err != nil {
+	if err := printParts(ctx, conn, elapsed, path.batch); err != nil {
 		return err
 	}
 	fmt.Printf("loadgen process peak RSS       %d MB (broker + producer + sink in one process)\n", peakRSS.Load()>>20)
@@ -473,6 +440,10 @@ WHERE database = currentDatabase() GROUP BY table ORDER BY table`)
 }
 
 func benchQueries(ctx context.Context, o options) error {
+	ingestRate, err := queryIngestRate(ctx, o)
+	if err != nil {
+		return err
+	}
 	conn, drop, err := open(ctx, o, "cfgd_bench_q_", o.queryDB)
 	if err != nil {
 		return err
@@ -506,8 +477,10 @@ func benchQueries(ctx context.Context, o options) error {
 	loadSecs := time.Since(load).Seconds()
 	// Let the background merges of the load settle, as on a server that
 	// has been up a while.
-	_ = conn.Exec(ctx, "OPTIMIZE TABLE "+requestlogview.HourTable+" FINAL")
-	_ = conn.Exec(ctx, "OPTIMIZE TABLE "+requestlogview.MinuteTable+" FINAL")
+	rollups := requestlogview.LiveTables().Rollups()
+	for _, t := range rollups[:len(rollups)-1] { // the day rollup's few rows are left as inserted
+		_ = conn.Exec(ctx, "OPTIMIZE TABLE "+t+" FINAL")
+	}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -521,6 +494,36 @@ func benchQueries(ctx context.Context, o options) error {
 	defer srv.Close()
 	base := "http://" + ln.Addr().String()
 	client := &http.Client{Timeout: 30 * time.Second}
+	if ingestRate > 0 {
+		// The real path, on the same machine and ClickHouse server, into a
+		// scratch database of its own: the sink skips offsets the tables
+		// hold, and the loaded rows (and a kept database's earlier
+		// streams) hold the embedded broker's. So the queried tables get
+		// no new parts, and stay the same between runs. Ten seconds to
+		// settle (merges) before the clock.
+		sconn, dropStream, err := scratch(ctx, o, "cfgd_bench_stream_")
+		if err != nil {
+			return err
+		}
+		defer dropStream()
+		path, err := startIngestPath(ctx, o, sconn)
+		if err != nil {
+			return err
+		}
+		defer path.close()
+		stream := startIngestStream(ctx, path, ingestRate, o.callEvents, 4)
+		defer func() {
+			rate, err := stream.stop()
+			st := path.sink.Stats()
+			fmt.Printf("ingest beside the queries: produced %.0f events/s (asked %d), sink inserted %d\n", rate, ingestRate, st.Inserted)
+			if err != nil {
+				fmt.Println(err)
+			}
+		}()
+		if !process.Sleep(ctx, 10*time.Second) {
+			return ctx.Err()
+		}
+	}
 
 	fmt.Println()
 	fmt.Printf("== queries: %d rows over 30 days (loaded in %.1fs), %d runs each ==\n", rowsN, loadSecs, o.iterations)
@@ -552,18 +555,21 @@ FROM requestlog_raw WHERE created_at >= toDateTime(?) GROUP BY service_name, met
 			if err != nil {
 				return err
 			}
-			sqlT, err := timeIt(o.iterations, func() error {
-				rows, err := conn.Query(ctx, raw[q], since.Unix())
+			var sqlT []float64
+			if !o.skipRawSQL {
+				sqlT, err = timeIt(o.iterations, func() error {
+					rows, err := conn.Query(ctx, raw[q], since.Unix())
+					if err != nil {
+						return err
+					}
+					for rows.Next() {
+					}
+					rows.Close()
+					return rows.Err()
+				})
 				if err != nil {
 					return err
 				}
-				for rows.Next() {
-				}
-				rows.Close()
-				return rows.Err()
-			})
-			if err != nil {
-				return err
 			}
 			fmt.Printf("%-22s %9.1f ms %9.1f ms   %11.1f ms %11.1f ms   %5.1fx   %s\n", fmt.Sprintf("%s %dh", q, hours),
 				pct(httpT, 50), pct(httpT, 99), pct(sqlT, 50), pct(sqlT, 99), pct(sqlT, 50)/pct(httpT, 50),
