@@ -71,6 +71,11 @@ type options struct {
 	queryDB     string
 	batchGap    time.Duration
 	rateOf      float64
+	serve       bool
+	servePaths  string
+	clients     int
+	cfgd        string
+	redis       string
 }
 
 func main() {
@@ -97,6 +102,11 @@ func main() {
 	flag.DurationVar(&o.batchGap, "batch-gap", 0, "the sink's REQUESTLOG__BATCH_GAP (0: its default)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the replay rounds (or of the end-to-end ingest) to this file")
 	flag.StringVar(&o.postgres, "postgres", "postgres:///postgres?host=/var/run/postgresql&user=postgres", "Postgres server of the replay bench's scratch database (migrated, dropped afterwards)")
+	flag.BoolVar(&o.serve, "serve", false, "run the serve bench instead: a cfgd serve (-cfgd) on databases of its own, fed -events events unpaced through each ingest path in turn (REST JSON, gRPC, OTLP/HTTP protobuf, OTLP/gRPC; a serve of its own each) by -clients callers of -call-events events, its RSS sampled, against the direct insert of as many, -rounds alternating rounds")
+	flag.StringVar(&o.servePaths, "serve-paths", "", "the serve bench's paths, comma-separated (rest,grpc,otlp-http,otlp-grpc; empty: all)")
+	flag.IntVar(&o.clients, "clients", 8, "the serve bench's concurrent callers (each with an API key of its own)")
+	flag.StringVar(&o.cfgd, "cfgd", "bin/cfgd", "the cfgd binary the serve bench runs")
+	flag.StringVar(&o.redis, "redis", "127.0.0.1:6379", "the local stack's Redis (the serve bench claims a database on it)")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
@@ -108,6 +118,9 @@ func run(ctx context.Context, o options) error {
 	fmt.Printf("cfgd request-log benchmark: %d CPUs, GOMAXPROCS %d, %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
 	if o.replay {
 		return benchReplay(ctx, o)
+	}
+	if o.serve {
+		return benchServe(ctx, o)
 	}
 	if !o.skipIngest {
 		if err := benchIngest(ctx, o); err != nil {
@@ -205,6 +218,43 @@ func open(ctx context.Context, o options, prefix, name string) (driver.Conn, fun
 	return conn, drop, nil
 }
 
+// eventPool is a pool of synthetic events, cycled by chunk (n events
+// from the i-th on), which keeps the generator's own memory out of the
+// figures.
+func eventPool() (pool []requestlog.Event, chunk func(i, n int) []requestlog.Event) {
+	r := mrand.New(mrand.NewPCG(1, 2))
+	pool = synth(r, 100_000, time.Now().UTC(), 0)
+	return pool, func(i, n int) []requestlog.Event {
+		i %= len(pool)
+		if i+n > len(pool) {
+			i = 0
+		}
+		return pool[i : i+n]
+	}
+}
+
+// directInsert is the baseline of the ingest benches: n events of chunk
+// in columnar batches of 50,000 straight into the same schema
+// (materialized views included) of a scratch database, in events/s.
+func directInsert(ctx context.Context, o options, n int, chunk func(i, n int) []requestlog.Event) (float64, error) {
+	base, dropBase, err := scratch(ctx, o, "cfgd_bench_raw_")
+	if err != nil {
+		return 0, err
+	}
+	defer dropBase()
+	start := time.Now()
+	for i := 0; i < n; i += 50_000 {
+		var rows sinks.RequestLogRows
+		for j, e := range chunk(i, min(50_000, n-i)) {
+			rows.Add(0, int64(i+j), 0, &e)
+		}
+		if err := rows.Insert(ctx, base); err != nil {
+			return 0, err
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func count(ctx context.Context, conn driver.Conn) (uint64, error) {
@@ -214,36 +264,11 @@ func count(ctx context.Context, conn driver.Conn) (uint64, error) {
 }
 
 func benchIngest(ctx context.Context, o options) error {
-	// A pool of synthetic events, cycled, keeps the generator's own memory
-	// out of the figures.
-	r := mrand.New(mrand.NewPCG(1, 2))
-	pool := synth(r, 100_000, time.Now().UTC(), 0)
-	chunk := func(i, n int) []requestlog.Event {
-		i %= len(pool)
-		if i+n > len(pool) {
-			i = 0
-		}
-		return pool[i : i+n]
-	}
-
-	// Baseline: the same rows, columnar batches of 50,000 straight into
-	// the same schema (materialized views included).
-	base, dropBase, err := scratch(ctx, o, "cfgd_bench_raw_")
+	pool, chunk := eventPool()
+	baseline, err := directInsert(ctx, o, o.events, chunk)
 	if err != nil {
 		return err
 	}
-	defer dropBase()
-	start := time.Now()
-	for i := 0; i < o.events; i += 50_000 {
-		var rows sinks.RequestLogRows
-		for j, e := range chunk(i, min(50_000, o.events-i)) {
-			rows.Add(0, int64(i+j), 0, &e)
-		}
-		if err := rows.Insert(ctx, base); err != nil {
-			return err
-		}
-	}
-	baseline := float64(o.events) / time.Since(start).Seconds()
 	if o.rateOf > 0 {
 		o.rate = int(o.rateOf * baseline)
 	}
@@ -328,6 +353,7 @@ func benchIngest(ctx context.Context, o options) error {
 	cum.Store(1)
 	next.Store(1)
 	var peakRSS atomic.Int64
+	var start time.Time
 	if o.cpuProfile != "" {
 		// The end-to-end phase only: producer, broker and sink share the
 		// process, ClickHouse is another.
