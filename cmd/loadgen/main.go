@@ -73,6 +73,7 @@ type options struct {
 	rateOf      float64
 	serve       bool
 	servePaths  string
+	serveBefore string
 	clients     int
 	cfgd        string
 	redis       string
@@ -104,6 +105,7 @@ func main() {
 	flag.StringVar(&o.postgres, "postgres", "postgres:///postgres?host=/var/run/postgresql&user=postgres", "Postgres server of the replay bench's scratch database (migrated, dropped afterwards)")
 	flag.BoolVar(&o.serve, "serve", false, "run the serve bench instead: a cfgd serve (-cfgd) on databases of its own, fed -events events unpaced through each ingest path in turn (REST JSON, gRPC, OTLP/HTTP protobuf, OTLP/gRPC; a serve of its own each) by -clients callers of -call-events events, its RSS sampled, against the direct insert of as many, -rounds alternating rounds")
 	flag.StringVar(&o.servePaths, "serve-paths", "", "the serve bench's paths, comma-separated (rest,grpc,otlp-http,otlp-grpc; empty: all)")
+	flag.StringVar(&o.serveBefore, "serve-before", "", "settings of a \"before\" serve (NAME=value,NAME=value; say SERVE__MEMORY_LIMIT_MB=0) the serve bench also measures on every path, alternating with the default one in each round")
 	flag.IntVar(&o.clients, "clients", 8, "the serve bench's concurrent callers (each with an API key of its own)")
 	flag.StringVar(&o.cfgd, "cfgd", "bin/cfgd", "the cfgd binary the serve bench runs")
 	flag.StringVar(&o.redis, "redis", "127.0.0.1:6379", "the local stack's Redis (the serve bench claims a database on it)")

@@ -93,6 +93,20 @@ func benchServe(ctx context.Context, o options) error {
 			}
 		}
 	}
+	before, err := parseSettings(o.serveBefore)
+	if err != nil {
+		return err
+	}
+	type variant struct {
+		label    string
+		settings map[string]string
+	}
+	variants := []variant{{"", nil}}
+	if before != nil {
+		// Each path's before and after alternate within every round.
+		variants = []variant{{" before", before}, {"", nil}}
+		fmt.Printf("serve bench: each path also with %s (\"before\"), alternating\n", o.serveBefore)
+	}
 	_, chunk := eventPool()
 	fmt.Printf("serve bench: %d events a path and round, unpaced, %d clients of %d events a call, %d rounds; baseline the direct insert of as many\n",
 		o.events, o.clients, o.callEvents, o.rounds)
@@ -105,24 +119,33 @@ func benchServe(ctx context.Context, o options) error {
 		}
 		baselines = append(baselines, base)
 		fmt.Printf("round %d: baseline direct insert %10.0f events/s\n", round, base)
-		for _, p := range paths {
-			r, err := measureServe(ctx, o, p, round)
-			if err != nil {
-				return fmt.Errorf("%s, round %d: %w", p, round, err)
-			}
-			runs[p] = append(runs[p], r)
-			fmt.Printf("round %d: %-9s %10.0f events/s queryable (%.2f of the baseline), %10.0f acknowledged/s, %d calls failed, peak RSS %.0f MiB (VmHWM %.0f), serve used %.2f cores\n",
-				round, p, r.rate, r.rate/base, r.callRate, r.errs, r.peakRSS, r.hwm, r.cores)
-			if r.firstErr != "" {
-				fmt.Printf("          first failure: %s\n", r.firstErr)
+		for _, path := range paths {
+			for _, v := range variants {
+				p := path + v.label
+				r, err := measureServe(ctx, o, path, round, v.settings)
+				if err != nil {
+					return fmt.Errorf("%s, round %d: %w", p, round, err)
+				}
+				runs[p] = append(runs[p], r)
+				fmt.Printf("round %d: %-16s %10.0f events/s queryable (%.2f of the baseline), %10.0f acknowledged/s, %d calls failed, peak RSS %.0f MiB (VmHWM %.0f), serve used %.2f cores\n",
+					round, p, r.rate, r.rate/base, r.callRate, r.errs, r.peakRSS, r.hwm, r.cores)
+				if r.firstErr != "" {
+					fmt.Printf("          first failure: %s\n", r.firstErr)
+				}
 			}
 		}
 	}
 	cores := float64(runtime.NumCPU())
 	fmt.Println()
 	fmt.Printf("== cfgd serve ingest, unpaced, medians of %d rounds (baseline median %.0f events/s, %d CPUs) ==\n", o.rounds, median(baselines), runtime.NumCPU())
-	fmt.Printf("%-10s %10s %7s %14s %10s %16s %10s   %s\n", "path", "events/s", "ratio", "acknowledged/s", "per core", "per serve core", "peak RSS", "goal")
-	for _, p := range paths {
+	fmt.Printf("%-16s %10s %7s %14s %10s %16s %10s   %s\n", "path", "events/s", "ratio", "acknowledged/s", "per core", "per serve core", "peak RSS", "goal")
+	var labels []string
+	for _, path := range paths {
+		for _, v := range variants {
+			labels = append(labels, path+v.label)
+		}
+	}
+	for _, p := range labels {
 		var rates, ratios, acks, perServeCore []float64
 		peak := 0.0
 		for i, r := range runs[p] {
@@ -132,16 +155,32 @@ func benchServe(ctx context.Context, o options) error {
 			perServeCore = append(perServeCore, r.rate/r.cores)
 			peak = max(peak, r.peakRSS, r.hwm)
 		}
-		fmt.Printf("%-10s %10.0f %7.2f %14.0f %10.0f %16.0f %6.0f MiB   %s\n", p, median(rates), median(ratios), median(acks), median(rates)/cores, median(perServeCore), peak,
+		fmt.Printf("%-16s %10.0f %7.2f %14.0f %10.0f %16.0f %6.0f MiB   %s\n", p, median(rates), median(ratios), median(acks), median(rates)/cores, median(perServeCore), peak,
 			goal(true, peak < goalServeRSS, fmt.Sprintf("RSS < %d MiB", goalServeRSS)))
 	}
 	fmt.Println("(events/s: from the first call until the last event is queryable; ratio: the median of each round's over that round's baseline; per core: over the machine's CPUs, which serve shared with ClickHouse, Postgres and the clients; per serve core: over the CPU serve itself used; peak RSS: the largest VmRSS or VmHWM of every round's serve)")
 	return nil
 }
 
+// parseSettings reads "K=V,K=V" (nil for "").
+func parseSettings(s string) (map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("-serve-before: %q is not NAME=value", kv)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
 // measureServe starts a serve of its own for path p in round round,
 // measures it and tears it down.
-func measureServe(ctx context.Context, o options, p string, round int) (serveRun, error) {
+func measureServe(ctx context.Context, o options, p string, round int, settings map[string]string) (serveRun, error) {
 	stamp := fmt.Sprintf("%s_%s_r%d", time.Now().UTC().Format("20060102_150405"), strings.ReplaceAll(p, "-", ""), round)
 	dir, err := os.MkdirTemp("", "cfgd-bench-serve-")
 	if err != nil {
@@ -157,7 +196,7 @@ func measureServe(ctx context.Context, o options, p string, round int) (serveRun
 		return serveRun{}, err
 	}
 	st, err := servestack.New(ctx, servestack.Options{Cfgd: o.cfgd, Postgres: o.postgres, ClickHouse: chOpts.Addr[0], Redis: o.redis,
-		Name: "benchserve", Hold: time.Hour}, dir, stamp)
+		Name: "benchserve", Hold: time.Hour, Settings: settings}, dir, stamp)
 	if err != nil {
 		return serveRun{}, err
 	}
