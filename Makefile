@@ -5,7 +5,7 @@ BIN      := $(CURDIR)/bin/cfgd
 export CFGD_DATA_DIR := $(DATA_DIR)
 export KAFKA__DATA_DIR ?= $(DATA_DIR)/kafka
 
-.PHONY: all build run test test-short test-cluster test-upgrade chaos bench bench-ingest soak bench-replay bench-replay-clickhouse bench-replay-postgres mutate proto protos-release stack-up stack-down stack-status migrate lint fmt clean
+.PHONY: all build run test test-short test-cluster test-upgrade chaos bench bench-ingest bench-serve soak bench-replay bench-replay-clickhouse bench-replay-postgres mutate proto protos-release stack-up stack-down stack-status migrate lint fmt clean
 
 all: build
 
@@ -115,6 +115,14 @@ clean:
 BENCH_INGEST_ARGS ?=
 bench-ingest: stack-up
 	$(GO) run ./cmd/loadgen $(BENCH_INGEST_ARGS)
+
+## bench-serve: a real cfgd serve (embedded broker, databases of its own, default settings) fed unpaced through
+## each ingest path in turn (REST JSON, gRPC, OTLP/HTTP protobuf, OTLP/gRPC; a fresh serve each), events/s until
+## queryable against the direct insert of as many events, alternating rounds, medians, and serve's peak RSS
+## against the 300 MB goal (BENCH_SERVE_ARGS="-events 1500000 -rounds 3 -serve-paths rest,grpc")
+BENCH_SERVE_ARGS ?=
+bench-serve: stack-up build
+	$(GO) run ./cmd/loadgen -serve -cfgd $(BIN) $(BENCH_SERVE_ARGS)
 
 ## soak: one serve (embedded broker) and one worker on the local stack for SOAK_DURATION at half the
 ## ingest rate an unpaced REST burst measures, with sign-ins, API keys and tasks beside; samples every 10 s,

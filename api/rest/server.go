@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -44,20 +45,39 @@ const MetricsPath = "/metrics"
 // metrics name routes, dependencies and volumes, which is more than a
 // stranger should see.
 func MountMetrics(r *mux.Router, reg *prometheus.Registry, token string) {
-	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
-	if token != "" {
-		want := []byte("Bearer " + token)
-		next := h
-		h = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-			if subtle.ConstantTimeCompare([]byte(req.Header.Get("Authorization")), want) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="cfgd metrics"`)
-				WriteError(w, errcode.New(errcode.NotAuthenticated, "metrics need the METRICS__TOKEN bearer token"))
-				return
-			}
-			next.ServeHTTP(w, req)
-		})
+	r.Handle(MetricsPath, bearer(token, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))).Methods(http.MethodGet)
+}
+
+// PprofPath is the prefix of Go's runtime profiles (METRICS__PPROF).
+const PprofPath = "/debug/pprof/"
+
+// MountPprof serves Go's runtime profiles under /debug/pprof/ on r (the
+// metrics listener), behind token as MountMetrics: a heap or CPU profile
+// of a replica under load, to see where its memory and time go.
+func MountPprof(r *mux.Router, token string) {
+	r.Handle(PprofPath+"cmdline", bearer(token, http.HandlerFunc(pprof.Cmdline)))
+	r.Handle(PprofPath+"profile", bearer(token, http.HandlerFunc(pprof.Profile)))
+	r.Handle(PprofPath+"symbol", bearer(token, http.HandlerFunc(pprof.Symbol)))
+	r.Handle(PprofPath+"trace", bearer(token, http.HandlerFunc(pprof.Trace)))
+	// Index serves the named profiles (heap, goroutine, allocs...) too.
+	r.PathPrefix(PprofPath).Handler(bearer(token, http.HandlerFunc(pprof.Index)))
+}
+
+// bearer wraps h so that a non-empty token must come as
+// "Authorization: Bearer <token>" (compared in constant time).
+func bearer(token string, h http.Handler) http.Handler {
+	if token == "" {
+		return h
 	}
-	r.Handle(MetricsPath, h).Methods(http.MethodGet)
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(req.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="cfgd metrics"`)
+			WriteError(w, errcode.New(errcode.NotAuthenticated, "metrics need the METRICS__TOKEN bearer token"))
+			return
+		}
+		h.ServeHTTP(w, req)
+	})
 }
 
 // Server is an http.Server with cfgd's timeouts and graceful shutdown.

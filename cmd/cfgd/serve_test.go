@@ -46,6 +46,9 @@ func baseEnv(t *testing.T, pgURL string) {
 	t.Setenv("HTTP__SHUTDOWN_TIMEOUT", "5s")
 	t.Setenv("AUTH__KEYS_DIR", t.TempDir())
 	t.Setenv("GRPC__PROTO_DIR", t.TempDir())
+	// The soft memory limit is the process's: an in-process serve would
+	// set it for the whole test binary (and the race detector's heap).
+	t.Setenv("SERVE__MEMORY_LIMIT_MB", "0")
 }
 
 type running struct {

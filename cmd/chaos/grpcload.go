@@ -8,12 +8,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 
 	ingestv1 "github.com/cfgd/cfgd/api/protos/cfgd/ingest/v1"
+	"github.com/cfgd/cfgd/cmd/internal/rig"
 )
 
 // grpcLoad is request logs over gRPC (IngestService/Report, one message
@@ -59,7 +59,7 @@ func (ld *loader) grpcBatch(hard context.Context, clients []ingestv1.IngestServi
 	for attempt := 0; ; attempt++ {
 		r := (replica + attempt) % len(clients)
 		start := time.Now()
-		accepted, err := grpcReport(hard, clients[r], ld.r.key, id, evs)
+		accepted, err := rig.Report(hard, clients[r], ld.r.key, id, evs)
 		code := status.Code(err)
 		ld.hist.write(map[string]any{"ev": "op", "op": "grpc_ingest", "batch": id, "replica": r, "attempt": attempt,
 			"code": code.String(), "err": errString(err), "ms": time.Since(start).Milliseconds()})
@@ -96,24 +96,4 @@ func (ld *loader) grpcBatch(hard context.Context, clients []ingestv1.IngestServi
 		case <-time.After(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second)):
 		}
 	}
-}
-
-func grpcReport(ctx context.Context, c ingestv1.IngestServiceClient, key, idem string, evs []*ingestv1.Event) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", key, "idempotency-key", idem)
-	st, err := c.Report(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if err := st.Send(&ingestv1.ReportRequest{Events: evs}); err != nil {
-		// The answer says why.
-		_, err = st.CloseAndRecv()
-		return 0, err
-	}
-	res, err := st.CloseAndRecv()
-	if err != nil {
-		return 0, err
-	}
-	return res.GetAccepted(), nil
 }

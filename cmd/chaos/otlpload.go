@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"net/http"
@@ -11,12 +10,11 @@ import (
 	"time"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
-	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
-	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/cfgd/cfgd/cmd/internal/rig"
 )
 
 // otlpLoad is request logs as OpenTelemetry traces over OTLP/HTTP (JSON):
@@ -50,18 +48,13 @@ type otlpSpan struct {
 	Attributes []otlpAttr `json:"attributes"`
 }
 
-func hexID(s string, n int) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:n])
-}
-
 // otlpExport exports n spans over OTLP/HTTP JSON.
 func (ld *loader) otlpExport(hard context.Context, id string, n, replica int) {
 	now := time.Now()
 	ids := otlpIDs(id, n)
 	spans := make([]otlpSpan, n)
 	for i, rid := range ids {
-		spans[i] = otlpSpan{TraceID: hexID(rid, 16), SpanID: hexID(rid+"s", 8), Name: "chaos.v1.Chaos/Otlp", Kind: 2,
+		spans[i] = otlpSpan{TraceID: hex.EncodeToString(rig.TraceID(rid)), SpanID: hex.EncodeToString(rig.SpanID(rid)), Name: "chaos.v1.Chaos/Otlp", Kind: 2,
 			Start: strconv.FormatInt(now.UnixNano(), 10), End: strconv.FormatInt(now.Add(time.Duration(i)*time.Millisecond).UnixNano(), 10),
 			Attributes: []otlpAttr{
 				{"rpc.system", otlpValue{StringValue: "grpc"}},
@@ -177,27 +170,8 @@ func (ld *loader) otlpSend(hard context.Context, kind, id string, ids []string, 
 // otlpGRPCExport exports n spans over OTLP/gRPC (TraceService/Export on
 // the replica's gRPC port, the key in x-api-key metadata).
 func (ld *loader) otlpGRPCExport(hard context.Context, clients []coltracepb.TraceServiceClient, id string, n, replica int) {
-	now := time.Now()
 	ids := otlpIDs(id, n)
-	spans := make([]*tracepb.Span, n)
-	str := func(k, v string) *commonpb.KeyValue {
-		return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v}}}
-	}
-	for i, rid := range ids {
-		tid, _ := hex.DecodeString(hexID(rid, 16))
-		sid, _ := hex.DecodeString(hexID(rid+"s", 8))
-		spans[i] = &tracepb.Span{TraceId: tid, SpanId: sid, Name: "chaos.v1.Chaos/OtlpGrpc", Kind: tracepb.Span_SPAN_KIND_SERVER,
-			StartTimeUnixNano: uint64(now.UnixNano()), EndTimeUnixNano: uint64(now.Add(time.Duration(i) * time.Millisecond).UnixNano()),
-			Attributes: []*commonpb.KeyValue{
-				str("rpc.system", "grpc"), str("rpc.service", "chaos.v1.Chaos"), str("rpc.method", "OtlpGrpc"),
-				{Key: "rpc.grpc.status_code", Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: 0}}},
-				str("x-request-id", rid),
-			}}
-	}
-	req := &coltracepb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{
-		Resource:   &resourcepb.Resource{Attributes: []*commonpb.KeyValue{str("service.name", "chaos")}},
-		ScopeSpans: []*tracepb.ScopeSpans{{Spans: spans}},
-	}}}
+	req := rig.OTLPTraces("chaos", "chaos.v1.Chaos", "OtlpGrpc", ids, time.Now())
 	ld.otlpSend(hard, "otlp grpc export", id, ids, replica, func(ctx context.Context, r int) otlpAnswer {
 		ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", ld.r.key)
 		res, err := clients[r].Export(ctx, req)

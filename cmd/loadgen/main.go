@@ -74,6 +74,13 @@ type options struct {
 	queryIngestRate int
 	queryIngestOf   float64
 	skipRawSQL      bool
+	// The serve bench.
+	serve       bool
+	servePaths  string
+	serveBefore string
+	clients     int
+	cfgd        string
+	redis       string
 }
 
 func main() {
@@ -103,6 +110,12 @@ func main() {
 	flag.IntVar(&o.queryIngestRate, "query-ingest-rate", 0, "events/s ingested through the real path (producer -> Kafka -> sink) into a scratch database on the same server while the statistics are timed, stamped with the time they are produced (0: none)")
 	flag.Float64Var(&o.queryIngestOf, "query-ingest-of-baseline", 0, "the same at this fraction of a direct-insert baseline of 1M rows measured first (overrides -query-ingest-rate; 0.42 is about half the unpaced end-to-end maximum)")
 	flag.BoolVar(&o.skipRawSQL, "skip-raw-sql", false, "time the statistics over HTTP only, not the same questions as raw SQL (which take seconds at 720 h, and with -query-ingest-rate keep the stream running into the table meanwhile)")
+	flag.BoolVar(&o.serve, "serve", false, "run the serve bench instead: a cfgd serve (-cfgd) on databases of its own, fed -events events unpaced through each ingest path in turn (REST JSON, gRPC, OTLP/HTTP protobuf, OTLP/gRPC; a serve of its own each) by -clients callers of -call-events events, its RSS sampled, against the direct insert of as many, -rounds alternating rounds")
+	flag.StringVar(&o.servePaths, "serve-paths", "", "the serve bench's paths, comma-separated (rest,grpc,otlp-http,otlp-grpc; empty: all)")
+	flag.StringVar(&o.serveBefore, "serve-before", "", "settings of a \"before\" serve (NAME=value,NAME=value; say SERVE__MEMORY_LIMIT_MB=0) the serve bench also measures on every path, alternating with the default one in each round")
+	flag.IntVar(&o.clients, "clients", 8, "the serve bench's concurrent callers (each with an API key of its own)")
+	flag.StringVar(&o.cfgd, "cfgd", "bin/cfgd", "the cfgd binary the serve bench runs")
+	flag.StringVar(&o.redis, "redis", "127.0.0.1:6379", "the local stack's Redis (the serve bench claims a database on it)")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
@@ -114,6 +127,9 @@ func run(ctx context.Context, o options) error {
 	fmt.Printf("cfgd request-log benchmark: %d CPUs, GOMAXPROCS %d, %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
 	if o.replay {
 		return benchReplay(ctx, o)
+	}
+	if o.serve {
+		return benchServe(ctx, o)
 	}
 	if !o.skipIngest {
 		if err := benchIngest(ctx, o); err != nil {
@@ -211,6 +227,33 @@ func open(ctx context.Context, o options, prefix, name string) (driver.Conn, fun
 	return conn, drop, nil
 }
 
+// eventPool is a pool of synthetic events, cycled by chunk (n events
+// from the i-th on), which keeps the generator's own memory out of the
+// figures.
+func eventPool() (pool []requestlog.Event, chunk func(i, n int) []requestlog.Event) {
+	r := mrand.New(mrand.NewPCG(1, 2))
+	pool = synth(r, 100_000, time.Now().UTC(), 0)
+	return pool, func(i, n int) []requestlog.Event {
+		i %= len(pool)
+		if i+n > len(pool) {
+			i = 0
+		}
+		return pool[i : i+n]
+	}
+}
+
+// directInsert is the baseline of the ingest benches: n events of chunk
+// in columnar batches of 50,000 straight into the same schema
+// (materialized views included) of a scratch database, in events/s.
+func directInsert(ctx context.Context, o options, n int, chunk func(i, n int) []requestlog.Event) (float64, error) {
+	base, dropBase, err := scratch(ctx, o, "cfgd_bench_raw_")
+	if err != nil {
+		return 0, err
+	}
+	defer dropBase()
+	return directInsertRate(ctx, base, n, chunk)
+}
+
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func count(ctx context.Context, conn driver.Conn) (uint64, error) {
@@ -220,26 +263,8 @@ func count(ctx context.Context, conn driver.Conn) (uint64, error) {
 }
 
 func benchIngest(ctx context.Context, o options) error {
-	// A pool of synthetic events, cycled, keeps the generator's own memory
-	// out of the figures.
-	r := mrand.New(mrand.NewPCG(1, 2))
-	pool := synth(r, 100_000, time.Now().UTC(), 0)
-	chunk := func(i, n int) []requestlog.Event {
-		i %= len(pool)
-		if i+n > len(pool) {
-			i = 0
-		}
-		return pool[i : i+n]
-	}
-
-	// Baseline: the same rows, columnar batches of 50,000 straight into
-	// the same schema (materialized views included).
-	base, dropBase, err := scratch(ctx, o, "cfgd_bench_raw_")
-	if err != nil {
-		return err
-	}
-	defer dropBase()
-	baseline, err := directInsertRate(ctx, base, o.events, chunk)
+	pool, chunk := eventPool()
+	baseline, err := directInsert(ctx, o, o.events, chunk)
 	if err != nil {
 		return err
 	}

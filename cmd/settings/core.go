@@ -38,6 +38,9 @@ type Core struct {
 	// bearer token.
 	MetricsAddr  string
 	MetricsToken config.Secret
+	// MetricsPprof serves Go's profiles (/debug/pprof/) beside /metrics
+	// on MetricsAddr, behind MetricsToken (METRICS__PPROF).
+	MetricsPprof bool
 
 	// KafkaSASL logs in to a real cluster (KAFKA__SASL_*); the embedded
 	// broker makes its own login.
@@ -50,6 +53,9 @@ type Core struct {
 	// EventMaxBytes bounds an event's encoded size at append time
 	// (EVENTS__MAX_BYTES), below the producer's 1 MiB.
 	EventMaxBytes int
+	// MemoryLimit is serve's soft memory limit in bytes
+	// (SERVE__MEMORY_LIMIT_MB; 0: none).
+	MemoryLimit int64
 }
 
 // DefaultCore is the core settings with nothing set: the one place their
@@ -70,6 +76,7 @@ func DefaultCore() Core {
 		LogLevel:          "info",
 		ShutdownTimeout:   15 * time.Second,
 		EventMaxBytes:     store.DefaultMaxEventBytes,
+		MemoryLimit:       240 << 20,
 	}
 }
 
@@ -92,11 +99,13 @@ func coreFields(c *Core) []field {
 		oneOf(&c.LogLevel, "LOG__LEVEL", "`debug`, `info`, `warn` or `error`; logs are JSON on stderr (every line, the default logger included)", "debug", "info", "warn", "error"),
 		optHostPort(&c.MetricsAddr, "METRICS__ADDR", "serve `/metrics` on a listener of its own (say `127.0.0.1:9090`) instead of `HTTP__ADDR`"),
 		secret(&c.MetricsToken, "METRICS__TOKEN", "when set, `/metrics` needs `Authorization: Bearer <token>`"),
+		boolean(&c.MetricsPprof, "METRICS__PPROF", "serve Go's runtime profiles (`/debug/pprof/`: heap, CPU, goroutines) beside `/metrics` on `METRICS__ADDR` (required with it, so they are never on the public port), behind `METRICS__TOKEN` too; for `go tool pprof http://127.0.0.1:9090/debug/pprof/heap`"),
 		oneOf(&c.KafkaSASLMechanism, "KAFKA__SASL_MECHANISM", "`PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512` to log in to a real cluster or a `cfgd broker` (`SCRAM-SHA-256`, user and password in its `client.properties`); the embedded broker of `serve` makes its own login",
 			"", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
 		str(&c.KafkaSASLUser, "KAFKA__SASL_USERNAME", "the login's user name (with `KAFKA__SASL_MECHANISM`)"),
 		secret(&c.KafkaSASLPassword, "KAFKA__SASL_PASSWORD", "the login's password (never logged)"),
 		secret(&c.EventSigningKey, "EVENTS__SIGNING_KEY", "key (at least 32 bytes) of the HMAC every event on the bus carries; empty: `event-signing.key` in `AUTH__KEYS_DIR` when `cfgd keys generate` wrote it, else a key file generated on first run beside `KAFKA__DATA_DIR` (`./data/signing.key`, mode 0600). Every `serve` and `worker` of one deployment needs the same key (it also signs the task lifecycle records, request logs and API-key usage)"),
+		mebibytes(&c.MemoryLimit, "SERVE__MEMORY_LIMIT_MB", "soft memory limit of `serve`'s Go runtime in MiB (`debug.SetMemoryLimit`; `GOMEMLIMIT` in the environment wins; 0: none). The garbage collector works harder as the process nears it, so a `serve` at its max ingest rate stays under 300 MB resident instead of about twice its live heap (some 130 MB with the default request-log settings: [benchmarks](benchmarks.md#issue-31-point-4-cfgd-serves-memory-at-its-max-ingest-rate)); raise it with `REQUESTLOG__BATCH_ROWS`, `REQUESTLOG__MAX_IN_FLIGHT_MB` or `KAFKA__PARTITIONS`, since past it the collector takes up to half the CPU", 0, 1<<20),
 		intRange(&c.EventMaxBytes, "EVENTS__MAX_BYTES", "largest encoded event accepted at append time (1024 up to this default; the producer's limit is 1 MiB)", 1024, store.DefaultMaxEventBytes),
 	}
 }
@@ -105,6 +114,9 @@ func coreFields(c *Core) []field {
 func ReadCore(r *config.Reader) Core {
 	c := DefaultCore()
 	readAll(r, coreFields(&c))
+	if c.MetricsPprof && c.MetricsAddr == "" {
+		r.Fail("METRICS__PPROF", "false unless METRICS__ADDR is set (the profiles are served on the metrics listener only, never on HTTP__ADDR)", "true")
+	}
 	if c.KafkaSASLMechanism != "" && (c.KafkaSASLUser == "" || !c.KafkaSASLPassword.IsSet()) {
 		r.Fail("KAFKA__SASL_USERNAME", "KAFKA__SASL_USERNAME and KAFKA__SASL_PASSWORD are required with KAFKA__SASL_MECHANISM", "")
 	}

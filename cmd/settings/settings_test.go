@@ -87,3 +87,27 @@ func TestReplicaID(t *testing.T) {
 		}
 	}
 }
+
+// METRICS__PPROF serves the profiles on the metrics listener only: without
+// METRICS__ADDR (the public HTTP__ADDR would serve them) it is refused at
+// start-up.
+func TestMetricsPprofNeedsItsOwnListener(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want bool
+		ok   bool
+	}{
+		{map[string]string{}, false, true},
+		{map[string]string{"METRICS__PPROF": "true", "METRICS__ADDR": "127.0.0.1:9090"}, true, true},
+		{map[string]string{"METRICS__PPROF": "true"}, false, false},
+		{map[string]string{"METRICS__PPROF": "maybe", "METRICS__ADDR": "127.0.0.1:9090"}, false, false},
+	} {
+		r := config.NewReader(config.FromMaps(tc.env, nil))
+		c := ReadCore(r)
+		if err := r.Err(); (err == nil) != tc.ok {
+			t.Errorf("%v: error %v, want ok=%v", tc.env, err, tc.ok)
+		} else if tc.ok && c.MetricsPprof != tc.want {
+			t.Errorf("%v: MetricsPprof %v, want %v", tc.env, c.MetricsPprof, tc.want)
+		}
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cfgd/cfgd/cmd/internal/servestack"
 )
 
 // senders is how many goroutines post ingest batches (each with an API
@@ -24,7 +26,7 @@ const senders = 8
 // sign-ins (with a profile read, a refresh and a logout each), tasks, and
 // timed statistics reads with a staff login.
 type load struct {
-	st    *stack
+	st    *servestack.Stack
 	http  *http.Client
 	keys  []string
 	staff struct {
@@ -52,13 +54,13 @@ type load struct {
 
 const staffEmail = "staff@soak.example.com"
 
-func newLoad(ctx context.Context, st *stack) (*load, error) {
+func newLoad(ctx context.Context, st *servestack.Stack) (*load, error) {
 	l := &load{st: st, http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
-	if _, err := st.cli(ctx, st.cliEnv, "user", "create-superuser", "--email", staffEmail); err != nil {
+	if _, err := st.CLI(ctx, st.CLIEnv, "user", "create-superuser", "--email", staffEmail); err != nil {
 		return nil, err
 	}
 	for i := range senders {
-		out, err := st.cli(ctx, st.cliEnv, "apikey", "create", "--name", fmt.Sprintf("soak-%d", i), "--type", "service", "--user", staffEmail)
+		out, err := st.CLI(ctx, st.CLIEnv, "apikey", "create", "--name", fmt.Sprintf("soak-%d", i), "--type", "service", "--user", staffEmail)
 		if err != nil {
 			return nil, err
 		}
@@ -119,7 +121,7 @@ func (l *load) ingest(ctx context.Context, key, idem string, evs []logEvent) (in
 	if err != nil {
 		return 0, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.st.base+"/api/grpc/monitor/ingest/", bytes.NewReader(b))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.st.Base+"/api/grpc/monitor/ingest/", bytes.NewReader(b))
 	if err != nil {
 		return 0, err
 	}
@@ -173,7 +175,7 @@ func (l *load) measure(ctx context.Context, d time.Duration) (float64, error) {
 	want := acked.Load()
 	for {
 		var got uint64
-		if err := l.st.ch.QueryRow(ctx, fmt.Sprintf("SELECT count() FROM %s.requestlog_raw WHERE service_name = 'soak-burst'", l.st.chDB)).Scan(&got); err != nil {
+		if err := l.st.CH.QueryRow(ctx, fmt.Sprintf("SELECT count() FROM %s.requestlog_raw WHERE service_name = 'soak-burst'", l.st.CHDB)).Scan(&got); err != nil {
 			return 0, err
 		}
 		if int64(got) >= want {
@@ -307,8 +309,8 @@ func (l *load) pollProbes(ctx context.Context, pending map[string]time.Time) {
 	}
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rows, err := l.st.ch.Query(qctx, fmt.Sprintf("SELECT request_id FROM %s.requestlog_raw WHERE service_name = 'soak-probe' AND request_id IN (%s)",
-		l.st.chDB, strings.Join(ids, ",")))
+	rows, err := l.st.CH.Query(qctx, fmt.Sprintf("SELECT request_id FROM %s.requestlog_raw WHERE service_name = 'soak-probe' AND request_id IN (%s)",
+		l.st.CHDB, strings.Join(ids, ",")))
 	if err != nil {
 		return
 	}
@@ -332,7 +334,7 @@ func (l *load) pollProbes(ctx context.Context, pending map[string]time.Time) {
 // answer into out.
 func (l *load) post(ctx context.Context, path, token string, body, out any) (int, error) {
 	b, _ := json.Marshal(body)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.st.base+path, bytes.NewReader(b))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.st.Base+path, bytes.NewReader(b))
 	if err != nil {
 		return 0, err
 	}
@@ -344,7 +346,7 @@ func (l *load) post(ctx context.Context, path, token string, body, out any) (int
 }
 
 func (l *load) get(ctx context.Context, path, token string, out any) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.st.base+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.st.Base+path, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -387,7 +389,7 @@ func (l *load) signIn(ctx context.Context, email string) (tokens, error) {
 	if _, err := l.post(ctx, "/api/auth/otp/request/", "", map[string]string{"identifier": email}, nil); err != nil {
 		return t, err
 	}
-	code, err := l.st.mail.Code(ctx, email)
+	code, err := l.st.Mail.Code(ctx, email)
 	if err != nil {
 		return t, err
 	}
@@ -479,7 +481,7 @@ func (l *load) signInCycle(ctx context.Context, email string) error {
 // taskLoop enqueues a demo:echo task every 2 s with the CLI.
 func (l *load) taskLoop(ctx context.Context) {
 	for n := 0; ctx.Err() == nil; n++ {
-		_, err := l.st.cli(ctx, l.st.cliEnv, "task", "enqueue", "--type", "demo:echo", "--payload", fmt.Sprintf(`{"soak": %d}`, n))
+		_, err := l.st.CLI(ctx, l.st.CLIEnv, "task", "enqueue", "--type", "demo:echo", "--payload", fmt.Sprintf(`{"soak": %d}`, n))
 		switch {
 		case err == nil:
 			l.tasks.Add(1)
@@ -566,7 +568,7 @@ func (l *load) check() []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var done, stuck int
-	err := l.st.pg.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'succeeded'),
+	err := l.st.PG.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'succeeded'),
 		count(*) FILTER (WHERE state <> 'succeeded' AND enqueued_at < now() - interval '1 minute') FROM task_runs`).Scan(&done, &stuck)
 	switch {
 	case err != nil:

@@ -20,6 +20,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/cfgd/cfgd/cmd/internal/servestack"
 )
 
 type options struct {
@@ -82,12 +84,17 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	fmt.Printf("soak: run directory %s\n", dir)
-	st, err := newStack(ctx, o, dir, stamp)
+	st, err := servestack.New(ctx, servestack.Options{Cfgd: o.cfgd, Postgres: o.pgAdmin, ClickHouse: o.clickhouse, Redis: o.redis,
+		Name: "soak", Hold: o.duration, Worker: true, Settings: map[string]string{
+			"CLICKHOUSE__RETENTION_DAYS":  fmt.Sprint(retentionDays),
+			"REQUESTLOG__RETENTION_EVERY": retentionEvery.String(),
+			"TASKS__RETENTION":            "1m",
+		}}, dir, stamp)
 	if err != nil {
 		return err
 	}
-	defer st.close(o.keep)
-	if err := st.start(ctx); err != nil {
+	defer st.Close(o.keep)
+	if err := st.Start(ctx); err != nil {
 		return err
 	}
 	l, err := newLoad(ctx, st)

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cfgd/cfgd/cmd/internal/servestack"
 )
 
 var nan = math.NaN()
@@ -71,12 +73,14 @@ type samples struct {
 }
 
 type sampler struct {
-	st  *stack
+	st  *servestack.Stack
 	l   *load
 	dir string
 }
 
-func newSampler(st *stack, l *load, dir string) *sampler { return &sampler{st: st, l: l, dir: dir} }
+func newSampler(st *servestack.Stack, l *load, dir string) *sampler {
+	return &sampler{st: st, l: l, dir: dir}
+}
 
 // run samples every interval until ctx ends, appending each row to
 // samples.csv as it goes (a run cut short keeps what it saw).
@@ -102,9 +106,9 @@ func (s *sampler) run(ctx context.Context, interval time.Duration, start time.Ti
 			return out, nil
 		case <-t.C:
 		}
-		if !s.st.serve.running() || !s.st.worker.running() {
+		if !s.st.Serve.Running() || !s.st.Worker.Running() {
 			return out, fmt.Errorf("a cfgd process exited during the run (serve running %v, worker running %v): see %s and %s",
-				s.st.serve.running(), s.st.worker.running(), s.st.serve.log, s.st.worker.log)
+				s.st.Serve.Running(), s.st.Worker.Running(), s.st.Serve.Log, s.st.Worker.Log)
 		}
 		row := s.sample(ctx)
 		if ctx.Err() != nil {
@@ -127,7 +131,7 @@ func (s *sampler) run(ctx context.Context, interval time.Duration, start time.Ti
 func (s *sampler) sample(ctx context.Context) []float64 {
 	ctx, cancel := context.WithTimeout(ctx, 8*time.Second)
 	defer cancel()
-	serve, worker := s.st.serve.cmd.Process.Pid, s.st.worker.cmd.Process.Pid
+	serve, worker := s.st.Serve.Pid(), s.st.Worker.Pid()
 	metrics := s.metrics(ctx)
 	parts := s.parts(ctx)
 	idem, idemRows := s.table(ctx, "requestlog_idempotency")
@@ -137,8 +141,8 @@ func (s *sampler) sample(ctx context.Context) []float64 {
 	acked := float64(s.l.acked.Load())
 	probe, stats := s.l.window()
 	return []float64{
-		procStatus(serve, "VmRSS") / 1024, metrics["go_goroutines"], fds(serve),
-		procStatus(worker, "VmRSS") / 1024, procStatus(worker, "Threads"), fds(worker),
+		servestack.ProcStatus(serve, "VmRSS") / 1024, metrics["go_goroutines"], fds(serve),
+		servestack.ProcStatus(worker, "VmRSS") / 1024, servestack.ProcStatus(worker, "Threads"), fds(worker),
 		parts["requestlog_raw"], parts["requestlog_minute"], parts["requestlog_hour"], parts["requestlog_day"],
 		idem / (1 << 20), per(idem, idemRows),
 		evs / (1 << 20), per(evs, evRows),
@@ -147,9 +151,9 @@ func (s *sampler) sample(ctx context.Context) []float64 {
 		kafkaBytes / (1 << 20), per(kafkaBytes, acked),
 		probe, stats, acked,
 		s.redisCount(ctx, func(ctx context.Context) (int64, error) {
-			return s.st.rdb.ZCard(ctx, "asynq:{default}:completed").Result()
+			return s.st.Rdb.ZCard(ctx, "asynq:{default}:completed").Result()
 		}),
-		s.redisCount(ctx, func(ctx context.Context) (int64, error) { return s.st.rdb.DBSize(ctx).Result() }),
+		s.redisCount(ctx, func(ctx context.Context) (int64, error) { return s.st.Rdb.DBSize(ctx).Result() }),
 		loadAvg(),
 	}
 }
@@ -172,7 +176,7 @@ func per(a, b float64) float64 {
 // metrics sums serve's /metrics samples by metric name.
 func (s *sampler) metrics(ctx context.Context) map[string]float64 {
 	out := map[string]float64{}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.st.base+"/metrics", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.st.Base+"/metrics", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return out
@@ -200,7 +204,7 @@ func (s *sampler) metrics(ctx context.Context) map[string]float64 {
 
 func (s *sampler) parts(ctx context.Context) map[string]float64 {
 	out := map[string]float64{}
-	rows, err := s.st.ch.Query(ctx, "SELECT table, count() FROM system.parts WHERE active AND database = ? GROUP BY table", s.st.chDB)
+	rows, err := s.st.CH.Query(ctx, "SELECT table, count() FROM system.parts WHERE active AND database = ? GROUP BY table", s.st.CHDB)
 	if err != nil {
 		return out
 	}
@@ -219,28 +223,10 @@ func (s *sampler) parts(ctx context.Context) map[string]float64 {
 // rows.
 func (s *sampler) table(ctx context.Context, name string) (bytes, rows float64) {
 	var b, n int64
-	if err := s.st.pg.QueryRow(ctx, fmt.Sprintf("SELECT pg_total_relation_size('%s'), (SELECT count(*) FROM %[1]s)", name)).Scan(&b, &n); err != nil {
+	if err := s.st.PG.QueryRow(ctx, fmt.Sprintf("SELECT pg_total_relation_size('%s'), (SELECT count(*) FROM %[1]s)", name)).Scan(&b, &n); err != nil {
 		return nan, nan
 	}
 	return float64(b), float64(n)
-}
-
-// procStatus reads a field of /proc/<pid>/status (kB for VmRSS).
-func procStatus(pid int, field string) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return nan
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			f, err := strconv.ParseFloat(strings.Fields(v)[0], 64)
-			if err != nil {
-				return nan
-			}
-			return f
-		}
-	}
-	return nan
 }
 
 func loadAvg() float64 {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cfgd/cfgd/cmd/internal/servestack"
 	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
@@ -36,12 +37,12 @@ type seed struct {
 }
 
 type sweeps struct {
-	st *stack
+	st *servestack.Stack
 	mu sync.Mutex
 	s  []*seed
 }
 
-func newSweeps(st *stack) *sweeps { return &sweeps{st: st} }
+func newSweeps(st *servestack.Stack) *sweeps { return &sweeps{st: st} }
 
 func (w *sweeps) run(ctx context.Context) (wait func()) {
 	done := make(chan struct{})
@@ -66,15 +67,15 @@ func (w *sweeps) run(ctx context.Context) (wait func()) {
 func (w *sweeps) seed(ctx context.Context, n int) {
 	const rows = 100
 	old := time.Now().UTC().AddDate(0, 0, -3)
-	err := w.st.ch.Exec(ctx, fmt.Sprintf(`INSERT INTO %s.%s (id, created_at, request_id, service_name, method_name, status)
+	err := w.st.CH.Exec(ctx, fmt.Sprintf(`INSERT INTO %s.%s (id, created_at, request_id, service_name, method_name, status)
 		SELECT number + %d, toDateTime(%d), concat('expired-%d-', toString(number)), 'soak-expired', 'Old', 'success' FROM system.numbers LIMIT %d`,
-		w.st.chDB, requestlogview.RawTable, uint64(n+1)<<32, old.Unix(), n, rows))
+		w.st.CHDB, requestlogview.RawTable, uint64(n+1)<<32, old.Unix(), n, rows))
 	if err == nil {
 		w.add(&seed{kind: "retention", n: n, at: time.Now()})
 	} else if ctx.Err() == nil {
 		fmt.Println("soak: seeding expired request-log rows:", err)
 	}
-	_, err = w.st.pg.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (caller, key, body_hash, status, answer, created_at)
+	_, err = w.st.PG.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (caller, key, body_hash, status, answer, created_at)
 		SELECT 'soak-expired', 'expired-%d-' || g, '\x00', 202, '{}', now() - interval '25 hours' FROM generate_series(1, %d) g`,
 		requestlogview.IdempotencyTable, n, rows))
 	if err == nil {
@@ -104,11 +105,11 @@ func (w *sweeps) poll(ctx context.Context) {
 		var err error
 		switch s.kind {
 		case "retention":
-			err = w.st.ch.QueryRow(ctx, fmt.Sprintf("SELECT count() FROM %s.%s WHERE service_name = 'soak-expired' AND request_id LIKE 'expired-%d-%%'",
-				w.st.chDB, requestlogview.RawTable, s.n)).Scan(&left)
+			err = w.st.CH.QueryRow(ctx, fmt.Sprintf("SELECT count() FROM %s.%s WHERE service_name = 'soak-expired' AND request_id LIKE 'expired-%d-%%'",
+				w.st.CHDB, requestlogview.RawTable, s.n)).Scan(&left)
 		case "idempotency":
 			var l int64
-			err = w.st.pg.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE caller = 'soak-expired' AND key LIKE 'expired-%d-%%'",
+			err = w.st.PG.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE caller = 'soak-expired' AND key LIKE 'expired-%d-%%'",
 				requestlogview.IdempotencyTable, s.n)).Scan(&l)
 			left = uint64(l)
 		}

@@ -1,7 +1,9 @@
-// Package rig holds what the fault tests (cmd/cfgd/faults) and make chaos
-// (cmd/chaos) both do to a cfgd they run: a private Postgres cluster, the
-// API key `cfgd apikey create` prints, JSON calls over HTTP, request-log
-// events, and the check that every registered user has its one row.
+// Package rig holds what the fault tests (cmd/cfgd/faults), make chaos
+// (cmd/chaos) and the serve ingest bench (cmd/loadgen -serve) do to a
+// cfgd they run: a private Postgres cluster, the API key `cfgd apikey
+// create` prints, JSON calls over HTTP, request-log events and their gRPC
+// and OTLP forms, and the check that every registered user has its one
+// row.
 package rig
 
 import (
