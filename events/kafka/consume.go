@@ -135,6 +135,7 @@ type consumeOptions struct {
 	linger     time.Duration
 	gap        time.Duration
 	weigh      func(*sarama.ConsumerMessage) int
+	weighed    bool // WithWeight: a message may weigh many
 	span       bool
 	retry      bool
 	first, max time.Duration
@@ -172,8 +173,26 @@ func WithCatchUp(gap time.Duration) ConsumeOption {
 // WithWeight weighs each message for WithBatch (say, the events a record
 // packs).
 func WithWeight(weigh func(*sarama.ConsumerMessage) int) ConsumeOption {
-	return func(o *consumeOptions) { o.weigh = weigh }
+	return func(o *consumeOptions) { o.weigh, o.weighed = weigh, true }
 }
+
+// readAhead is how many messages of a partition sarama may hold before the
+// batcher takes them: room for two batches, so the next one is fetched
+// while one applies. Weighed messages are counted as messages, not by
+// weight: a request-log record packs up to 512 events, and room for two
+// batches of 50,000 events as 100,000 records would hold a backlog's
+// hundreds of megabytes per partition in memory; 256 records are two and
+// a half such batches.
+func (o *consumeOptions) readAhead() int {
+	if o.weighed {
+		return readAheadRecords
+	}
+	return max(2*o.batch, readAheadRecords)
+}
+
+// readAheadRecords bounds the read-ahead of weighed messages (and is the
+// least of any).
+const readAheadRecords = 256
 
 // WithSpan makes one batch out of the messages of every partition the
 // member holds (few large inserts), instead of one batch per partition
@@ -275,8 +294,7 @@ func Consume(ctx context.Context, c Config, group string, topics []string, h Han
 		sc.Consumer.Fetch.Default = 1 << 20
 		sc.Consumer.MaxProcessingTime = time.Second
 	} else {
-		// Room for two batches, so the next one is fetched while one applies.
-		sc.ChannelBufferSize = max(2*o.batch, 256)
+		sc.ChannelBufferSize = o.readAhead()
 	}
 	var cg sarama.ConsumerGroup
 	var wg sync.WaitGroup
