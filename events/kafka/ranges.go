@@ -292,3 +292,55 @@ func readPartition(ctx context.Context, consumer sarama.Consumer, topic string, 
 		}
 	}
 }
+
+// ReadBack reads each partition of topic backwards from its end, a chunk of
+// records at a time (64, then twice as many each time), handing fn each
+// chunk's values in offset order, until fn says a partition has been read
+// far enough or its oldest record is reached. A producer taking over from
+// another that may have died mid-send (the event relay's next leader) finds
+// with it what is already stored past the point it resumes from.
+func (r *Reader) ReadBack(ctx context.Context, topic string, fn func(values [][]byte) (more bool, err error)) error {
+	if err := r.client.RefreshMetadata(topic); err != nil {
+		return fmt.Errorf("topic %s: %w", topic, err)
+	}
+	ps, err := r.client.Partitions(topic)
+	if err != nil {
+		return fmt.Errorf("topic %s: %w", topic, err)
+	}
+	consumer, err := sarama.NewConsumerFromClient(r.client)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	defer consumer.Close()
+	for _, p := range ps {
+		oldest, err := r.client.GetOffset(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			return fmt.Errorf("topic %s/%d: oldest offset: %w", topic, p, err)
+		}
+		end, err := r.client.GetOffset(topic, p, sarama.OffsetNewest)
+		if err != nil {
+			return fmt.Errorf("topic %s/%d: end offset: %w", topic, p, err)
+		}
+		for chunk := int64(64); end > oldest; chunk *= 2 {
+			start := max(oldest, end-chunk)
+			var values [][]byte
+			if err := readPartition(ctx, consumer, topic, p, start, end, int(end-start), func(_ context.Context, _ int32, msgs []*sarama.ConsumerMessage) error {
+				for _, m := range msgs {
+					values = append(values, m.Value)
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+			more, err := fn(values)
+			if err != nil {
+				return err
+			}
+			if !more {
+				break
+			}
+			end = start
+		}
+	}
+	return nil
+}

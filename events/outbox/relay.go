@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -38,6 +39,13 @@ type Config struct {
 	Metrics   prometheus.Registerer // optional: registers relay counters and the lag gauge
 	// Signer signs every message; projections refuse unsigned ones.
 	Signer *events.Signer
+	// OpenTail, when set, connects a reader of the topic's end
+	// (kafka.NewReader). A new leader reads back what the former one
+	// published after the checkpoint it saved (a leader killed between
+	// publishing and saving) and does not publish those events again, so
+	// each event reaches Kafka once. Without it they are published again,
+	// and the projections drop them.
+	OpenTail func() (Tail, error)
 	// Wake ticks after this process committed appends (store.CommitSignal).
 	// The leading relay steps at once; a relay on standby passes the tick
 	// on to the leader, in whichever process it runs, as a NOTIFY.
@@ -69,6 +77,14 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("relay: a signer is required"))
 	}
 	return errors.Join(errs...)
+}
+
+// Tail reads a topic's partitions backwards from their ends, a chunk of
+// record values at a time in offset order, for as long as fn says more
+// (kafka.Reader).
+type Tail interface {
+	ReadBack(ctx context.Context, topic string, fn func(values [][]byte) (more bool, err error)) error
+	Close() error
 }
 
 // Relay publishes the event store to Kafka.
@@ -259,6 +275,10 @@ func (r *Relay) lead(ctx context.Context, l *listener, pid uint32) error {
 	if err != nil {
 		return err
 	}
+	stored, err := r.storedAfter(ctx, ck)
+	if err != nil {
+		return err
+	}
 	r.log.InfoContext(ctx, "relay started", "topic", r.cfg.Topic)
 	defer r.heldSince.Store(0)
 	saved, savedAt := ck, time.Now()
@@ -282,7 +302,7 @@ func (r *Relay) lead(ctx context.Context, l *listener, pid uint32) error {
 	}()
 	var backoff time.Duration
 	for {
-		n, next, err := r.step(ctx, ck, pid)
+		n, next, err := r.step(ctx, ck, pid, stored)
 		ck = next // after a partial publish, what Kafka stored; saved at return
 		if err != nil {
 			return err
@@ -380,7 +400,7 @@ func (r *Relay) Step(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, next, err := r.step(ctx, ck, 0)
+	n, next, err := r.step(ctx, ck, 0, nil)
 	if n > 0 {
 		if serr := r.save(ctx, next, 0); serr != nil {
 			return n, errors.Join(err, serr)
@@ -432,8 +452,10 @@ const firstAfter = `SELECT 1 FROM events WHERE (tx_id, position) > ($1::bigint::
 // stored and the checkpoint after them, which it does not save. After a
 // partial failure that is the event before the first that failed, whatever
 // Kafka stored after it: the next step sends them all again, in order. pid,
-// when not 0, is the lock holder the step checks before publishing.
-func (r *Relay) step(ctx context.Context, ck checkpoint, pid uint32) (int, checkpoint, error) {
+// when not 0, is the lock holder the step checks before publishing. Events
+// whose id is in stored are in Kafka already (storedAfter): they are
+// passed over, not sent.
+func (r *Relay) step(ctx context.Context, ck checkpoint, pid uint32, stored map[uuid.UUID]bool) (int, checkpoint, error) {
 	rows, err := r.pool.Query(ctx, `
 		SELECT tx_id::text::bigint, event_id, stream_id, stream_version, position, type, occurred_at, metadata, data
 		FROM events
@@ -445,8 +467,11 @@ func (r *Relay) step(ctx context.Context, ck checkpoint, pid uint32) (int, check
 		return 0, ck, fmt.Errorf("relay read: %w", err)
 	}
 	var (
-		msgs []*message.Message
-		cks  []checkpoint
+		msgs    []*message.Message
+		cks     []checkpoint
+		passed  int
+		last    = ck
+		skipped = ck // the checkpoint that passes over what is stored before the first message
 	)
 	for rows.Next() {
 		var tx int64
@@ -454,6 +479,14 @@ func (r *Relay) step(ctx context.Context, ck checkpoint, pid uint32) (int, check
 		if err != nil {
 			rows.Close()
 			return 0, ck, fmt.Errorf("relay scan: %w", err)
+		}
+		last = checkpoint{txID: tx, position: e.Position}
+		if stored[e.ID] {
+			passed++
+			if len(msgs) == 0 {
+				skipped = last
+			}
+			continue
 		}
 		m, err := SignedMessage(r.cfg.Signer, e)
 		if err != nil {
@@ -468,7 +501,7 @@ func (r *Relay) step(ctx context.Context, ck checkpoint, pid uint32) (int, check
 		return 0, ck, fmt.Errorf("relay read: %w", err)
 	}
 	if len(msgs) == 0 {
-		return 0, ck, nil
+		return passed, last, nil
 	}
 	if err := r.fence(ctx, pid); err != nil {
 		return 0, ck, err
@@ -481,12 +514,67 @@ func (r *Relay) step(ctx context.Context, ck checkpoint, pid uint32) (int, check
 			r.published.Add(float64(n))
 			return n, cks[n-1], fmt.Errorf("relay publish: %w", err)
 		}
-		return 0, ck, fmt.Errorf("relay publish: %w", err)
+		return 0, skipped, fmt.Errorf("relay publish: %w", err)
 	}
 	r.published.Add(float64(len(msgs)))
 	r.batchTime.Observe(time.Since(start).Seconds())
-	return len(msgs), cks[len(cks)-1], nil
+	return len(msgs) + passed, last, nil
 }
+
+// storedAfter reads back the ids of the events Kafka already holds past
+// ck: a leader killed between publishing and saving its checkpoint left
+// them there, and the next leader resumes from ck (finding 10 of the
+// fault schedule). Each partition is read from its end until a chunk
+// holds a record that is not an event of the store past ck: a leader
+// publishes only past its checkpoint, so every record before that one is
+// older. Not a high mark per partition: a partly failed publish can leave
+// a hole before later records of the same partition, and the hole must be
+// published.
+func (r *Relay) storedAfter(ctx context.Context, ck checkpoint) (map[uuid.UUID]bool, error) {
+	if r.cfg.OpenTail == nil {
+		return nil, nil
+	}
+	tail, err := r.cfg.OpenTail()
+	if err != nil {
+		return nil, fmt.Errorf("relay: reading back the topic: %w", err)
+	}
+	defer tail.Close()
+	stored := map[uuid.UUID]bool{}
+	err = tail.ReadBack(ctx, r.cfg.Topic, func(values [][]byte) (bool, error) {
+		ids := make([]uuid.UUID, 0, len(values))
+		for _, v := range values {
+			e, err := events.Unmarshal(v)
+			if err != nil {
+				return false, nil // not the relay's: read no further back
+			}
+			ids = append(ids, e.ID)
+		}
+		rows, err := r.pool.Query(ctx, storedAfterSQL, ids, ck.txID, ck.position)
+		if err != nil {
+			return false, fmt.Errorf("relay: events read back: %w", err)
+		}
+		after, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return false, fmt.Errorf("relay: events read back: %w", err)
+		}
+		for _, id := range after {
+			stored[id] = true
+		}
+		return len(after) == len(ids), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("relay: reading back the topic: %w", err)
+	}
+	if len(stored) > 0 {
+		r.log.InfoContext(ctx, "relay resumes after events the former leader published past its checkpoint", "events", len(stored))
+	}
+	return stored, nil
+}
+
+// storedAfterSQL keeps, of the event ids $1, those after the checkpoint
+// ($2 tx id, $3 position).
+const storedAfterSQL = `SELECT event_id FROM events WHERE event_id = ANY($1::uuid[])
+	AND (tx_id, position) > ($2::bigint::text::xid8, $3)`
 
 // pending tells whether rows after ck are stored, visible yet or not, and
 // whether ck is ahead of the cluster's transaction ids.

@@ -65,6 +65,7 @@ func New(cfg Config, pool *pgxpool.Pool, reg *events.Registry, log *slog.Logger,
 	}
 	rc := cfg.Relay
 	rc.Topic, rc.Metrics, rc.Wake, rc.Signer = cfg.Bus.Topic(kafka.TopicEvents), cfg.Metrics, cfg.Wake, cfg.Signer
+	rc.OpenTail = func() (outbox.Tail, error) { return kafka.NewReader(cfg.Bus) }
 	rl, err := outbox.New(rc, pool, pub, log)
 	if err != nil {
 		_ = pub.Close()
