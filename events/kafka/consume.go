@@ -14,9 +14,10 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sethvargo/go-retry"
+
+	"github.com/cfgd/cfgd/deploy/process"
 )
 
 // Handler applies one batch to a store. It returns nil once the store
