@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/IBM/sarama"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
@@ -138,11 +139,7 @@ func TestClusterSinkWaitsForRollupFetchesBeforeJudgingAFailedInsert(t *testing.T
 	db, conn, nodes := clusterDB(t)
 	e := clusterEnv(t, conn)
 	ctx := context.Background()
-	through, err := clickhouse.Open(&clickhouse.Options{Addr: []string{testenv.ClusterNodeAddr("s2r2")}, Auth: clickhouse.Auth{Database: db}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer through.Close()
+	through := nodeConn(t, db, "s2r2")
 	local := requestlogview.LiveTables().Suffixed(requestlogview.LocalSuffix)
 	fetches := func(verb string) {
 		for _, r := range []string{local.Minute, local.Hour, local.Day} {
@@ -153,15 +150,8 @@ func TestClusterSinkWaitsForRollupFetchesBeforeJudgingAFailedInsert(t *testing.T
 	}
 	t.Cleanup(func() { fetches("START") })
 	started := make(chan struct{})
-	cfg := DefaultRequestLogConfig(e.bus)
-	cfg.Group, cfg.Cluster, cfg.Dial = "g", testCluster, testenv.ClusterDial
-	cfg.BatchRows, cfg.BatchWait, cfg.MaxBackoff = 300, 50*time.Millisecond, 200*time.Millisecond
-	s, err := NewFencedRequestLogs(cfg, conn, PostgresFence{Pool: e.pool}, testenv.Quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
 	var calls int
-	s.insert = func(ctx context.Context, rows *RequestLogRows) error {
+	s := e.hookedSink(func(ctx context.Context, rows *RequestLogRows) error {
 		calls++
 		if calls > 1 {
 			return rows.Insert(ctx, conn)
@@ -195,12 +185,7 @@ func TestClusterSinkWaitsForRollupFetchesBeforeJudgingAFailedInsert(t *testing.T
 			close(started)
 		}()
 		return errors.New("insert 300 rows: failed to read packet from " + testenv.ClusterNodeAddr("s2r2") + ": read: EOF")
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
-
+	})
 	e.spread(300, time.Now().Add(-time.Hour), 10*time.Millisecond)
 	waitFor(t, "the sink passes the batch", func() bool { return s.Stats().Skipped+s.Stats().Inserted >= 300 })
 	<-started
@@ -227,11 +212,7 @@ func TestClusterSinkWaitsOnlyForWhatRanBeforeIt(t *testing.T) {
 	db, conn, nodes := clusterDB(t)
 	e := clusterEnv(t, conn)
 	ctx := context.Background()
-	other, err := clickhouse.Open(&clickhouse.Options{Addr: []string{testenv.ClusterNodeAddr("s2r2")}, Auth: clickhouse.Auth{Database: db}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	other := nodeConn(t, db, "s2r2")
 	slow := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_distributed_sync": 1, "max_block_size": 1}))
 	const otherPartition = 9 // the topic has four
 	ingest := `INSERT INTO requestlog_raw (id, kafka_partition, kafka_offset, created_at, created_ms, request_id, service_name, method_name,
@@ -269,25 +250,14 @@ func TestClusterSinkWaitsOnlyForWhatRanBeforeIt(t *testing.T) {
 	}()
 	waitFor(t, "both other inserts run", func() bool { return started.Load() >= 2 })
 
-	cfg := DefaultRequestLogConfig(e.bus)
-	cfg.Group, cfg.Cluster, cfg.Dial = "g", testCluster, testenv.ClusterDial
-	cfg.BatchRows, cfg.BatchWait, cfg.MaxBackoff = 300, 50*time.Millisecond, 200*time.Millisecond
-	s, err := NewFencedRequestLogs(cfg, conn, PostgresFence{Pool: e.pool}, testenv.Quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
 	var calls int
-	s.insert = func(ctx context.Context, rows *RequestLogRows) error {
+	s := e.hookedSink(func(ctx context.Context, rows *RequestLogRows) error {
 		calls++
 		if err := rows.Insert(ctx, conn); err != nil || calls > 1 {
 			return err
 		}
 		return errors.New("insert 300 rows: code: 999, message: Session expired")
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
+	})
 	e.spread(300, time.Now().Add(-time.Hour), 10*time.Millisecond)
 	began := time.Now()
 	deadline := began.Add(45 * time.Second) // waitInserts gives up after a minute
@@ -310,4 +280,34 @@ func TestClusterSinkWaitsOnlyForWhatRanBeforeIt(t *testing.T) {
 		t.Errorf("the sink's partitions hold %d rows, %d ids; want 300", ours, ids)
 	}
 	rollupsMatchRaw(t, conn)
+}
+
+// nodeConn connects to one node of the cluster, in database db.
+func nodeConn(t *testing.T, db, node string) driver.Conn {
+	t.Helper()
+	c, err := clickhouse.Open(&clickhouse.Options{Addr: []string{testenv.ClusterNodeAddr(node)}, Auth: clickhouse.Auth{Database: db}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// hookedSink runs a sink of group g on e's database of the cluster whose
+// inserts go through insert (the test's hook), until the test ends.
+func (e *replayEnv) hookedSink(insert func(ctx context.Context, rows *RequestLogRows) error) *RequestLogs {
+	e.t.Helper()
+	cfg := DefaultRequestLogConfig(e.bus)
+	cfg.Group, cfg.Cluster, cfg.Dial = "g", testCluster, testenv.ClusterDial
+	cfg.BatchRows, cfg.BatchWait, cfg.MaxBackoff = 300, 50*time.Millisecond, 200*time.Millisecond
+	s, err := NewFencedRequestLogs(cfg, e.conn, PostgresFence{Pool: e.pool}, testenv.Quiet())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	s.insert = insert
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	e.t.Cleanup(func() { stop(); <-done })
+	return s
 }
