@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -45,7 +46,16 @@ func benchReplay(ctx context.Context, o options) error {
 		return err
 	}
 	defer dropPG()
-	conn, drop, err := scratch(ctx, o, "cfgd_bench_replay_")
+	var (
+		conn    driver.Conn
+		drop    func()
+		cluster requestlogview.Cluster
+	)
+	if o.cluster != "" {
+		conn, cluster, drop, err = scratchCluster(ctx, o, "cfgd_bench_replay_")
+	} else {
+		conn, drop, err = scratch(ctx, o, "cfgd_bench_replay_")
+	}
 	if err != nil {
 		return err
 	}
@@ -105,6 +115,9 @@ func benchReplay(ctx context.Context, o options) error {
 	fmt.Println()
 	fmt.Println("== replay: request-log topic -> ClickHouse shadow tables ==")
 	fmt.Printf("events                         %d (%d per record, %d partitions, produced in %.1fs)\n", o.events, pc.PackEvents, o.partitions, produced.Seconds())
+	if cluster.On() {
+		fmt.Printf("clickhouse                     cluster %s, database %s\n", cluster.Name, cluster.Database)
+	}
 	var prof *os.File
 	if o.cpuProfile != "" {
 		if prof, err = os.Create(o.cpuProfile); err != nil {
@@ -134,6 +147,9 @@ func benchReplay(ctx context.Context, o options) error {
 		if o.inserters > 0 {
 			cfg.Inserters = o.inserters
 		}
+		if cluster.On() {
+			cfg.Cluster, cfg.Dial = cluster.Name, dialer(o)
+		}
 		if prof != nil {
 			if err := pprof.StartCPUProfile(prof); err != nil {
 				return err
@@ -155,14 +171,18 @@ func benchReplay(ctx context.Context, o options) error {
 		fmt.Printf("round %d                        raw consume %10.0f events/s   replay %10.0f events/s (%.1fs: raw table %.1fs, rollups %.1fs)\n",
 			round, raw, rep, res.Elapsed.Seconds(), res.Load.Seconds(), res.Rollups.Seconds())
 	}
-	ceiling, err := insertCeiling(ctx, conn, o.events, events, from, step)
+	ceiling, err := insertCeiling(ctx, conn, cluster, o.events, events, from, step)
 	if err != nil {
 		return err
 	}
 	raw, rep := median(raws), median(replays)
 	fmt.Printf("raw consume (median)           %10.0f events/s (kafka.Reader.ReadConcurrently as the replay reads, every record decoded, nothing stored)\n", raw)
 	fmt.Printf("replay (median)                %10.0f events/s = %.0f%% of raw consume\n", rep, rep/raw*100)
-	fmt.Printf("clickhouse insert ceiling      %10.0f events/s (the same rows straight into a raw table without views, 250,000 a batch, 2 at once)\n", ceiling)
+	into := "a raw table"
+	if cluster.On() {
+		into = "the Distributed raw table (insert_distributed_sync, as the replay inserts)"
+	}
+	fmt.Printf("clickhouse insert ceiling      %10.0f events/s (the same rows straight into %s without views, 250,000 a batch, 2 at once)\n", ceiling, into)
 	fmt.Printf("replay / insert ceiling        %10.0f%%   %s\n", rep/ceiling*100, goal(true, rep/ceiling*100 >= goalReplayRatio, fmt.Sprintf(">= %.0f%% of the ceiling", goalReplayRatio)))
 	return nil
 }
@@ -212,10 +232,21 @@ func rawConsume(ctx context.Context, bc kafka.Config) (int64, error) {
 // insertCeiling inserts the benchmark's n rows straight into a raw table
 // without views, as the replay's inserters do (250,000 rows a batch, two
 // at once), and returns the rate: what ClickHouse takes at best, whatever
-// reads the topic.
-func insertCeiling(ctx context.Context, conn driver.Conn, n int, events []requestlog.Event, from time.Time, step time.Duration) (float64, error) {
+// reads the topic. On a cluster (c.On()) the raw table is a Distributed
+// one over replicated tables and the inserts wait for every shard, as the
+// replay's do.
+func insertCeiling(ctx context.Context, conn driver.Conn, c requestlogview.Cluster, n int, events []requestlog.Event, from time.Time, step time.Duration) (float64, error) {
 	t := requestlogview.LiveTables().Suffixed("__ceiling")
 	stmts, err := requestlogview.TableDDL(t)
+	drops := t.All()
+	if c.On() {
+		stmts, err = requestlogview.ClusterTableDDL(t, c, fmt.Sprintf("_%x", time.Now().UnixNano()))
+		drops = append(drops, t.Suffixed(requestlogview.LocalSuffix).All()...)
+		for i := range drops {
+			drops[i] = c.Database + "." + drops[i] + " ON CLUSTER " + c.Name
+		}
+		ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_distributed_sync": 1}))
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -225,7 +256,7 @@ func insertCeiling(ctx context.Context, conn driver.Conn, n int, events []reques
 		}
 	}
 	defer func() {
-		for _, table := range t.All() {
+		for _, table := range drops {
 			_ = conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+table)
 		}
 	}()
@@ -318,4 +349,61 @@ func scratchPostgres(ctx context.Context, admin string) (*pgxpool.Pool, func(), 
 		return nil, nil, fmt.Errorf("postgres scratch database: %w", err)
 	}
 	return pool, func() { pool.Close(); drop() }, nil
+}
+
+// scratchCluster creates a scratch database on every server of cluster
+// -cluster (the replay creates its tables there ON CLUSTER, as on a
+// deployed cluster) and returns a connection to it on the server
+// -clickhouse names, the cluster and the func that drops it everywhere.
+func scratchCluster(ctx context.Context, o options, prefix string) (driver.Conn, requestlogview.Cluster, func(), error) {
+	if err := requestlogview.ValidClusterName(o.cluster); err != nil {
+		return nil, requestlogview.Cluster{}, nil, err
+	}
+	opts, err := clickhouse.ParseDSN(o.clickhouse)
+	if err != nil {
+		return nil, requestlogview.Cluster{}, nil, fmt.Errorf("-clickhouse: %w", err)
+	}
+	admin, err := clickhouse.Open(opts)
+	if err != nil {
+		return nil, requestlogview.Cluster{}, nil, err
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	c := requestlogview.Cluster{Name: o.cluster, Database: prefix + hex.EncodeToString(b)}
+	if err := admin.Exec(ctx, "CREATE DATABASE "+c.Database+" ON CLUSTER "+c.Name); err != nil {
+		_ = admin.Close()
+		return nil, c, nil, fmt.Errorf("clickhouse cluster %s at %s: %w", c.Name, o.clickhouse, err)
+	}
+	opts.Auth.Database = c.Database
+	opts.MaxOpenConns = 8
+	conn, err := clickhouse.Open(opts)
+	drop := func() {
+		if conn != nil {
+			_ = conn.Close()
+		}
+		if o.keep {
+			fmt.Println("kept database", c.Database, "on cluster", c.Name)
+		} else if err := admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+c.Database+" ON CLUSTER "+c.Name); err != nil {
+			fmt.Fprintf(os.Stderr, "loadgen: drop database %s on cluster %s: %v\n", c.Database, c.Name, err)
+		}
+		_ = admin.Close()
+	}
+	if err != nil {
+		drop()
+		return nil, c, nil, err
+	}
+	return conn, c, drop, nil
+}
+
+// dialer reaches one server of the cluster with -clickhouse's credentials
+// (the replay's retention drops partitions shard by shard).
+func dialer(o options) requestlogview.Dialer {
+	return func(_ context.Context, addr string) (driver.Conn, error) {
+		opts, err := clickhouse.ParseDSN(o.clickhouse)
+		if err != nil {
+			return nil, err
+		}
+		opts.Addr = []string{addr}
+		return clickhouse.Open(opts)
+	}
 }

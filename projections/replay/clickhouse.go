@@ -76,8 +76,9 @@ type Codec interface {
 	Start(ctx context.Context) error
 	// Decode reads one record; it runs on one goroutine per partition.
 	Decode(m *sarama.ConsumerMessage) Decoded
-	// NewBlock returns an empty block of rows for one insert.
-	NewBlock() Block
+	// NewBlock returns an empty block of rows for one insert, with room
+	// for rows rows and the record that takes it past them.
+	NewBlock(rows int) Block
 }
 
 // Decoded is a record a Codec read, handed to Block.Add in partition
@@ -711,7 +712,7 @@ func (r *ClickHouse) open(ctx context.Context) error {
 	for p := range r.pos {
 		r.partitions = append(r.partitions, p)
 	}
-	r.b = r.codec.NewBlock()
+	r.b = r.codec.NewBlock(r.cfg.BatchRows)
 	r.work = make(chan Block)
 	r.failed = make(chan error, r.cfg.Inserters)
 	r.insertCtx, r.cancelInsert = context.WithCancel(r.settings(ctx, nil))
@@ -831,10 +832,12 @@ func (r *ClickHouse) consumeTo(ctx context.Context, target map[int32]int64) erro
 				r.first[m.Partition] = m.Offset
 			}
 			r.pos[m.Partition] = m.Offset + 1
-		}
-		if r.b.Rows() >= r.cfg.BatchRows {
-			if err := r.send(ctx); err != nil {
-				return err
+			// Record by record, not per read: a block holds at most one
+			// record past BatchRows, the room NewBlock made.
+			if r.b.Rows() >= r.cfg.BatchRows {
+				if err := r.send(ctx); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -874,7 +877,7 @@ func (r *ClickHouse) send(ctx context.Context) error {
 	r.inflight.Add(1)
 	select {
 	case r.work <- r.b:
-		r.b = r.codec.NewBlock()
+		r.b = r.codec.NewBlock(r.cfg.BatchRows)
 		return nil
 	case err := <-r.failed:
 		r.inflight.Done()

@@ -87,6 +87,11 @@ func (s *RequestLogs) handle(ctx context.Context, msgs *kafka.Batch) error {
 		s.heldSession = msgs.Session
 	}
 	b := newBatch()
+	events := 0
+	for _, m := range msgs.Messages {
+		events += recordEvents(m)
+	}
+	b.rows.Grow(events)
 	// A record only a newer cfgd understands holds its partition: the
 	// batch is applied without it and what follows it there, and it waits
 	// for a newer member of the group.

@@ -103,7 +103,11 @@ func header(m *sarama.ConsumerMessage, key string) string {
 }
 
 // NewBlock implements replay.Codec.
-func (RequestLogCodec) NewBlock() replay.Block { return &block{b: newBatch()} }
+func (RequestLogCodec) NewBlock(rows int) replay.Block {
+	b := newBatch()
+	b.rows.Grow(rows + requestlog.IDIndexMask + 1)
+	return &block{b: b}
+}
 
 // Message implements replay.Decoded.
 func (d decoded) Message() *sarama.ConsumerMessage { return d.msg }
