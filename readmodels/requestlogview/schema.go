@@ -244,20 +244,55 @@ func ViewDDL(t Tables) ([]string, error) {
 	})
 }
 
+// Fill is how a replay fills the rollups of a set from the rows its raw
+// table holds, after its bulk load.
+type Fill struct {
+	// Minutes fill the minute rollup from the raw rows, one statement per
+	// time range: they may run at once (each range's buckets are whole
+	// minutes, and a bucket split between two would still merge right).
+	Minutes []string
+	// Coarser fill the hours from the minutes, then the days from the
+	// hours, in this order, once every Minutes statement is done.
+	Coarser []string
+}
+
 // RollupFill returns the statements that fill the rollups of t from the
-// rows t.Raw holds, in one pass each: minutes from the raw rows, hours from
-// the minutes, days from the hours. A replay runs them once after its bulk
-// load and only then creates the views: cheaper than the views folding
-// every insert block into all three rollups.
-func RollupFill(t Tables) ([]string, error) {
+// rows t.Raw holds: minutes from the raw rows, in the time ranges edges
+// (unix seconds) bound ([edges[i], edges[i+1]) each; fewer than two edges:
+// one pass over the whole table), hours from the minutes, days from the
+// hours. A replay runs them once after its bulk load and only then creates
+// the views: cheaper than the views folding every insert block into all
+// three rollups.
+func RollupFill(t Tables, edges ...int64) (Fill, error) {
 	d := plan(t)
 	minute, hour, day := d.Rollups[0], d.Rollups[1], d.Rollups[2]
 	hour.Source, day.Source = t.Minute, t.Hour
-	return render(func(r *renderer) {
-		r.add("fill_from_raw_offsets", minute)
+	var f Fill
+	ranges := []stmt{minute}
+	if len(edges) >= 2 {
+		ranges = ranges[:0]
+		for i := 1; i < len(edges); i++ {
+			s := minute
+			// A subquery, as in RollupRefill.
+			s.Source = fmt.Sprintf("(SELECT * FROM %s WHERE created_at >= toDateTime(%d) AND created_at < toDateTime(%d))", t.Raw, edges[i-1], edges[i])
+			ranges = append(ranges, s)
+		}
+	}
+	var err error
+	if f.Minutes, err = render(func(r *renderer) {
+		for _, s := range ranges {
+			r.add("fill_from_raw_offsets", s)
+		}
+	}); err != nil {
+		return Fill{}, err
+	}
+	if f.Coarser, err = render(func(r *renderer) {
 		r.add("fill_from_rollup_offsets", hour)
 		r.add("fill_from_rollup_offsets", day)
-	})
+	}); err != nil {
+		return Fill{}, err
+	}
+	return f, nil
 }
 
 // RollupRefill returns the statement that inserts into rollup (one of

@@ -123,11 +123,15 @@ func TestDDLNamesItsSet(t *testing.T) {
 		}
 		return strings.Join(s, "\n")
 	}
+	fill := func(f requestlogview.Fill, err error) string {
+		return all(append(f.Minutes, f.Coarser...), err)
+	}
 	for name, got := range map[string]string{
-		"DDL":        all(requestlogview.DDL(shadow)),
-		"TableDDL":   all(requestlogview.TableDDL(shadow)),
-		"ViewDDL":    all(requestlogview.ViewDDL(shadow)),
-		"RollupFill": all(requestlogview.RollupFill(shadow)),
+		"DDL":                  all(requestlogview.DDL(shadow)),
+		"TableDDL":             all(requestlogview.TableDDL(shadow)),
+		"ViewDDL":              all(requestlogview.ViewDDL(shadow)),
+		"RollupFill":           fill(requestlogview.RollupFill(shadow)),
+		"RollupFill in ranges": fill(requestlogview.RollupFill(shadow, 0, 60, 120)),
 	} {
 		for _, w := range strings.FieldsFunc(got, func(r rune) bool { return r == ' ' || r == '\n' || r == '\t' || r == '(' || r == ')' || r == ',' }) {
 			if strings.HasPrefix(w, "requestlog_") && !strings.Contains(w, "__shadow") {
