@@ -27,8 +27,10 @@ var goCodeNames = [...]string{
 // canonical name ("DEADLINE_EXCEEDED"), Go's name ("DeadlineExceeded") or
 // the number ("4"). It returns the code's canonical name.
 func ParseCode(s string) (string, bool) {
-	if n, err := strconv.ParseUint(s, 10, 8); err == nil {
-		if n < uint64(len(codeNames)) {
+	// Digits only before ParseUint: a name failed it with an error it
+	// allocated, for every event decoded (8% of a replay's CPU).
+	if digits(s) {
+		if n, err := strconv.ParseUint(s, 10, 8); err == nil && n < uint64(len(codeNames)) {
 			return codeNames[n], true
 		}
 		return "", false
@@ -39,6 +41,15 @@ func ParseCode(s string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // CanonicalCode is ParseCode's name of s, or s unchanged when it is no

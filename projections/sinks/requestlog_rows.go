@@ -66,6 +66,16 @@ func (r *RequestLogRows) Grow(n int) {
 	r.reportedBy = slices.Grow(r.reportedBy, n)
 }
 
+// truncate empties r, keeping the room of its columns.
+func (r *RequestLogRows) truncate() {
+	r.id, r.partition, r.offset = r.id[:0], r.partition[:0], r.offset[:0]
+	r.createdAt, r.createdMS, r.requestID = r.createdAt[:0], r.createdMS[:0], r.requestID[:0]
+	r.service, r.method, r.status, r.code = r.service[:0], r.method[:0], r.status[:0], r.code[:0]
+	r.duration, r.errorMessage, r.clientIP = r.duration[:0], r.errorMessage[:0], r.clientIP[:0]
+	r.userID, r.apiKeyID, r.username, r.keyName = r.userID[:0], r.apiKeyID[:0], r.username[:0], r.keyName[:0]
+	r.authenticated, r.reportedBy = r.authenticated[:0], r.reportedBy[:0]
+}
+
 // Add appends the index-th event of the record at offset of partition.
 func (r *RequestLogRows) Add(partition int32, offset int64, index int, e *requestlog.Event) {
 	r.id = append(r.id, RequestLogID(partition, offset, index))

@@ -36,3 +36,25 @@ func TestGrowAllocatesEachColumnOnce(t *testing.T) {
 		t.Errorf("50,000 rows: %.0f allocations grown, %.0f not: want the doubling to be what Grow saves", large, doubling)
 	}
 }
+
+// A replay's inserted block is emptied and filled again in the same
+// columns (replay.Block.Reset): no new tens of megabytes per insert.
+func TestTruncatedRowsFillTheSameColumns(t *testing.T) {
+	e := requestlog.Event{RequestID: "r", ServiceName: "s", MethodName: "m", Status: "success", CreatedAt: time.Unix(1, 0)}
+	var r RequestLogRows
+	r.Grow(1000)
+	for i := range 1000 {
+		r.Add(1, int64(i), 0, &e)
+	}
+	id, service := &r.id[0], &r.service[0]
+	r.truncate()
+	if r.Len() != 0 || len(r.service) != 0 || len(r.reportedBy) != 0 {
+		t.Fatalf("truncated: %d rows, %d services, %d reporters", r.Len(), len(r.service), len(r.reportedBy))
+	}
+	for i := range 1000 {
+		r.Add(2, int64(i), 0, &e)
+	}
+	if &r.id[0] != id || &r.service[0] != service || r.partition[999] != 2 {
+		t.Error("the rows were filled again into new columns")
+	}
+}
