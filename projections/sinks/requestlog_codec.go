@@ -121,6 +121,11 @@ type block struct{ b *batch }
 
 func (k *block) Add(d replay.Decoded) { k.b.addDecoded(d.(decoded)) }
 func (k *block) Rows() int            { return k.b.rows.Len() }
+func (k *block) Records() int         { return k.b.records }
+func (k *block) Poisoned() int        { return len(k.b.poison) }
+func (k *block) Insert(ctx context.Context, conn driver.Conn, table string) error {
+	return k.b.rows.InsertInto(ctx, conn, table)
+}
 
 // Reset implements replay.Block: a fresh batch on the same columns.
 func (k *block) Reset() {
@@ -128,9 +133,4 @@ func (k *block) Reset() {
 	rows.truncate()
 	k.b = newBatch()
 	k.b.rows = rows
-}
-func (k *block) Records() int  { return k.b.records }
-func (k *block) Poisoned() int { return len(k.b.poison) }
-func (k *block) Insert(ctx context.Context, conn driver.Conn, table string) error {
-	return k.b.rows.InsertInto(ctx, conn, table)
 }

@@ -42,8 +42,8 @@ func (r *RequestLogRows) Len() int { return len(r.id) }
 
 // Grow makes room for n more rows, so that filling a batch of a size
 // known beforehand (the sink's batch of weighed records, a replay's
-// block) copies no column: growing nineteen columns by doubling was a
-// fifth of a replay's CPU (docs/benchmarks.md).
+// block) copies no column: growing nineteen columns by doubling took 15%
+// of a replay's CPU (docs/benchmarks.md).
 func (r *RequestLogRows) Grow(n int) {
 	r.id = slices.Grow(r.id, n)
 	r.partition = slices.Grow(r.partition, n)
