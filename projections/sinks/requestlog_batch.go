@@ -87,11 +87,15 @@ func (s *RequestLogs) handle(ctx context.Context, msgs *kafka.Batch) error {
 		s.heldSession = msgs.Session
 	}
 	b := newBatch()
-	events := 0
+	// Room for every event the records pack, so no column is copied while
+	// the batch fills. The consume loop weighed the records already but
+	// does not hand the weights over (kafka.Batch); counting again only
+	// walks each record's field tags.
+	room := 0
 	for _, m := range msgs.Messages {
-		events += recordEvents(m)
+		room += recordEvents(m)
 	}
-	b.rows.Grow(events)
+	b.rows.Grow(room)
 	// A record only a newer cfgd understands holds its partition: the
 	// batch is applied without it and what follows it there, and it waits
 	// for a newer member of the group.
