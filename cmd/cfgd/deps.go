@@ -55,7 +55,8 @@ func withClickHouseCluster(name string) depsOption {
 // it caught up; with
 // no replica of a shard under a second behind, a read fails rather than
 // answer short (the read model answers that 503: requestlogview). The request-log sink reads
-// its offset check with its own settings (sinks.RequestLogs).
+// its offset check with its own settings (sinks.RequestLogs), and a
+// replay the tables it writes (replay.ClickHouse).
 func clusterReads(o *clickhouse.Options) {
 	if o.Settings == nil {
 		o.Settings = clickhouse.Settings{}

@@ -377,6 +377,9 @@ const (
 // minutes in time ranges, Inserters at once, then the hours from the
 // minutes and the days from the hours.
 func (r *ClickHouse) fillRollups(ctx context.Context) error {
+	if err := r.awaitRaw(ctx); err != nil {
+		return err
+	}
 	var lo, hi uint32
 	if err := r.conn.QueryRow(ctx, "SELECT toUInt32(min(created_at)), toUInt32(max(created_at)) FROM "+r.shadow.Raw).Scan(&lo, &hi); err != nil {
 		return fmt.Errorf("fill shadow rollups: time range: %w", err)
@@ -412,6 +415,67 @@ func (r *ClickHouse) fillRollups(ctx context.Context) error {
 			return fmt.Errorf("fill shadow rollups: %w", err)
 		}
 	}
+	return r.checkRollups(ctx)
+}
+
+// rawPatience bounds how long awaitRaw waits for a replica to fetch what
+// it missed.
+const rawPatience = 2 * time.Minute
+
+// awaitRaw waits until the shadow raw table reads back every row the
+// replay inserted, on a cluster (one server reads its own). A shard's
+// first replica that failed during the load (the inserts went to the
+// other one) and came back is read again at once, and reads short until
+// it has fetched what it missed: the rollups filled from it would lack
+// those rows.
+func (r *ClickHouse) awaitRaw(ctx context.Context) error {
+	if !r.cluster.On() {
+		return nil
+	}
+	want := uint64(r.events.Load())
+	ctx, cancel := context.WithTimeout(ctx, rawPatience)
+	defer cancel()
+	wait := 100 * time.Millisecond
+	for {
+		var n uint64
+		if err := r.conn.QueryRow(ctx, "SELECT count() FROM "+r.shadow.Raw).Scan(&n); err != nil {
+			return fmt.Errorf("fill shadow rollups: count the rows read back: %w", err)
+		}
+		if n == want {
+			return nil
+		}
+		if n > want {
+			return fmt.Errorf("fill shadow rollups: %s holds %d rows, more than the %d inserted", r.shadow.Raw, n, want)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("fill shadow rollups: %s reads %d of the %d rows inserted after %v: a replica is behind; run the replay again once the cluster is healthy",
+				r.shadow.Raw, n, want, rawPatience)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// checkRollups checks, on a cluster, that every shadow rollup counts
+// every row inserted: a replica that failed between two fill statements
+// sends the next one's reads to the other replica, which may lack a part
+// the first one took. The rebuild stops rather than swap in short
+// statistics.
+func (r *ClickHouse) checkRollups(ctx context.Context) error {
+	if !r.cluster.On() {
+		return nil
+	}
+	want := uint64(r.events.Load())
+	for _, t := range r.shadow.Rollups() {
+		var n uint64
+		if err := r.conn.QueryRow(ctx, "SELECT countMerge(requests) FROM "+t).Scan(&n); err != nil {
+			return fmt.Errorf("check shadow rollups: %w", err)
+		}
+		if n != want {
+			return fmt.Errorf("check shadow rollups: %s counts %d of the %d requests inserted (a replica failed during the fill); run the replay again", t, n, want)
+		}
+	}
 	return nil
 }
 
@@ -431,10 +495,23 @@ func fillEdges(lo, hi int64, n int) []int64 {
 	return append(edges, hi+1)
 }
 
-// settings returns ctx carrying settings for the replay's statements; on
-// a cluster also insert_distributed_sync, so an insert into a Distributed
-// table returns once every shard holds its rows (and what is read next,
-// the rollups from the raw table, sees them).
+// settings returns ctx carrying settings for the replay's statements on
+// its own (shadow) tables. On a cluster also:
+//   - insert_distributed_sync: an insert into a Distributed table returns
+//     once every shard holds its rows, so what is read next (the rollups
+//     from the raw table) sees them;
+//   - max_replica_delay_for_distributed_queries 0: no stale-replica check.
+//     cfgd's connection on a cluster reads through replicas less than a
+//     second behind only, with no fallback (cmd/cfgd's clusterReads), a
+//     guard for tables other processes write. Right after the bulk load
+//     every replica of a shard reports a delay: the second one fetches
+//     the parts, and the first one has its own inserts queued as no-ops
+//     until its queue runs them, seconds on a loaded machine. A fill
+//     failed on that with ALL_REPLICAS_ARE_STALE. The replay reads, like
+//     it inserts, through each shard's first replica up (load_balancing
+//     in_order), which holds what it inserted; a first replica that failed
+//     during the load and came back may not, which awaitRaw and
+//     checkRollups catch.
 func (r *ClickHouse) settings(ctx context.Context, s clickhouse.Settings) context.Context {
 	if r.cluster.On() {
 		s = maps.Clone(s)
@@ -442,6 +519,7 @@ func (r *ClickHouse) settings(ctx context.Context, s clickhouse.Settings) contex
 			s = clickhouse.Settings{}
 		}
 		s["insert_distributed_sync"] = 1
+		s["max_replica_delay_for_distributed_queries"] = 0
 	}
 	if len(s) == 0 {
 		return ctx
@@ -1122,7 +1200,7 @@ func (r *ClickHouse) checkUnread(ctx context.Context, from, to map[int32]int64) 
 	if err != nil {
 		return err
 	}
-	count := func(table string, shift map[int32]int64) (map[int32]int64, error) {
+	count := func(ctx context.Context, table string, shift map[int32]int64) (map[int32]int64, error) {
 		var conds []string
 		args := []any{cutoff}
 		for _, p := range r.partitions {
@@ -1156,11 +1234,11 @@ func (r *ClickHouse) checkUnread(ctx context.Context, from, to map[int32]int64) 
 	}
 	// The live sink stores a recreated topic's records above the old
 	// topic's (PostgresFence.Recreated); the rebuild from offset 0.
-	live, err := count(r.live.Raw, base)
+	live, err := count(ctx, r.live.Raw, base)
 	if err != nil {
 		return err
 	}
-	shadow, err := count(r.shadow.Raw, nil)
+	shadow, err := count(r.settings(ctx, nil), r.shadow.Raw, nil)
 	if err != nil {
 		return err
 	}
