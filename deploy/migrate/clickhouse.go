@@ -206,10 +206,21 @@ func (s clickhouseStore) ListMigrations(ctx context.Context, db database.DBTxCon
 	return out, rows.Err()
 }
 
+// TableExists says whether the version table is ready: there, with its
+// zero version. Goose creates the table, then records the zero version in
+// it; a second process starting meanwhile (ClickHouse has no lock) found
+// the table empty and failed with "missing zero version migration". Told
+// the table is not there yet, it creates it (IF NOT EXISTS) and records
+// the zero version too, which ListMigrations lists once.
 func (s clickhouseStore) TableExists(ctx context.Context, db database.DBTxConn) (bool, error) {
 	var n uint64
-	err := db.QueryRowContext(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = ?", s.table).Scan(&n)
-	return n > 0, err
+	if err := db.QueryRowContext(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = ?", s.table).Scan(&n); err != nil || n == 0 {
+		return false, err
+	}
+	if err := db.QueryRowContext(ctx, "SELECT count() FROM "+quoteIdent(s.table)+" WHERE version_id = 0").Scan(&n); err != nil {
+		return false, err
+	}
+	return n > 0, nil
 }
 
 func quoteIdent(s string) string {

@@ -205,3 +205,36 @@ func TestClickHouseConcurrentStarts(t *testing.T) {
 		t.Fatalf("pending: %v, %v", pending, err)
 	}
 }
+
+// A start that finds the version table another start has just created,
+// before that one recorded the zero version in it, records the zero
+// version too rather than fail: goose took an empty table for one whose
+// zero version was lost ("missing zero version migration", seen in
+// TestClickHouseConcurrentStarts once in a few hundred runs).
+func TestClickHouseStartBesideAHalfCreatedVersionTable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := clickhouseDB(t)
+	// As the other start leaves it between its CREATE and its INSERT.
+	if _, err := db.ExecContext(ctx, "CREATE TABLE "+migrate.ClickHouseVersionTable+
+		" (version_id Int64, is_applied UInt8, tstamp DateTime DEFAULT now()) ENGINE = MergeTree ORDER BY (version_id, tstamp)"); err != nil {
+		t.Fatal(err)
+	}
+	a := migrate.Schema{Owner: "a", FS: fstest.MapFS{
+		"00001_a.sql": sqlFile("CREATE TABLE IF NOT EXISTS a (id UInt64) ENGINE = MergeTree ORDER BY id;", "DROP TABLE a;"),
+	}}
+	if err := migrate.ClickHouse(ctx, db, quiet, a); err != nil {
+		t.Fatal(err)
+	}
+	// The other start's zero version arrives late: one version listed.
+	if _, err := db.ExecContext(ctx, "INSERT INTO "+migrate.ClickHouseVersionTable+" (version_id, is_applied) SELECT 0, 1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate.ClickHouse(ctx, db, quiet, a); err != nil {
+		t.Fatal(err)
+	}
+	if got := chTables(t, db); got != "a" {
+		t.Fatalf("tables %q", got)
+	}
+}
