@@ -40,7 +40,15 @@ func (h *hookedLoad) Shadow(ctx context.Context, progress replay.Progress) error
 		}
 		if done == total && done > 0 && !h.ended {
 			h.ended = true
-			h.end()
+			// On an inserter's goroutine: a t.Fatal in end ends
+			// end's own, and the load goes on to fail the test
+			// rather than hang.
+			ended := make(chan struct{})
+			go func() {
+				defer close(ended)
+				h.end()
+			}()
+			<-ended
 		}
 		progress(done, total)
 	})
