@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -17,6 +18,7 @@ import (
 	"github.com/cfgd/cfgd/deploy/process"
 	"github.com/cfgd/cfgd/events/outbox"
 	"github.com/cfgd/cfgd/events/store"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // deps are the connections every command shares. All are lazy: creating
@@ -61,9 +63,7 @@ func clusterReads(o *clickhouse.Options) {
 	if o.Settings == nil {
 		o.Settings = clickhouse.Settings{}
 	}
-	// Numbers: 18.16 takes no string setting from this driver.
-	o.Settings["max_replica_delay_for_distributed_queries"] = 1
-	o.Settings["fallback_to_stale_replicas_for_distributed_queries"] = 0
+	maps.Copy(o.Settings, requestlogview.CaughtUpReads())
 }
 
 // postgresDeps is openDeps for a command that only writes or reads

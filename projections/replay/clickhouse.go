@@ -502,7 +502,7 @@ func fillEdges(lo, hi int64, n int) []int64 {
 //     from the raw table) sees them;
 //   - max_replica_delay_for_distributed_queries 0: no stale-replica check.
 //     cfgd's connection on a cluster reads through replicas less than a
-//     second behind only, with no fallback (cmd/cfgd's clusterReads), a
+//     second behind only, with no fallback (requestlogview.CaughtUpReads), a
 //     guard for tables other processes write. Right after the bulk load
 //     every replica of a shard reports a delay: the second one fetches
 //     the parts, and the first one has its own inserts queued as no-ops

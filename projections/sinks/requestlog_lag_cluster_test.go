@@ -62,7 +62,7 @@ func strictConn(t *testing.T, db string, addrs ...string) driver.Conn {
 	conn, err := clickhouse.Open(&clickhouse.Options{
 		Addr: addrs, Auth: clickhouse.Auth{Database: db},
 		DialTimeout: time.Second, ConnOpenStrategy: clickhouse.ConnOpenInOrder,
-		Settings: clickhouse.Settings{"max_replica_delay_for_distributed_queries": 1, "fallback_to_stale_replicas_for_distributed_queries": 0},
+		Settings: requestlogview.CaughtUpReads(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -376,8 +376,7 @@ func (s *RequestLogs) heldReads(ctx context.Context) []context.Context {
 	}
 	return []context.Context{
 		clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"max_replica_delay_for_distributed_queries": 0})),
-		clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"max_replica_delay_for_distributed_queries": 1,
-			"fallback_to_stale_replicas_for_distributed_queries": 0})),
+		clickhouse.Context(ctx, clickhouse.WithSettings(requestlogview.CaughtUpReads())),
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/cfgd/cfgd/cmd/cfgd/testenv"
+	"github.com/cfgd/cfgd/readmodels/requestlogview"
 )
 
 // distributedRaw counts requestlog_raw through conn's Distributed table
@@ -58,8 +59,7 @@ func TestClusterReturningReplicaOffsets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh, err := distributedRaw(s1r1, clickhouse.Settings{"max_replica_delay_for_distributed_queries": 1,
-		"fallback_to_stale_replicas_for_distributed_queries": 0})
+	fresh, err := distributedRaw(s1r1, requestlogview.CaughtUpReads())
 	t.Logf("s1r1 back, its fetches held: the Distributed table through it holds %d of 800 rows; read without lagging replicas %d (err %v)", stale, fresh, err)
 	if stale >= 800 {
 		t.Fatal("s1r1 was not behind when read: the test did not reach the window it is about")

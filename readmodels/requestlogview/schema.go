@@ -16,6 +16,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
@@ -359,6 +360,15 @@ func (c Cluster) Validate() error {
 		}
 	}
 	return nil
+}
+
+// CaughtUpReads are the settings of a read on a cluster that trusts only
+// replicas less than a second behind, with no fallback to a staler one: a
+// shard without such a replica fails the read rather than answer short
+// (docs/scaling.md, "When a ClickHouse replica returns"). Numbers: 18.16
+// takes no string setting from this driver.
+func CaughtUpReads() clickhouse.Settings {
+	return clickhouse.Settings{"max_replica_delay_for_distributed_queries": 1, "fallback_to_stale_replicas_for_distributed_queries": 0}
 }
 
 // ValidClusterName checks a cluster name (CLICKHOUSE__CLUSTER): empty or
